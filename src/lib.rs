@@ -1,0 +1,11 @@
+//! toolstub: a reverse proxy for LLM APIs that replaces oversized tool
+//! outputs with typed, deterministic synopsis stubs, keeps the originals, and
+//! answers the model's recall calls itself.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map of the modules
+//! and the path a request takes through them.
+
+pub mod cli;
+pub mod refs;
+pub mod stub;
+pub mod synopsis;

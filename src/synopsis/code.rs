@@ -1,0 +1,666 @@
+//! The `code` kind: source files and snippets described by their line count,
+//! imported modules and defined symbols. Lightweight line rules, not an AST.
+//!
+//! The design's line-anchored patterns (Python imports and definitions, JS
+//! bindings, Rust `use`/`fn`, `package`, `public class`) fire on prose such as
+//! "use the", "let me", "import data", "class of" or "package manager", and know
+//! only three languages. Here each pattern must also look syntactically like
+//! code (a module path, a name followed by `(`, `{`, `:` or `=`, a trailing
+//! `;`), and Go, Java, C/C++, C#, shell, Ruby, PHP and SQL forms are known too.
+//! A text is code when it has at least two such definition or import lines, or
+//! one plus two lines of code punctuation, and is not mostly prose. Unified
+//! diffs and lines inside Markdown code fences do not count: a patch or a
+//! README is read as text.
+
+use super::lines::{clip, collapse_whitespace, count_lines, split_lines};
+use super::{Input, Kind, Synopsis};
+
+/// Imported modules listed in the structure.
+const IMPORT_LIMIT: usize = 12;
+/// Each import is shown with at most this many characters.
+const IMPORT_CHARS: usize = 180;
+/// Symbols listed in the notable items.
+const SYMBOL_LIMIT: usize = 24;
+/// Each symbol is shown with at most this many characters.
+const SYMBOL_CHARS: usize = 200;
+
+pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
+    let scan = input.code_scan();
+    if !scan.is_code() {
+        return None;
+    }
+    let lines = count_lines(input.text);
+    let mut s = Synopsis::new(Kind::Code, "Code output");
+    s.summary
+        .push(format!("Code-like output with {lines} lines."));
+    s.structure.push(format!("line_count: {lines}"));
+    if !scan.imports.is_empty() {
+        s.structure.push(clip(
+            &format!("imports: {}", scan.imports.join(", ")),
+            super::LINE_CAP,
+        ));
+    }
+    s.notable_items.extend(scan.symbols.iter().cloned());
+    Some(s)
+}
+
+/// What one pass over the lines found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Lines that define or import something, in a form only code takes.
+    strong: usize,
+    /// Lines ending or opening like code (`{`, `}`, `;`, `=>`, `):`, `fi`, `end`).
+    syntax: usize,
+    /// Long sentence-like lines.
+    prose: usize,
+    /// A `#!` first line or a `<?php` opening.
+    script_opening: bool,
+    /// Hunk headers and file headers of a unified diff.
+    diff_hunks: usize,
+    diff_files: usize,
+    imports: Vec<String>,
+    symbols: Vec<String>,
+}
+
+impl Scan {
+    pub fn of(text: &str) -> Scan {
+        let mut scan = Scan::default();
+        let mut in_fence = false;
+        for (n, line) in split_lines(text).enumerate() {
+            let trimmed = line.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            if n == 0 && (trimmed.starts_with("#!/") || trimmed.starts_with("<?php")) {
+                scan.script_opening = true;
+                continue;
+            }
+            if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+                in_fence = !in_fence;
+                continue;
+            }
+            if in_fence {
+                continue;
+            }
+            if line.starts_with("@@ -") {
+                scan.diff_hunks += 1;
+                continue;
+            }
+            if line.starts_with("diff --git ") || line.starts_with("+++ ") {
+                scan.diff_files += 1;
+                continue;
+            }
+            scan.line(line, trimmed);
+        }
+        scan
+    }
+
+    pub fn is_code(&self) -> bool {
+        if self.diff_hunks > 0 && self.diff_files > 0 {
+            return false;
+        }
+        if self.script_opening {
+            return true;
+        }
+        let evidence = self.strong >= 2 || (self.strong >= 1 && self.syntax >= 2);
+        evidence && self.prose <= 2 * (self.strong + self.syntax)
+    }
+
+    fn line(&mut self, line: &str, trimmed: &str) {
+        let indented = line.starts_with([' ', '\t']);
+        match classify(trimmed, indented) {
+            Some(Found::Import(module)) => {
+                self.strong += 1;
+                let module = collapse_whitespace(module, IMPORT_CHARS);
+                if self.imports.len() < IMPORT_LIMIT && !self.imports.contains(&module) {
+                    self.imports.push(module);
+                }
+            }
+            Some(Found::Symbol(symbol)) => {
+                self.strong += 1;
+                if self.symbols.len() < SYMBOL_LIMIT {
+                    self.symbols
+                        .push(collapse_whitespace(&symbol, SYMBOL_CHARS));
+                }
+            }
+            Some(Found::Statement) => self.strong += 1,
+            None => {
+                if ends_like_code(trimmed) {
+                    self.syntax += 1;
+                } else if reads_like_prose(trimmed) {
+                    self.prose += 1;
+                }
+            }
+        }
+    }
+}
+
+enum Found<'a> {
+    Import(&'a str),
+    Symbol(String),
+    /// A binding or declaration that is code but names nothing worth listing.
+    Statement,
+}
+
+/// Words that may stand before the keyword of a definition.
+const MODIFIERS: &[&str] = &[
+    "pub",
+    "pub(crate)",
+    "pub(super)",
+    "pub(self)",
+    "export",
+    "default",
+    "async",
+    "public",
+    "private",
+    "protected",
+    "internal",
+    "static",
+    "final",
+    "abstract",
+    "sealed",
+    "partial",
+    "override",
+    "virtual",
+    "readonly",
+    "unsafe",
+    "extern",
+    "inline",
+    "declare",
+    "const",
+    "open",
+    "data",
+    "synchronized",
+    "native",
+    "strictfp",
+];
+
+fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
+    if let Some(found) = preprocessor(line) {
+        return Some(found);
+    }
+    // Strip modifiers, remembering the ones a symbol's label keeps.
+    let mut rest = line;
+    let mut is_pub = false;
+    let mut is_export = false;
+    let mut is_async = false;
+    let mut modifiers = 0;
+    while let Some((word, after)) = split_word(rest) {
+        if !MODIFIERS.contains(&word) || after.is_empty() {
+            break;
+        }
+        // `const x = ...` and `const fn` both start with a modifier-like word.
+        if word == "const" && !after.starts_with("fn ") {
+            break;
+        }
+        match word {
+            "pub" | "pub(crate)" | "pub(super)" | "pub(self)" => is_pub = true,
+            "export" => is_export = true,
+            "async" => is_async = true,
+            _ => {}
+        }
+        modifiers += 1;
+        rest = after;
+    }
+    let (keyword, after) = split_word(rest)?;
+    let symbol = |kw: &str, name: &str| {
+        let mut label = String::new();
+        if is_export && matches!(kw, "function" | "class") {
+            label.push_str("export ");
+        }
+        if is_pub && kw == "fn" {
+            label.push_str("pub ");
+        }
+        if is_async && matches!(kw, "def" | "fn" | "function") {
+            label.push_str("async ");
+        }
+        label.push_str(kw);
+        label.push(' ');
+        label.push_str(name);
+        Some(Found::Symbol(label))
+    };
+    match keyword {
+        "import" if modifiers == 0 => import(after).map(Found::Import),
+        "from" if modifiers == 0 => python_from_import(after).map(Found::Import),
+        "use" if modifiers <= 1 => use_path(after).map(Found::Import),
+        "using" if modifiers == 0 => {
+            let path = after.strip_suffix(';')?.trim();
+            let path = path.strip_prefix("static ").unwrap_or(path);
+            let path = path.rsplit('=').next()?.trim();
+            is_path(path, ".").then_some(Found::Import(path))
+        }
+        "require" | "require_relative" | "require_once" | "include" | "include_once" => {
+            quoted_argument(after).map(Found::Import)
+        }
+        "extern" => {
+            let name = after.strip_prefix("crate ")?.strip_suffix(';')?;
+            let name = name.split(" as ").next()?.trim();
+            is_identifier(name).then_some(Found::Import(name))
+        }
+        "package" if modifiers == 0 => {
+            let name = after.strip_suffix(';').unwrap_or(after).trim();
+            (is_path(name, ".") && name.chars().all(|c| !c.is_uppercase()))
+                .then_some(Found::Statement)
+        }
+        "namespace" => {
+            let name = after.trim_end_matches([';', '{']).trim();
+            (is_path(name, ".\\:") && (after.ends_with([';', '{']) || !name.contains(' ')))
+                .then(|| Found::Symbol(format!("namespace {name}")))
+        }
+        "class" | "struct" | "enum" | "interface" | "trait" | "record" | "union" => {
+            let name = type_name(after)?;
+            symbol(keyword, name)
+        }
+        "module" => {
+            let name = after.trim_end_matches(['{', ';']).trim();
+            (name.starts_with(|c: char| c.is_ascii_uppercase()) && is_path(name, ":."))
+                .then(|| Found::Symbol(format!("module {name}")))
+        }
+        "impl" => impl_block(after).map(Found::Symbol),
+        "def" => {
+            let name = after.strip_prefix("self.").unwrap_or(after);
+            let (name, tail) = split_identifier(name)?;
+            let tail = tail.trim_start();
+            (tail.is_empty() || tail.starts_with(['(', ':', ';']) || tail.starts_with("= "))
+                .then(|| symbol("def", name))?
+        }
+        "fn" => {
+            let (name, tail) = split_identifier(after)?;
+            tail.starts_with(['(', '<']).then(|| symbol("fn", name))?
+        }
+        "func" => go_func(after).map(Found::Symbol),
+        "function" => {
+            let (name, tail) = split_identifier(after.trim_start_matches('*').trim_start())?;
+            let tail = tail.trim_start();
+            (tail.starts_with('(') || tail.starts_with('{') || tail.starts_with('<'))
+                .then(|| symbol("function", name))?
+        }
+        "const" | "let" | "var" | "val" => binding(after).then_some(Found::Statement),
+        "type" => type_alias(after).map(Found::Symbol),
+        "mod" => {
+            let (name, tail) = split_identifier(after)?;
+            matches!(tail.trim(), ";" | "{").then(|| Found::Symbol(format!("mod {name}")))
+        }
+        "macro_rules!" => {
+            let (name, _) = split_identifier(after)?;
+            Some(Found::Symbol(format!("macro_rules! {name}")))
+        }
+        _ => sql(line).or_else(|| c_like_function(rest, modifiers > 0, indented)),
+    }
+}
+
+/// `#include <stdio.h>`, `#define NAME`, `#import`.
+fn preprocessor(line: &str) -> Option<Found<'_>> {
+    let directive = line.strip_prefix('#')?.trim_start();
+    if let Some(target) = directive
+        .strip_prefix("include")
+        .or_else(|| directive.strip_prefix("import"))
+    {
+        let target = target.trim();
+        let inner = target
+            .strip_prefix('<')
+            .and_then(|t| t.strip_suffix('>'))
+            .or_else(|| target.strip_prefix('"').and_then(|t| t.strip_suffix('"')))?;
+        return Some(Found::Import(inner));
+    }
+    let name = directive.strip_prefix("define ")?;
+    let (name, _) = split_identifier(name.trim_start())?;
+    Some(Found::Symbol(format!("define {name}")))
+}
+
+/// `import x`, `import a.b as c`, `import a.b.C;`, `import static a.b.c;`,
+/// `import x from 'y'`, `import { a } from "y"`, `import "fmt"`, `import (`.
+fn import(after: &str) -> Option<&str> {
+    let after = after.trim();
+    if let Some(quoted) = quoted_argument(after) {
+        return Some(quoted);
+    }
+    if after == "(" {
+        return Some("(block)");
+    }
+    if let Some(idx) = after.find(" from ") {
+        // JS/TS: the module is the quoted string after `from`.
+        return quoted_argument(after[idx + 6..].trim_end_matches(';'));
+    }
+    let after = after.strip_prefix("static ").unwrap_or(after);
+    let after = after.strip_suffix(';').unwrap_or(after);
+    let first = after.split([',', ' ']).next()?;
+    let tail = after[first.len()..].trim();
+    let tail_ok = tail.is_empty()
+        || tail.starts_with(',')
+        || (tail.starts_with("as ") && is_identifier(tail[3..].trim()));
+    (is_path(first, ".*") && tail_ok).then_some(first)
+}
+
+/// `from a.b import c` / `from . import x`.
+fn python_from_import(after: &str) -> Option<&str> {
+    let (module, tail) = after.split_once(' ')?;
+    let names = tail.trim_start().strip_prefix("import ")?.trim();
+    let module_ok =
+        module.chars().all(|c| c == '.') || is_path(module.trim_start_matches('.'), ".");
+    let names_ok = names == "*"
+        || names.starts_with('(')
+        || names
+            .split(',')
+            .all(|n| n.split(" as ").all(|p| is_identifier(p.trim())));
+    (module_ok && names_ok).then_some(module)
+}
+
+/// Rust `use a::b;` / `use a::{b, c};`, PHP `use App\Models\User;`, Perl `use strict;`.
+fn use_path(after: &str) -> Option<&str> {
+    let after = after.trim();
+    if let Some(path) = after.strip_suffix(';') {
+        let path = path.split(" as ").next()?.trim();
+        let root = path.split("::{").next()?;
+        return (is_path(root, ":\\") || path.contains("::{")).then_some(root);
+    }
+    let root = after.strip_suffix('{')?.trim().strip_suffix("::")?;
+    is_path(root, ":").then_some(root)
+}
+
+/// `'x'`, `"x"`, `('x')`, `("x")`; the text inside the quotes.
+fn quoted_argument(after: &str) -> Option<&str> {
+    let s = after.trim().trim_end_matches(';').trim();
+    let s = s
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(s)
+        .trim();
+    let quote = s.chars().next().filter(|c| matches!(c, '"' | '\'' | '`'))?;
+    let inner = s[1..].strip_suffix(quote)?;
+    (!inner.is_empty() && !inner.contains(quote) && !inner.contains(' ')).then_some(inner)
+}
+
+/// A type declaration's name: an identifier followed by what only code puts
+/// there (`:`, `(`, `{`, `<`, `;`, `extends`, `implements`, `<` as in Ruby, or
+/// nothing at all).
+fn type_name(after: &str) -> Option<&str> {
+    let (name, tail) = split_identifier(after)?;
+    let tail = tail.trim_start();
+    let ok = tail.is_empty()
+        || tail.starts_with([':', '(', '{', '<', ';', '='])
+        || [
+            "extends ",
+            "implements ",
+            "where ",
+            "final ",
+            "sealed ",
+            "< ",
+        ]
+        .iter()
+        .any(|w| tail.starts_with(w));
+    ok.then_some(name)
+}
+
+/// `impl Foo {`, `impl<T> Trait for Foo<T> {`.
+fn impl_block(after: &str) -> Option<String> {
+    let body = after.trim().strip_suffix('{')?.trim();
+    let body = match body.strip_prefix('<') {
+        Some(generic) => generic.split_once('>')?.1.trim(),
+        None => body,
+    };
+    let first = body.chars().next()?;
+    (first.is_alphabetic() || first == '_').then(|| format!("impl {body}"))
+}
+
+/// Go: `func name(`, `func (r *T) name(`.
+fn go_func(after: &str) -> Option<String> {
+    let after = after.trim_start();
+    let after = match after.strip_prefix('(') {
+        Some(receiver) => receiver.split_once(')')?.1.trim_start(),
+        None => after,
+    };
+    let (name, tail) = split_identifier(after)?;
+    tail.starts_with(['(', '[']).then(|| format!("func {name}"))
+}
+
+/// Go/TS/Rust: `type X struct {`, `type X interface {`, `type X = ...`, `type X int`.
+fn type_alias(after: &str) -> Option<String> {
+    let (name, tail) = split_identifier(after)?;
+    let tail = tail.trim_start();
+    if tail.starts_with("struct") {
+        return Some(format!("struct {name}"));
+    }
+    if tail.starts_with("interface") {
+        return Some(format!("interface {name}"));
+    }
+    let ok = tail.starts_with('=')
+        || tail.starts_with('<')
+        || tail.starts_with('[')
+        || tail.ends_with(';')
+        || split_identifier(tail).is_some_and(|(_, t)| t.trim().is_empty());
+    ok.then(|| format!("type {name}"))
+}
+
+/// `x = `, `mut x =`, `x: T =`, `{ a, b } =`, `[a, b] =`, `x;`.
+fn binding(after: &str) -> bool {
+    let after = after.strip_prefix("mut ").unwrap_or(after).trim_start();
+    if after.starts_with(['{', '[']) {
+        return after.contains("} =") || after.contains("] =");
+    }
+    let Some((_, tail)) = split_identifier(after) else {
+        return false;
+    };
+    let tail = tail.trim_start();
+    tail.starts_with('=') || tail.starts_with(':') || tail == ";" || tail.starts_with(';')
+}
+
+/// SQL statements, upper case (the usual style), or any case ending in `;` or `(`.
+fn sql(line: &str) -> Option<Found<'_>> {
+    let ends_statement = line.ends_with(';') || line.ends_with('(');
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    let upper = first.chars().all(|c| c.is_ascii_uppercase());
+    if !(upper || ends_statement) {
+        return None;
+    }
+    let second = words.next().unwrap_or("");
+    let kw = first.to_ascii_uppercase();
+    let kw2 = second.to_ascii_uppercase();
+    match (kw.as_str(), kw2.as_str()) {
+        ("CREATE", _) => {
+            let rest: Vec<&str> = std::iter::once(second).chain(words).collect();
+            let mut it = rest.iter().skip_while(|w| {
+                matches!(
+                    w.to_ascii_uppercase().as_str(),
+                    "OR" | "REPLACE" | "TEMP" | "TEMPORARY" | "UNIQUE" | "VIRTUAL" | "MATERIALIZED"
+                )
+            });
+            let object = it.next()?.to_ascii_lowercase();
+            let mut name = *it.next()?;
+            if name.eq_ignore_ascii_case("IF") {
+                name = it.nth(2)?;
+            }
+            let name = name.trim_end_matches(['(', ';']);
+            matches!(
+                object.as_str(),
+                "table"
+                    | "view"
+                    | "index"
+                    | "function"
+                    | "procedure"
+                    | "trigger"
+                    | "type"
+                    | "schema"
+                    | "sequence"
+            )
+            .then(|| Found::Symbol(format!("{object} {name}")))
+        }
+        ("INSERT", "INTO")
+        | ("DELETE", "FROM")
+        | ("ALTER", "TABLE")
+        | ("DROP", "TABLE")
+        | ("DROP", "INDEX")
+        | ("DROP", "VIEW") => Some(Found::Statement),
+        ("SELECT", _)
+            if upper && (line.contains(" FROM ") || line.ends_with(',') || ends_statement) =>
+        {
+            Some(Found::Statement)
+        }
+        ("UPDATE", _) if upper && line.contains(" SET ") => Some(Found::Statement),
+        _ => None,
+    }
+}
+
+/// C, C++, Java, C#: `int main(int argc, char **argv) {`,
+/// `public static void main(String[] args) {`, `static int f(void)` (the brace
+/// on the next line). The return type and the name must both be there, the
+/// line must not end a statement, and it must end in `{` unless a modifier or a
+/// known type starts it at the left margin.
+fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Found<'_>> {
+    let open = line.find('(')?;
+    let head = line[..open].trim_end();
+    let tail = line[open..].trim_end();
+    if tail.ends_with(';') || !head.contains(' ') && !head.contains('*') {
+        return None;
+    }
+    let name_start = head
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == '~'))
+        .map_or(0, |i| i + 1);
+    let name = &head[name_start..];
+    let before = head[..name_start].trim();
+    if name.is_empty() || before.is_empty() || !is_path(name.trim_start_matches('~'), ":") {
+        return None;
+    }
+    const NOT_TYPES: &[&str] = &[
+        "if", "for", "while", "switch", "return", "else", "new", "throw", "case", "sizeof",
+        "catch", "do", "and", "or", "not", "the", "a", "an", "is", "to", "of", "in",
+    ];
+    let type_words_ok = before.split_whitespace().all(|w| {
+        let w = w.trim_matches(['*', '&']);
+        w.is_empty()
+            || (!NOT_TYPES.contains(&w)
+                && w.chars().all(|c| {
+                    c.is_alphanumeric() || matches!(c, '_' | ':' | '<' | '>' | ',' | '[' | ']')
+                }))
+    });
+    if !type_words_ok {
+        return None;
+    }
+    const C_TYPES: &[&str] = &[
+        "void", "int", "char", "long", "short", "unsigned", "signed", "float", "double", "bool",
+        "size_t", "auto", "struct", "template", "string", "String", "boolean", "byte",
+    ];
+    let first = before.split_whitespace().next().unwrap_or("");
+    let closes = tail.ends_with('{') || tail.ends_with(") const {") || tail.contains(") throws ");
+    let declared = (had_modifier || C_TYPES.contains(&first)) && !indented && tail.ends_with(')');
+    (closes || declared).then(|| Found::Symbol(format!("function {name}")))
+}
+
+fn ends_like_code(line: &str) -> bool {
+    line.ends_with(['{', '}', ';'])
+        || line.ends_with("=>")
+        || line.ends_with("):")
+        || line.starts_with("//")
+        || line.starts_with("/*")
+        || line.starts_with("#[")
+        || (line.starts_with('@') && line[1..].starts_with(|c: char| c.is_ascii_alphabetic()))
+        || matches!(
+            line,
+            "end" | "fi" | "done" | "esac" | "else" | "then" | "do" | ";;"
+        )
+}
+
+/// A sentence: at least ten words and ending like one.
+fn reads_like_prose(line: &str) -> bool {
+    line.ends_with(['.', '?', '!', ',']) && line.split_whitespace().nth(9).is_some()
+}
+
+/// The first whitespace-delimited word and the rest (trimmed at its start).
+fn split_word(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.is_empty() {
+        return None;
+    }
+    match s.find(char::is_whitespace) {
+        Some(i) => Some((&s[..i], s[i..].trim_start())),
+        None => Some((s, "")),
+    }
+}
+
+/// A leading identifier (`[A-Za-z_$][A-Za-z0-9_$]*`) and the rest.
+fn split_identifier(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    let first = s.chars().next()?;
+    if !(first.is_alphabetic() || first == '_' || first == '$') {
+        return None;
+    }
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .unwrap_or(s.len());
+    Some((&s[..end], &s[end..]))
+}
+
+fn is_identifier(s: &str) -> bool {
+    split_identifier(s).is_some_and(|(_, rest)| rest.is_empty())
+}
+
+/// Identifiers joined by any of the `separators` (`a.b.c`, `std::io`, `App\X`).
+fn is_path(s: &str, separators: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '@' || c == '\\')
+        && s.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '@' || separators.contains(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(text: &str) -> Option<Synopsis> {
+        let input = Input::new(text, "", 100);
+        summarize(&input)
+    }
+
+    #[test]
+    fn python_imports_and_symbols() {
+        let s =
+            code("import os\n\nclass Runner:\n    pass\n\ndef main():\n    return os.getcwd()\n")
+                .expect("code");
+        assert_eq!(s.structure, ["line_count: 7", "imports: os"]);
+        assert_eq!(s.notable_items, ["class Runner", "def main"]);
+    }
+
+    #[test]
+    fn prose_openings_are_not_code() {
+        let prose = "use the force, they said.\nlet me explain how this works in practice.\n\
+                     import data from the old system first.\nclass of 2020 graduates met again.\n\
+                     package manager updates are weekly.\n";
+        assert!(code(prose).is_none());
+    }
+
+    #[test]
+    fn many_languages() {
+        let cases: &[(&str, &str)] = &[
+            ("package main\n\nimport \"fmt\"\n\nfunc main() {\n}\n", "func main"),
+            ("import java.util.List;\n\npublic class Foo {\n  public static void main(String[] args) {\n  }\n}\n", "class Foo"),
+            ("#include <stdio.h>\n\nint main(int argc, char **argv) {\n  return 0;\n}\n", "function main"),
+            ("using System;\n\nnamespace App {\n  public sealed class Program {\n  }\n}\n", "class Program"),
+            ("#!/bin/sh\nset -e\nbuild() {\n  make\n}\n", ""),
+            ("require 'json'\n\nmodule Tools\n  def self.run(x)\n  end\nend\n", "module Tools"),
+            ("<?php\nnamespace App\\Http;\nuse App\\Models\\User;\nfunction handle($r) {\n}\n", "function handle"),
+            ("CREATE TABLE users (\n  id INTEGER PRIMARY KEY\n);\nINSERT INTO users VALUES (1);\n", "table users"),
+            ("use std::io;\n\npub struct Store {\n}\n\nimpl Store {\n    pub fn open() {}\n}\n", "impl Store"),
+        ];
+        for (text, symbol) in cases {
+            let s = code(text).unwrap_or_else(|| panic!("not code: {text}"));
+            if !symbol.is_empty() {
+                assert!(
+                    s.notable_items.iter().any(|i| i == symbol),
+                    "{symbol} in {:?}",
+                    s.notable_items
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn diffs_and_markdown_are_not_code() {
+        let diff = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n import os\n-def a():\n+def b():\n class X:\n";
+        assert!(code(diff).is_none());
+        let md = "# Usage\n\n```rust\nuse toolstub::x;\nfn main() {}\n```\n\nThat is all there is to it, really, and more.\n";
+        assert!(code(md).is_none());
+    }
+}

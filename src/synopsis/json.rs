@@ -1,0 +1,521 @@
+//! The `json` kind: one JSON value (or JSON Lines records) described by its
+//! top-level keys, shape to depth 2, per-key structure and a few scalar
+//! examples.
+//!
+//! The value is never built in memory. A bounded walker (a serde
+//! `DeserializeSeed`) keeps only what the caps can show: keys and child info
+//! near the root, the first items of arrays, the first five scalars in
+//! depth-first order; every other subtree is skipped with `IgnoredAny`. That
+//! keeps a 10 MB response at parser speed and constant memory.
+
+use super::lines::{clip, clip_line, one_line, split_lines};
+use super::unknown;
+use super::{Input, Kind, Synopsis};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use std::fmt::{self, Write};
+
+/// Shapes are shown to this depth (the root is depth 0).
+const MAX_DEPTH: usize = 2;
+/// An array's shape shows its first items only.
+const ARRAY_SAMPLE_LIMIT: usize = 3;
+/// Objects show at most this many keys.
+const KEY_LIMIT: usize = 10;
+/// Scalar examples in the notable items.
+const EXAMPLE_LIMIT: usize = 5;
+/// Each example's JSON literal is clipped to this many characters.
+const EXAMPLE_CHARS: usize = 80;
+/// JSON Lines: accepted when at most this share of non-blank lines fails to parse (1 in N).
+const JSONL_MAX_BAD_SHARE: usize = 10;
+
+pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
+    let trimmed = input.text.trim();
+    let mime_json = input.mime_says("json");
+    if !(mime_json || trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return None;
+    }
+    let Some((first, end)) = first_value(trimmed) else {
+        return mime_json.then(|| unknown::unparsed(input, "JSON"));
+    };
+    let rest = trimmed[end..].trim();
+    if !rest.is_empty() {
+        if let Some(records) = json_lines(trimmed, end) {
+            return Some(records);
+        }
+    }
+    let summary = walk(first)?;
+    Some(describe_value(&summary, rest.chars().count()))
+}
+
+/// Parses the first JSON value of `text`; returns it raw and the byte offset
+/// where it ends.
+fn first_value(text: &str) -> Option<(&str, usize)> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
+    match values.next() {
+        Some(Ok(raw)) => Some((raw.get(), values.byte_offset())),
+        _ => None,
+    }
+}
+
+/// Everything the walker kept of one value.
+struct Walked {
+    info: Info,
+    examples: Vec<String>,
+}
+
+fn walk(raw: &str) -> Option<Walked> {
+    let mut ctx = Ctx::default();
+    let mut de = serde_json::Deserializer::from_str(raw);
+    let info = Walk {
+        depth: 0,
+        on_example_path: true,
+        ctx: &mut ctx,
+    }
+    .deserialize(&mut de)
+    .ok()?;
+    Some(Walked {
+        info,
+        examples: ctx.examples,
+    })
+}
+
+fn describe_value(walked: &Walked, trailing_chars: usize) -> Synopsis {
+    let mut s = Synopsis::new(Kind::Json, "JSON output");
+    let info = &walked.info;
+    s.summary.push(format!("JSON {}.", info.type_name()));
+    match info {
+        Info::Object { keys, children, .. } => {
+            s.summary
+                .push(clip_line(format!("top-level keys: {}", key_list(keys))));
+            s.structure
+                .push(clip_line(format!("shape: {}", info.shape(0))));
+            for (key, child) in keys.iter().zip(children) {
+                s.structure
+                    .push(clip_line(format!("{key}: {}", child.as_member())));
+            }
+        }
+        Info::Array { len, items } => {
+            s.summary.push(format!("array length: {len}"));
+            s.structure
+                .push(clip_line(format!("shape: {}", info.shape(0))));
+            if let Some(first) = items.first() {
+                s.structure
+                    .push(format!("first item type: {}", first.type_name()));
+            }
+        }
+        _ => {}
+    }
+    s.notable_items.extend(walked.examples.iter().cloned());
+    if trailing_chars > 0 {
+        s.notable_items.push(format!(
+            "trailing_chars_after_first_json_value: {trailing_chars}"
+        ));
+    }
+    s
+}
+
+/// JSON Lines: one value per line. Accepted when the first value ends its
+/// line, at least two lines parse, and at most one line in ten does not.
+fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
+    let first_line_end = memchr::memchr(b'\n', text.as_bytes())?;
+    if text[first_end..first_line_end].trim() != "" {
+        return None;
+    }
+    let mut records = 0usize;
+    let mut bad = 0usize;
+    let mut first_record: Option<&str> = None;
+    for line in split_lines(text) {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let ok = serde_json::from_str::<IgnoredAny>(line).is_ok();
+        if ok {
+            records += 1;
+            first_record.get_or_insert(line);
+        } else {
+            bad += 1;
+        }
+    }
+    if records < 2 || bad * JSONL_MAX_BAD_SHARE > records + bad {
+        return None;
+    }
+    let walked = walk(first_record?)?;
+    let mut s = Synopsis::new(Kind::Json, "JSON Lines output");
+    s.summary.push(format!("JSON Lines: {records} records."));
+    match &walked.info {
+        Info::Object { keys, children, .. } => {
+            s.summary
+                .push(clip_line(format!("first record keys: {}", key_list(keys))));
+            s.structure.push(clip_line(format!(
+                "first record shape: {}",
+                walked.info.shape(0)
+            )));
+            for (key, child) in keys.iter().zip(children) {
+                s.structure
+                    .push(clip_line(format!("{key}: {}", child.as_member())));
+            }
+        }
+        other => {
+            s.summary
+                .push(format!("first record type: {}", other.type_name()));
+            s.structure
+                .push(clip_line(format!("first record shape: {}", other.shape(0))));
+        }
+    }
+    if bad > 0 {
+        s.structure.push(format!("unparsed lines: {bad}"));
+    }
+    s.notable_items.extend(
+        walked
+            .examples
+            .iter()
+            .map(|e| clip_line(format!("[0].{e}"))),
+    );
+    Some(s)
+}
+
+fn key_list(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "(none)".to_string()
+    } else {
+        keys.join(", ")
+    }
+}
+
+/// What the walker keeps of one value: enough for the caps, nothing more.
+enum Info {
+    Null,
+    Bool,
+    Number,
+    String,
+    Array {
+        len: usize,
+        /// The first [`ARRAY_SAMPLE_LIMIT`] items, kept only near the root.
+        items: Vec<Info>,
+    },
+    Object {
+        count: usize,
+        /// The first [`KEY_LIMIT`] keys, escaped for one line.
+        keys: Vec<String>,
+        /// Info about the first [`KEY_LIMIT`] values, kept only at the root.
+        children: Vec<Info>,
+    },
+}
+
+impl Info {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Info::Null => "null",
+            Info::Bool => "boolean",
+            Info::Number => "number",
+            Info::String => "string",
+            Info::Array { .. } => "array",
+            Info::Object { .. } => "object",
+        }
+    }
+
+    /// `object(keys=2: a, b)`, `array(len=5, sample=[...])`, a scalar type, or
+    /// `...` below [`MAX_DEPTH`].
+    fn shape(&self, depth: usize) -> String {
+        if depth >= MAX_DEPTH {
+            return "...".to_string();
+        }
+        match self {
+            Info::Array { len, items } => {
+                let mut out = format!("array(len={len}");
+                let shown = (*len).min(ARRAY_SAMPLE_LIMIT);
+                if shown > 0 {
+                    out.push_str(", sample=[");
+                    for i in 0..shown {
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        match items.get(i) {
+                            Some(item) => out.push_str(&item.shape(depth + 1)),
+                            None => out.push_str("..."),
+                        }
+                    }
+                    out.push(']');
+                }
+                out.push(')');
+                out
+            }
+            Info::Object { count, keys, .. } => {
+                if keys.is_empty() {
+                    format!("object(keys={count})")
+                } else {
+                    format!("object(keys={count}: {})", keys.join(", "))
+                }
+            }
+            scalar => scalar.type_name().to_string(),
+        }
+    }
+
+    /// The structure line of a top-level member.
+    fn as_member(&self) -> String {
+        match self {
+            Info::Array { len, .. } => format!("array length: {len}"),
+            Info::Object { keys, .. } => format!("object keys: {}", keys.join(", ")),
+            scalar => scalar.type_name().to_string(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Ctx {
+    examples: Vec<String>,
+    /// The path of the value being walked, while examples are still wanted.
+    path: String,
+}
+
+impl Ctx {
+    fn wants_examples(&self) -> bool {
+        self.examples.len() < EXAMPLE_LIMIT
+    }
+
+    fn example(&mut self, literal: String) {
+        let path = if self.path.is_empty() {
+            "(root)"
+        } else {
+            &self.path
+        };
+        let line = clip_line(format!("{path}: {}", clip(&literal, EXAMPLE_CHARS)));
+        self.examples.push(line);
+    }
+}
+
+/// Walks one value at `depth`. `on_example_path` is true where a depth-first
+/// search for scalar examples passes: every member of an object, only the
+/// first item of an array.
+struct Walk<'c> {
+    depth: usize,
+    on_example_path: bool,
+    ctx: &'c mut Ctx,
+}
+
+impl Walk<'_> {
+    fn scalar(self, info: Info, literal: impl FnOnce() -> String) -> Info {
+        if self.on_example_path && self.ctx.wants_examples() {
+            self.ctx.example(literal());
+        }
+        info
+    }
+
+    fn child_wants_examples(&self, first_item: bool) -> bool {
+        self.on_example_path && first_item && self.ctx.wants_examples()
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = Info;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Info, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = Info;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Info, E> {
+        Ok(self.scalar(Info::Null, || "null".to_string()))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Info, E> {
+        Ok(self.scalar(Info::Bool, || v.to_string()))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Info, E> {
+        Ok(self.scalar(Info::Number, || v.to_string()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Info, E> {
+        Ok(self.scalar(Info::Number, || v.to_string()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Info, E> {
+        Ok(self.scalar(Info::Number, || {
+            serde_json::Number::from_f64(v).map_or_else(|| "null".to_string(), |n| n.to_string())
+        }))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Info, E> {
+        Ok(self.scalar(Info::String, || string_literal(v)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Info, A::Error> {
+        let keep_items = self.depth == 0;
+        let mut items = Vec::new();
+        let mut len = 0usize;
+        loop {
+            let need =
+                (keep_items && len < ARRAY_SAMPLE_LIMIT) || self.child_wants_examples(len == 0);
+            if !need {
+                if seq.next_element::<IgnoredAny>()?.is_none() {
+                    break;
+                }
+                len += 1;
+                continue;
+            }
+            let mark = self.ctx.path.len();
+            let _ = write!(self.ctx.path, "[{len}]");
+            let child = Walk {
+                depth: self.depth + 1,
+                on_example_path: self.on_example_path && len == 0,
+                ctx: &mut *self.ctx,
+            };
+            let next = seq.next_element_seed(child)?;
+            self.ctx.path.truncate(mark);
+            match next {
+                None => break,
+                Some(info) => {
+                    if keep_items && items.len() < ARRAY_SAMPLE_LIMIT {
+                        items.push(info);
+                    }
+                    len += 1;
+                }
+            }
+        }
+        Ok(Info::Array { len, items })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Info, A::Error> {
+        let keep_keys = self.depth < MAX_DEPTH;
+        let keep_children = self.depth == 0;
+        let mut count = 0usize;
+        let mut keys = Vec::new();
+        let mut children = Vec::new();
+        loop {
+            let wants_examples = self.child_wants_examples(true);
+            let want_key = (keep_keys && count < KEY_LIMIT) || wants_examples;
+            let Some(key) = map.next_key_seed(KeySeed { keep: want_key })? else {
+                break;
+            };
+            let need_child = (keep_children && count < KEY_LIMIT) || wants_examples;
+            if need_child {
+                let mark = self.ctx.path.len();
+                if let Some(k) = &key {
+                    if mark > 0 {
+                        self.ctx.path.push('.');
+                    }
+                    self.ctx.path.push_str(&one_line(k, 60));
+                }
+                let child = Walk {
+                    depth: self.depth + 1,
+                    on_example_path: self.on_example_path,
+                    ctx: &mut *self.ctx,
+                };
+                let info = map.next_value_seed(child)?;
+                self.ctx.path.truncate(mark);
+                if keep_children && children.len() < KEY_LIMIT {
+                    children.push(info);
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+            if keep_keys && keys.len() < KEY_LIMIT {
+                if let Some(k) = key {
+                    keys.push(one_line(&k, 80));
+                }
+            }
+            count += 1;
+        }
+        Ok(Info::Object {
+            count,
+            keys,
+            children,
+        })
+    }
+}
+
+/// Reads an object key as a `String` only when it will be shown.
+struct KeySeed {
+    keep: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Option<String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        if self.keep {
+            <String as serde::Deserialize>::deserialize(d).map(Some)
+        } else {
+            <IgnoredAny as serde::Deserialize>::deserialize(d).map(|_| None)
+        }
+    }
+}
+
+/// A JSON string literal of at most about [`EXAMPLE_CHARS`] characters: only
+/// the beginning of a long string is encoded.
+fn string_literal(v: &str) -> String {
+    let end = v
+        .char_indices()
+        .nth(EXAMPLE_CHARS + 1)
+        .map_or(v.len(), |(i, _)| i);
+    serde_json::to_string(&v[..end]).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn syn(text: &str) -> Synopsis {
+        summarize(&Input::new(text, "", 2000)).expect("json")
+    }
+
+    #[test]
+    fn object_structure_and_examples() {
+        let s =
+            syn(r#"{"users":[{"id":1,"name":"Ada"},{"id":2,"name":"Lin"}],"meta":{"count":2}}"#);
+        assert_eq!(s.summary, ["JSON object.", "top-level keys: users, meta"]);
+        assert_eq!(
+            s.structure,
+            [
+                "shape: object(keys=2: users, meta)",
+                "users: array length: 2",
+                "meta: object keys: count"
+            ]
+        );
+        assert_eq!(
+            s.notable_items,
+            ["users[0].id: 1", "users[0].name: \"Ada\"", "meta.count: 2"]
+        );
+    }
+
+    #[test]
+    fn array_shape_samples_three_items() {
+        let s = syn(r#"[{"a":1},[1,2],3,4]"#);
+        assert_eq!(s.summary, ["JSON array.", "array length: 4"]);
+        assert_eq!(
+            s.structure,
+            [
+                "shape: array(len=4, sample=[object(keys=1: a), array(len=2, sample=[..., ...]), number])",
+                "first item type: object"
+            ]
+        );
+        assert_eq!(s.notable_items, ["[0].a: 1"]);
+    }
+
+    #[test]
+    fn trailing_characters_are_counted() {
+        let s = syn("{\"a\": true}  garbage!\n");
+        assert!(s
+            .notable_items
+            .contains(&"trailing_chars_after_first_json_value: 8".to_string()));
+    }
+
+    #[test]
+    fn json_lines_are_records() {
+        let s =
+            syn("{\"reason\":\"x\",\"id\":1}\n{\"reason\":\"y\",\"id\":2}\n{\"reason\":\"z\"}\n");
+        assert_eq!(s.title, "JSON Lines output");
+        assert_eq!(s.summary[0], "JSON Lines: 3 records.");
+        assert_eq!(s.summary[1], "first record keys: reason, id");
+    }
+
+    #[test]
+    fn not_json_falls_through_without_mime() {
+        let input = Input::new("[INFO] starting", "", 10);
+        assert!(summarize(&input).is_none());
+        let input = Input::new("{broken", "application/json", 10);
+        assert_eq!(summarize(&input).map(|s| s.kind), Some(Kind::Unknown));
+    }
+}

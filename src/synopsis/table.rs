@@ -1,0 +1,194 @@
+//! The `csv` and `tsv` kinds: a regular delimited table described by its
+//! columns, its data-row count and its first data row.
+//!
+//! The design's rule (at least 2 non-blank rows, a header of at least 2
+//! columns, the first 10 rows all as wide as the header) accepts English prose
+//! and source code whose lines happen to hold the same number of commas. Two
+//! plausibility checks over those first rows refuse them: prose puts a space
+//! after every delimiter in long, many-word lines; code leaves brackets open
+//! across cells; tab-indented code starts most lines with an empty cell.
+
+use super::lines::{clip_line, collapse_whitespace, one_line};
+use super::{Input, Kind, Synopsis};
+
+/// The first data row is shown with at most this many characters.
+const FIRST_ROW_SAMPLE_CHARS: usize = 180;
+/// Rows (header included) that must all have the header's width.
+const REGULAR_ROWS: usize = 10;
+/// A column name is shown with at most this many characters.
+const COLUMN_CHARS: usize = 60;
+
+pub fn summarize_tsv(input: &Input<'_>) -> Option<Synopsis> {
+    memchr::memchr(b'\t', input.text.as_bytes())?;
+    summarize_table(input.text, b'\t', Kind::Tsv)
+}
+
+pub fn summarize_csv(input: &Input<'_>) -> Option<Synopsis> {
+    memchr::memchr(b',', input.text.as_bytes())?;
+    summarize_table(input.text, b',', Kind::Csv)
+}
+
+fn summarize_table(text: &str, delimiter: u8, kind: Kind) -> Option<Synopsis> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(text.as_bytes());
+    let mut record = csv::ByteRecord::new();
+    let mut head: Vec<Vec<String>> = Vec::new();
+    let mut rows = 0usize;
+    while reader.read_byte_record(&mut record).ok()? {
+        if record
+            .iter()
+            .all(|cell| cell.iter().all(u8::is_ascii_whitespace))
+        {
+            continue;
+        }
+        if head.len() < REGULAR_ROWS {
+            let width = head.first().map_or(record.len(), Vec::len);
+            if record.len() != width {
+                return None;
+            }
+            head.push(
+                record
+                    .iter()
+                    .map(|cell| String::from_utf8_lossy(cell).into_owned())
+                    .collect(),
+            );
+        }
+        rows += 1;
+    }
+    let header = head.first()?;
+    if rows < 2 || header.len() < 2 || !plausible_table(&head, delimiter) {
+        return None;
+    }
+
+    let columns: Vec<String> = header
+        .iter()
+        .enumerate()
+        .map(|(i, cell)| match cell.trim() {
+            "" => format!("column_{}", i + 1),
+            name => one_line(name, COLUMN_CHARS),
+        })
+        .collect();
+    let data_rows = rows - 1;
+    let separator = if delimiter == b'\t' { "\t" } else { "," };
+    let first_row = collapse_whitespace(&head[1].join(separator), FIRST_ROW_SAMPLE_CHARS);
+    let name = kind.as_str().to_ascii_uppercase();
+
+    let mut s = Synopsis::new(kind, &format!("{name} table output"));
+    s.summary.push(format!(
+        "{name} table with rows: {data_rows} and columns: {}.",
+        columns.len()
+    ));
+    s.structure
+        .push(clip_line(format!("columns: {}", columns.join(", "))));
+    s.structure.push(format!("rows: {data_rows}"));
+    s.structure
+        .push(clip_line(format!("first row sample: {first_row}")));
+    Some(s)
+}
+
+/// Refuses prose and code that merely look regular. `rows` are the first
+/// non-blank rows, header included, all of one width.
+fn plausible_table(rows: &[Vec<String>], delimiter: u8) -> bool {
+    let n = rows.len();
+    let majority = |count: usize| count * 2 >= n;
+
+    let sentence_rows = rows.iter().filter(|row| reads_like_prose(row)).count();
+    if majority(sentence_rows) {
+        return false;
+    }
+    let unbalanced_rows = rows
+        .iter()
+        .filter(|row| row.iter().any(|cell| !brackets_balance(cell)))
+        .count();
+    if majority(unbalanced_rows) {
+        return false;
+    }
+    if delimiter == b'\t' {
+        let indented = rows.iter().filter(|row| row[0].trim().is_empty()).count();
+        if majority(indented) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A row of prose: at least eight words, and every cell after the first
+/// starts with a space (as text after a comma does) or the row is mostly
+/// words of a sentence (more than four words per cell on average).
+fn reads_like_prose(row: &[String]) -> bool {
+    let words: usize = row.iter().map(|c| c.split_whitespace().count()).sum();
+    if words < 8 {
+        return false;
+    }
+    let spaced = row[1..].iter().all(|c| c.starts_with(' '));
+    spaced || words > 4 * row.len()
+}
+
+/// Whether (), [] and {} balance within one cell. Quoted CSV cells may hold
+/// anything, but real tables rarely leave a bracket open in most rows.
+fn brackets_balance(cell: &str) -> bool {
+    let mut depth = [0i32; 3];
+    for b in cell.bytes() {
+        match b {
+            b'(' => depth[0] += 1,
+            b')' => depth[0] -= 1,
+            b'[' => depth[1] += 1,
+            b']' => depth[1] -= 1,
+            b'{' => depth[2] += 1,
+            b'}' => depth[2] -= 1,
+            _ => {}
+        }
+    }
+    depth == [0, 0, 0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csv(text: &str) -> Option<Synopsis> {
+        summarize_csv(&Input::new(text, "", 100))
+    }
+
+    #[test]
+    fn regular_table() {
+        let s = csv("name,score\nAda,99\n\nLin,98\n").expect("csv");
+        assert_eq!(
+            s.structure,
+            [
+                "columns: name, score",
+                "rows: 2",
+                "first row sample: Ada,99"
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_header_cells_are_named() {
+        let s = csv(",b\n1,2\n").expect("csv");
+        assert_eq!(s.structure[0], "columns: column_1, b");
+    }
+
+    #[test]
+    fn irregular_rows_are_not_a_table() {
+        assert!(csv("a,b\n1,2,3\n").is_none());
+        assert!(csv("a,b\n").is_none());
+        assert!(csv("a\n1\n").is_none());
+    }
+
+    #[test]
+    fn prose_with_even_commas_is_not_a_table() {
+        let prose = "Well, I think the weather will change by the evening, or so they say.\n\
+                     Still, nobody in the village believed the old forecast, not even the baker.\n";
+        assert!(csv(prose).is_none());
+    }
+
+    #[test]
+    fn code_with_even_commas_is_not_a_table() {
+        let code = "let x = foo(a, b);\nlet y = bar(c, d);\nlet z = baz(e, f);\n";
+        assert!(csv(code).is_none());
+    }
+}

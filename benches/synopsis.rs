@@ -1,1 +1,134 @@
-fn main() {}
+//! Synopsis throughput per kind at 100 KB, 1 MB and 10 MB, and the design's
+//! latency goal for a 5,000-element JSON array of objects (about 1 MB).
+//!
+//! Run: `cargo bench --bench synopsis`. Inputs are generated here,
+//! deterministically, from realistic repeating units.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use std::time::Duration;
+use toolstub::synopsis::{synopsize, Hints, Kind};
+
+const SIZES: [(&str, usize); 3] = [("100KB", 100_000), ("1MB", 1_000_000), ("10MB", 10_000_000)];
+
+/// Builds an input of about `size` bytes: `head`, then `unit(i)` repeated, then `tail`.
+fn build(size: usize, head: &str, tail: &str, unit: impl Fn(usize) -> String) -> String {
+    let mut s = String::with_capacity(size + 1024);
+    s.push_str(head);
+    let mut i = 0;
+    while s.len() + tail.len() < size {
+        s.push_str(&unit(i));
+        i += 1;
+    }
+    s.push_str(tail);
+    s
+}
+
+pub fn input(kind: Kind, size: usize) -> String {
+    match kind {
+        Kind::Json => {
+            let mut s = build(size, "[", "", |i| {
+                format!(
+                    "{{\"id\":{i},\"name\":\"user {i}\",\"email\":\"user{i}@example.com\",\"tags\":[\"a\",\"b\"],\"active\":true,\"score\":{}.5}},",
+                    i % 100
+                )
+            });
+            s.pop();
+            s.push(']');
+            s
+        }
+        Kind::Csv => build(size, "id,name,email,score,city\n", "", |i| {
+            format!(
+                "{i},user {i},user{i}@example.com,{},\"Paris, FR\"\n",
+                i % 100
+            )
+        }),
+        Kind::Tsv => build(size, "id\tname\temail\tscore\tcity\n", "", |i| {
+            format!("{i}\tuser {i}\tuser{i}@example.com\t{}\tParis\n", i % 100)
+        }),
+        Kind::Yaml => build(size, "version: 3\nitems:\n", "", |i| {
+            format!(
+                "  - id: {i}\n    name: user {i}\n    tags: [a, b]\n    meta:\n      active: true\n"
+            )
+        }),
+        Kind::Xml => build(
+            size,
+            "<?xml version=\"1.0\"?>\n<catalog lang=\"en\">\n",
+            "</catalog>\n",
+            |i| {
+                format!(
+                    "  <item id=\"{i}\"><name>user {i}</name><value>{}</value></item>\n",
+                    i % 100
+                )
+            },
+        ),
+        Kind::Code => build(size, "import os\nimport sys\n\n", "", |i| {
+            format!(
+                "def handler_{i}(request, context):\n    value = request.get(\"key_{i}\", None)\n    if value is None:\n        return {{\"status\": 404}}\n    return {{\"status\": 200, \"value\": value}}\n\n"
+            )
+        }),
+        Kind::Text => build(size, "", "", |i| {
+            format!(
+                "2026-11-30 05:{:02}:{:02} INFO request handled path=/api/v1/items/{i} status=200 duration_ms={}\n",
+                (i / 60) % 60,
+                i % 60,
+                i % 97
+            )
+        }),
+        Kind::Unknown => build(size, "", "", |i| format!("\u{0}\u{1}{}\u{2}\u{3}", i % 251)),
+    }
+}
+
+fn throughput(c: &mut Criterion) {
+    let hints = Hints {
+        mime: None,
+        preview_chars: 2000,
+    };
+    for kind in Kind::ALL {
+        let mut group = c.benchmark_group(format!("synopsis/{kind}"));
+        for (label, size) in SIZES {
+            let text = input(kind, size);
+            assert_eq!(synopsize(&text, hints).kind, kind, "bench input for {kind}");
+            group.throughput(Throughput::Bytes(text.len() as u64));
+            if size >= 10_000_000 {
+                group.sample_size(10);
+                group.measurement_time(Duration::from_secs(8));
+            } else {
+                group.sample_size(20);
+                group.measurement_time(Duration::from_secs(3));
+            }
+            group.bench_with_input(BenchmarkId::from_parameter(label), &text, |b, text| {
+                b.iter(|| synopsize(black_box(text), hints))
+            });
+        }
+        group.finish();
+    }
+}
+
+fn json_5000_objects(c: &mut Criterion) {
+    let objects: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(
+                "{{\"id\":{i},\"login\":\"user-{i}\",\"name\":\"User Number {i}\",\"email\":\"user{i}@example.com\",\"roles\":[\"reader\",\"writer\"],\"active\":{},\"score\":{}.25,\"created_at\":\"2026-11-{:02}T10:00:00Z\",\"address\":{{\"city\":\"Paris\",\"zip\":\"75001\"}}}}",
+                i % 2 == 0,
+                i % 1000,
+                i % 28 + 1
+            )
+        })
+        .collect();
+    let text = format!("[{}]", objects.join(","));
+    let hints = Hints {
+        mime: None,
+        preview_chars: 2000,
+    };
+    assert_eq!(synopsize(&text, hints).kind, Kind::Json);
+    let mut group = c.benchmark_group("synopsis/json_5000_objects");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function(format!("{}KB", text.len() / 1000), |b| {
+        b.iter(|| synopsize(black_box(&text), hints))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, throughput, json_5000_objects);
+criterion_main!(benches);

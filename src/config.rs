@@ -1,0 +1,505 @@
+//! Configuration: a TOML file, overridden by `TOOLSTUB_*` environment
+//! variables, overridden by command-line flags (SPEC section 9).
+//!
+//! Two stages, as ripgrep does it: the sources are merged into one TOML table
+//! and deserialized into [`RawConfig`] (which mirrors the file; unknown keys
+//! are an error naming the key), then validated into [`Config`], which holds
+//! parsed addresses and derived values. The config is passed explicitly,
+//! never global.
+
+use crate::rewrite::select::Budget;
+use crate::rewrite::Policy;
+use crate::stub::RecallToolNames;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The configuration file's shape. Every field has the documented default.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: RawServer,
+    pub upstream: RawUpstream,
+    pub store: RawStore,
+    pub externalization: RawExternalization,
+    pub recall: RawRecall,
+    pub operator_api: RawOperatorApi,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: String,
+    pub max_body_bytes: u64,
+    pub header_read_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    pub shutdown_grace_ms: u64,
+    pub max_headers: usize,
+    pub log_format: String,
+    pub log_level: String,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: "127.0.0.1:8790".to_string(),
+            max_body_bytes: 64 * 1024 * 1024,
+            header_read_timeout_ms: 30_000,
+            body_read_timeout_ms: 60_000,
+            shutdown_grace_ms: 30_000,
+            max_headers: 256,
+            log_format: "text".to_string(),
+            log_level: "info".to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawUpstream {
+    pub base_url: String,
+    pub connect_timeout_ms: u64,
+    pub first_byte_timeout_ms: u64,
+    pub ca_file: Option<PathBuf>,
+    pub pool_idle_timeout_ms: u64,
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        RawUpstream {
+            base_url: "https://api.openai.com".to_string(),
+            connect_timeout_ms: 10_000,
+            first_byte_timeout_ms: 600_000,
+            ca_file: None,
+            pool_idle_timeout_ms: 90_000,
+            pool_max_idle_per_host: 64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawStore {
+    pub path: PathBuf,
+    pub retention_days: u32,
+    pub max_bytes: u64,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        RawStore {
+            path: PathBuf::from("toolstub.db"),
+            retention_days: 30,
+            max_bytes: 10 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawExternalization {
+    pub enabled: bool,
+    pub threshold_chars: usize,
+    pub preview_chars: usize,
+    pub assistant_turn_inline_budget_chars: usize,
+    pub assistant_turn_preview_budget_chars: usize,
+    pub min_preview_chars: usize,
+    pub failure_mode: FailureMode,
+    pub mime_by_tool: BTreeMap<String, String>,
+}
+
+impl Default for RawExternalization {
+    fn default() -> Self {
+        let b = Budget::default();
+        RawExternalization {
+            enabled: true,
+            threshold_chars: b.threshold_chars,
+            preview_chars: b.preview_chars,
+            assistant_turn_inline_budget_chars: b.turn_inline_budget_chars,
+            assistant_turn_preview_budget_chars: b.turn_preview_budget_chars,
+            min_preview_chars: b.min_preview_chars,
+            failure_mode: FailureMode::PreserveRaw,
+            mime_by_tool: BTreeMap::new(),
+        }
+    }
+}
+
+/// What to do when storing an original fails (SPEC section 7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Forward the outputs inline, as if nothing were over budget.
+    #[default]
+    PreserveRaw,
+    /// Send stubs without a ref.
+    PreviewOnly,
+    /// Answer the client 503.
+    Reject,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRecall {
+    pub enabled: bool,
+    pub max_rounds: usize,
+    pub read_tool: String,
+    pub search_tool: String,
+    pub list_tool: String,
+}
+
+impl Default for RawRecall {
+    fn default() -> Self {
+        let names = RecallToolNames::default();
+        RawRecall {
+            enabled: true,
+            max_rounds: 8,
+            read_tool: names.read,
+            search_tool: names.search,
+            list_tool: names.list,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawOperatorApi {
+    pub enabled: bool,
+    pub listen: Option<String>,
+    pub admin_token: Option<String>,
+}
+
+impl Default for RawOperatorApi {
+    fn default() -> Self {
+        RawOperatorApi {
+            enabled: true,
+            listen: None,
+            admin_token: None,
+        }
+    }
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub max_body_bytes: u64,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_headers: usize,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub upstream: UpstreamConfig,
+    pub store: RawStore,
+    pub failure_mode: FailureMode,
+    pub policy: Policy,
+    pub recall_max_rounds: usize,
+    pub operator_api: OperatorApiConfig,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// The base URL without a trailing slash (`https://host/prefix`).
+    pub base_url: http::Uri,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub ca_file: Option<PathBuf>,
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct OperatorApiConfig {
+    pub enabled: bool,
+    pub listen: Option<SocketAddr>,
+    pub admin_token: Option<String>,
+}
+
+/// Overrides given on the command line (they win over everything).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub db: Option<PathBuf>,
+}
+
+/// Loads the configuration: `file` (if any), then `env` (`TOOLSTUB_*`
+/// variables, e.g. `TOOLSTUB_UPSTREAM_BASE_URL`), then `overrides`.
+pub fn load(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    overrides: &Overrides,
+) -> Result<Config> {
+    let mut table = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            text.parse::<toml::Table>()
+                .with_context(|| format!("invalid TOML in {}", path.display()))?
+        }
+        None => toml::Table::new(),
+    };
+    for (name, value) in env {
+        if let Some(key) = name.strip_prefix("TOOLSTUB_") {
+            apply_env(&mut table, &name, key, &value)?;
+        }
+    }
+    if let Some(listen) = &overrides.listen {
+        set(&mut table, "server", "listen", toml::Value::String(listen.clone()));
+    }
+    if let Some(upstream) = &overrides.upstream {
+        set(
+            &mut table,
+            "upstream",
+            "base_url",
+            toml::Value::String(upstream.clone()),
+        );
+    }
+    if let Some(db) = &overrides.db {
+        set(
+            &mut table,
+            "store",
+            "path",
+            toml::Value::String(db.to_string_lossy().into_owned()),
+        );
+    }
+    let raw: RawConfig = toml::Value::Table(table)
+        .try_into()
+        .context("invalid configuration")?;
+    validate(raw)
+}
+
+const SECTIONS: [&str; 6] = [
+    "server",
+    "upstream",
+    "store",
+    "externalization",
+    "recall",
+    "operator_api",
+];
+
+/// `TOOLSTUB_<SECTION>_<KEY>=value`: the value is read as a TOML value when it
+/// parses as one (numbers, booleans), as a string otherwise.
+fn apply_env(table: &mut toml::Table, name: &str, key: &str, value: &str) -> Result<()> {
+    let lower = key.to_ascii_lowercase();
+    let Some(section) = SECTIONS
+        .iter()
+        .find(|s| lower.starts_with(&format!("{s}_")))
+    else {
+        bail!("unknown environment variable {name}: expected TOOLSTUB_<SECTION>_<KEY> with a section among {SECTIONS:?}");
+    };
+    let field = &lower[section.len() + 1..];
+    let parsed = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .filter(|v| !v.is_str() || value.starts_with('"'))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    set(table, section, field, parsed);
+    Ok(())
+}
+
+fn set(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
+    let entry = table
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(t) = entry {
+        t.insert(key.to_string(), value);
+    }
+}
+
+fn validate(raw: RawConfig) -> Result<Config> {
+    let listen: SocketAddr = raw
+        .server
+        .listen
+        .parse()
+        .with_context(|| format!("server.listen: not an address: {:?}", raw.server.listen))?;
+    let base = raw.upstream.base_url.trim_end_matches('/');
+    let base_url: http::Uri = base
+        .parse()
+        .with_context(|| format!("upstream.base_url: not a URL: {:?}", raw.upstream.base_url))?;
+    match base_url.scheme_str() {
+        Some("http" | "https") => {}
+        _ => bail!("upstream.base_url must start with http:// or https://: {base}"),
+    }
+    if base_url.host().is_none() {
+        bail!("upstream.base_url has no host: {base}");
+    }
+    if base_url.query().is_some() {
+        bail!("upstream.base_url must not carry a query: {base}");
+    }
+    let log_format = match raw.server.log_format.as_str() {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => bail!("server.log_format must be \"text\" or \"json\", not {other:?}"),
+    };
+    let e = &raw.externalization;
+    if e.threshold_chars == 0 {
+        bail!("externalization.threshold_chars must be at least 1");
+    }
+    let names = RecallToolNames {
+        read: raw.recall.read_tool.clone(),
+        search: raw.recall.search_tool.clone(),
+        list: raw.recall.list_tool.clone(),
+    };
+    for name in [&names.read, &names.search, &names.list] {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok {
+            bail!("recall tool names must match [a-zA-Z0-9_-]{{1,64}}: {name:?}");
+        }
+    }
+    if names.read == names.search || names.read == names.list || names.search == names.list {
+        bail!("recall tool names must differ");
+    }
+    let operator_listen = match &raw.operator_api.listen {
+        Some(addr) => Some(
+            addr.parse()
+                .with_context(|| format!("operator_api.listen: not an address: {addr:?}"))?,
+        ),
+        None => None,
+    };
+    let ms = Duration::from_millis;
+    Ok(Config {
+        listen,
+        max_body_bytes: raw.server.max_body_bytes,
+        header_read_timeout: ms(raw.server.header_read_timeout_ms.max(1)),
+        body_read_timeout: ms(raw.server.body_read_timeout_ms.max(1)),
+        shutdown_grace: ms(raw.server.shutdown_grace_ms),
+        max_headers: raw.server.max_headers.max(16),
+        log_format,
+        log_level: raw.server.log_level.clone(),
+        upstream: UpstreamConfig {
+            base_url,
+            connect_timeout: ms(raw.upstream.connect_timeout_ms.max(1)),
+            first_byte_timeout: ms(raw.upstream.first_byte_timeout_ms.max(1)),
+            ca_file: raw.upstream.ca_file.clone(),
+            pool_idle_timeout: ms(raw.upstream.pool_idle_timeout_ms),
+            pool_max_idle_per_host: raw.upstream.pool_max_idle_per_host,
+        },
+        store: raw.store.clone(),
+        failure_mode: e.failure_mode,
+        policy: Policy {
+            enabled: e.enabled,
+            budget: Budget {
+                threshold_chars: e.threshold_chars,
+                preview_chars: e.preview_chars,
+                turn_inline_budget_chars: e.assistant_turn_inline_budget_chars,
+                turn_preview_budget_chars: e.assistant_turn_preview_budget_chars,
+                min_preview_chars: e.min_preview_chars,
+            },
+            recall_enabled: raw.recall.enabled,
+            recall_names: names,
+            mime_by_tool: e.mime_by_tool.clone(),
+        },
+        recall_max_rounds: raw.recall.max_rounds,
+        operator_api: OperatorApiConfig {
+            enabled: raw.operator_api.enabled,
+            listen: operator_listen,
+            admin_token: raw.operator_api.admin_token.clone(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let c = load(None, no_env(), &Overrides::default()).expect("defaults");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8790");
+        assert_eq!(c.upstream.base_url.to_string(), "https://api.openai.com/");
+        assert_eq!(c.store.path, PathBuf::from("toolstub.db"));
+        assert_eq!(c.policy.budget, Budget::default());
+        assert_eq!(c.failure_mode, FailureMode::PreserveRaw);
+        assert_eq!(c.recall_max_rounds, 8);
+        assert_eq!(c.max_body_bytes, 64 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_shipped_config_file_is_valid_and_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
+        let c = load(Some(&path), no_env(), &Overrides::default()).expect("config file");
+        assert_eq!(c.policy.budget, Budget::default());
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8790");
+    }
+
+    #[test]
+    fn precedence_is_file_then_env_then_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[server]\nlisten = \"127.0.0.1:1\"\n[externalization]\nthreshold_chars = 5\n[externalization.mime_by_tool]\nfetch = \"application/json\"\n",
+        )
+        .expect("write");
+        let env = vec![
+            ("TOOLSTUB_SERVER_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+            (
+                "TOOLSTUB_EXTERNALIZATION_THRESHOLD_CHARS".to_string(),
+                "7".to_string(),
+            ),
+            (
+                "TOOLSTUB_EXTERNALIZATION_FAILURE_MODE".to_string(),
+                "reject".to_string(),
+            ),
+            ("OTHER".to_string(), "ignored".to_string()),
+        ];
+        let c = load(Some(&path), env.clone(), &Overrides::default()).expect("env");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:2");
+        assert_eq!(c.policy.budget.threshold_chars, 7);
+        assert_eq!(c.failure_mode, FailureMode::Reject);
+        assert_eq!(c.policy.mime_by_tool["fetch"], "application/json");
+        let flags = Overrides {
+            listen: Some("127.0.0.1:3".to_string()),
+            ..Overrides::default()
+        };
+        let c = load(Some(&path), env, &flags).expect("flags");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[server]\nlisten_addr = \"x\"\n").expect("write");
+        let err = load(Some(&path), no_env(), &Overrides::default()).expect_err("unknown key");
+        assert!(format!("{err:#}").contains("listen_addr"), "{err:#}");
+        let err = load(
+            None,
+            vec![("TOOLSTUB_NOPE_X".to_string(), "1".to_string())],
+            &Overrides::default(),
+        )
+        .expect_err("unknown env");
+        assert!(format!("{err:#}").contains("TOOLSTUB_NOPE_X"));
+    }
+
+    #[test]
+    fn invalid_values_are_explained() {
+        let bad = Overrides {
+            upstream: Some("ftp://x".to_string()),
+            ..Overrides::default()
+        };
+        let err = load(None, no_env(), &bad).expect_err("bad scheme");
+        assert!(format!("{err:#}").contains("http"));
+    }
+}

@@ -1,0 +1,252 @@
+//! Prometheus metrics, rendered as text for `GET /metrics`.
+//!
+//! Labels are low-cardinality by construction (route names, status codes,
+//! synopsis kinds, reasons, recall tool names): never a path, a ref, a
+//! session or anything a client chose, and never a credential.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in seconds.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0,
+];
+/// Upper bounds of the recall-rounds buckets.
+const ROUND_BUCKETS: [f64; 6] = [0.0, 1.0, 2.0, 4.0, 8.0, 16.0];
+
+/// A labelled counter family.
+#[derive(Default)]
+struct Counters(Mutex<BTreeMap<Vec<String>, u64>>);
+
+impl Counters {
+    fn add(&self, labels: &[&str], n: u64) {
+        let mut map = match self.0.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *map.entry(labels.iter().map(|s| s.to_string()).collect())
+            .or_insert(0) += n;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str, label_names: &[&str]) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        let map = match self.0.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for (labels, value) in map.iter() {
+            let pairs: Vec<String> = label_names
+                .iter()
+                .zip(labels)
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(out, "{name}{{{}}} {value}", pairs.join(","));
+        }
+    }
+}
+
+/// A histogram with fixed buckets.
+struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum, in millionths of the unit.
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, value: f64) {
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            if value <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((value * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// Every metric toolstub exports.
+pub struct Metrics {
+    requests: Counters,
+    upstream_latency: Histogram,
+    externalized: Counters,
+    unchanged: Counters,
+    chars_saved: AtomicU64,
+    store_errors: Counters,
+    recall_calls: Counters,
+    recall_errors: Counters,
+    recall_rounds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: Counters::default(),
+            upstream_latency: Histogram::new(&LATENCY_BUCKETS),
+            externalized: Counters::default(),
+            unchanged: Counters::default(),
+            chars_saved: AtomicU64::new(0),
+            store_errors: Counters::default(),
+            recall_calls: Counters::default(),
+            recall_errors: Counters::default(),
+            recall_rounds: Histogram::new(&ROUND_BUCKETS),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn request(&self, route: &str, status: u16) {
+        self.requests.add(&[route, &status.to_string()], 1);
+    }
+
+    /// Time from sending the request upstream to its response headers.
+    pub fn upstream_latency(&self, elapsed: Duration) {
+        self.upstream_latency.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn externalized(&self, kind: &str, reason: &str) {
+        self.externalized.add(&[kind, reason], 1);
+    }
+
+    /// A chat completion forwarded byte for byte, and why.
+    pub fn unchanged(&self, why: &str) {
+        self.unchanged.add(&[why], 1);
+    }
+
+    pub fn chars_saved(&self, n: u64) {
+        self.chars_saved.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn store_error(&self, operation: &str) {
+        self.store_errors.add(&[operation], 1);
+    }
+
+    pub fn recall_call(&self, tool: &str) {
+        self.recall_calls.add(&[tool], 1);
+    }
+
+    pub fn recall_error(&self, tool: &str) {
+        self.recall_errors.add(&[tool], 1);
+    }
+
+    pub fn recall_rounds(&self, rounds: usize) {
+        self.recall_rounds.observe(rounds as f64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        self.requests.render(
+            &mut out,
+            "toolstub_requests_total",
+            "Requests served, by route and status.",
+            &["route", "status"],
+        );
+        self.upstream_latency.render(
+            &mut out,
+            "toolstub_upstream_latency_seconds",
+            "Time from sending a request upstream to its response headers.",
+        );
+        self.externalized.render(
+            &mut out,
+            "toolstub_outputs_externalized_total",
+            "Tool outputs replaced by a stub, by synopsis kind and reason.",
+            &["kind", "reason"],
+        );
+        self.unchanged.render(
+            &mut out,
+            "toolstub_chat_unchanged_total",
+            "Chat completions forwarded byte for byte, by reason.",
+            &["reason"],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP toolstub_chars_saved_total Characters removed from requests (originals minus stubs).\n# TYPE toolstub_chars_saved_total counter\ntoolstub_chars_saved_total {}",
+            self.chars_saved.load(Ordering::Relaxed)
+        );
+        self.store_errors.render(
+            &mut out,
+            "toolstub_store_errors_total",
+            "Result store failures, by operation.",
+            &["operation"],
+        );
+        self.recall_calls.render(
+            &mut out,
+            "toolstub_recall_calls_total",
+            "Recall tool calls answered by the proxy, by tool.",
+            &["tool"],
+        );
+        self.recall_errors.render(
+            &mut out,
+            "toolstub_recall_errors_total",
+            "Recall tool calls that returned an error to the model, by tool.",
+            &["tool"],
+        );
+        self.recall_rounds.render(
+            &mut out,
+            "toolstub_recall_rounds",
+            "Recall rounds per chat completion.",
+        );
+        out
+    }
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms() {
+        let m = Metrics::default();
+        m.request("chat_completions", 200);
+        m.request("chat_completions", 200);
+        m.externalized("json", "single_threshold");
+        m.upstream_latency(Duration::from_millis(3));
+        m.chars_saved(42);
+        let text = m.render();
+        assert!(text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 2"));
+        assert!(text.contains(
+            "toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"
+        ));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.001\"} 0"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_count 1"));
+        assert!(text.contains("toolstub_chars_saved_total 42"));
+    }
+}

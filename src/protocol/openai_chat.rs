@@ -1,0 +1,371 @@
+//! The OpenAI Chat Completions adapter (`POST .../chat/completions`).
+//!
+//! Tool outputs are `role: tool` messages (content a string or an array of
+//! text parts) and legacy `role: function` messages. A tool message's name is
+//! the `function.name` of the matching `tool_calls` entry in the nearest
+//! preceding assistant message; a function message carries its own `name`.
+//! Consecutive tool messages form one assistant-turn group.
+
+use super::{span_in, ContentShape, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use crate::stub::RecallToolNames;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// The OpenAI Chat Completions wire format.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenAiChat;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow)]
+    messages: Vec<Message<'a>>,
+    /// Kept raw, `null` included (an `Option` would read `null` as absent).
+    #[serde(borrow, default, deserialize_with = "raw_value")]
+    tools: Option<&'a RawValue>,
+}
+
+fn raw_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as Deserialize>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<FunctionRef<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionRef<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ClientTool<'a> {
+    #[serde(borrow, default)]
+    function: Option<FunctionRef<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+impl Protocol for OpenAiChat {
+    fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
+        let parsed: Body<'b> = serde_json::from_str(body).ok()?;
+        let tools = tools_slot(body, parsed.tools)?;
+        let client_tool_names = client_tool_names(parsed.tools)?;
+
+        let mut outputs = Vec::new();
+        let mut opening = String::new();
+        let mut opening_done = false;
+        let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
+        let mut group = 0usize;
+        let mut in_tool_run = false;
+        for message in parsed.messages {
+            let role = message.role.as_deref().unwrap_or("");
+            if !opening_done {
+                append_opening(&mut opening, role, message.content);
+                opening_done = role == "user";
+            }
+            match role {
+                "tool" | "function" => {
+                    if !in_tool_run {
+                        group += 1;
+                        in_tool_run = true;
+                    }
+                    let Some(content) = message.content else {
+                        continue;
+                    };
+                    let Some((text, shape)) = content_text(content.get()) else {
+                        continue;
+                    };
+                    let tool_name = if role == "function" {
+                        message.name.clone()
+                    } else {
+                        message
+                            .tool_call_id
+                            .as_ref()
+                            .and_then(|id| call_names.get(id).cloned())
+                    };
+                    outputs.push(ToolOutput {
+                        group,
+                        tool_call_id: message.tool_call_id,
+                        tool_name,
+                        text,
+                        content_span: span_in(body, content.get())?,
+                        shape,
+                    });
+                }
+                _ => {
+                    in_tool_run = false;
+                    if role == "assistant" {
+                        call_names.clear();
+                        for call in message.tool_calls.into_iter().flatten() {
+                            let name = call.function.and_then(|f| f.name);
+                            if let (Some(id), Some(name)) = (call.id, name) {
+                                call_names.insert(id, name);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(ParsedRequest {
+            outputs,
+            tools,
+            client_tool_names,
+            opening,
+        })
+    }
+
+    fn encode_content(&self, shape: ContentShape, stub: &str) -> String {
+        let text = json_string(stub);
+        match shape {
+            ContentShape::String => text,
+            ContentShape::TextParts => format!("[{{\"type\":\"text\",\"text\":{text}}}]"),
+        }
+    }
+
+    fn recall_tools(&self, names: &RecallToolNames) -> Vec<String> {
+        recall_tool_definitions(names)
+            .into_iter()
+            .map(|(name, description, parameters)| {
+                format!(
+                    "{{\"type\":\"function\",\"function\":{{\"name\":{},\"description\":{},\"parameters\":{parameters}}}}}",
+                    json_string(&name),
+                    json_string(description)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The three recall tools: name, description, JSON schema of the arguments.
+/// Shared wording for every adapter; only the envelope is wire-specific.
+pub fn recall_tool_definitions(
+    names: &RecallToolNames,
+) -> [(String, &'static str, &'static str); 3] {
+    [
+        (
+            names.read.clone(),
+            "Read the raw text of a tool output that was externalized and replaced by a [toolstub] stub. \
+             Pass the stub's ref. Offsets and limits count Unicode characters. Returns the text window \
+             plus total_chars, has_more and next_offset; call again with offset=next_offset to continue.",
+            r#"{"type":"object","properties":{"ref":{"type":"string","description":"The ref shown in the stub, e.g. tr_call_abc_1f2e3d4c5b6a7980."},"offset":{"type":"integer","minimum":0,"default":0,"description":"First character to read (0-based, Unicode characters)."},"limit":{"type":"integer","minimum":-1,"default":20000,"description":"How many characters to read; -1 reads to the end."}},"required":["ref"],"additionalProperties":false}"#,
+        ),
+        (
+            names.search.clone(),
+            "Search externalized tool outputs. With a ref: exact, case-sensitive substring matches in that \
+             output, each with its character offset and surrounding context. Without a ref: ranked \
+             full-text search across this session's externalized outputs, each hit naming its ref and offset.",
+            r#"{"type":"object","properties":{"query":{"type":"string","description":"Text to find. With a ref it is matched exactly; without one, as search words."},"ref":{"type":"string","description":"Limit the search to this output (exact substring search)."},"limit":{"type":"integer","minimum":1,"default":20,"description":"Maximum number of matches or hits."},"context_chars":{"type":"integer","minimum":0,"default":300,"description":"Characters of context shown on each side of a match."}},"required":["query"],"additionalProperties":false}"#,
+        ),
+        (
+            names.list.clone(),
+            "List the tool outputs externalized in this session, newest first: ref, tool name, kind, \
+             original size in characters and creation time.",
+            r#"{"type":"object","properties":{"tool_name":{"type":"string","description":"Only outputs of this tool."},"limit":{"type":"integer","minimum":1,"default":50,"description":"Maximum number of entries."}},"additionalProperties":false}"#,
+        ),
+    ]
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// The text of a content value: a string, or text parts joined in order.
+/// `None` for anything else (null, numbers, parts that are not text).
+fn content_text(raw: &str) -> Option<(Cow<'_, str>, ContentShape)> {
+    match raw.as_bytes().first()? {
+        b'"' => {
+            let text = match serde_json::from_str::<&str>(raw) {
+                Ok(borrowed) => Cow::Borrowed(borrowed),
+                Err(_) => Cow::Owned(serde_json::from_str::<String>(raw).ok()?),
+            };
+            Some((text, ContentShape::String))
+        }
+        b'[' => {
+            let parts: Vec<Part<'_>> = serde_json::from_str(raw).ok()?;
+            if parts.is_empty() {
+                return None;
+            }
+            let mut text = String::new();
+            for part in parts {
+                if part.kind != "text" {
+                    return None;
+                }
+                text.push_str(&part.text?);
+            }
+            Some((Cow::Owned(text), ContentShape::TextParts))
+        }
+        _ => None,
+    }
+}
+
+fn tools_slot(body: &str, tools: Option<&RawValue>) -> Option<ToolsSlot> {
+    match tools {
+        Some(raw) => {
+            let span = span_in(body, raw.get())?;
+            match raw.get().as_bytes().first()? {
+                b'[' => {
+                    let inner = raw.get()[1..raw.get().len() - 1].trim();
+                    Some(ToolsSlot::AppendToArray {
+                        close: span.end - 1,
+                        empty: inner.is_empty(),
+                    })
+                }
+                b'n' => Some(ToolsSlot::ReplaceNull { span }),
+                _ => None,
+            }
+        }
+        None => {
+            let trimmed = body.trim_end();
+            if !trimmed.ends_with('}') {
+                return None;
+            }
+            let close = trimmed.len() - 1;
+            let open = body.len() - body.trim_start().len();
+            let empty = body.get(open + 1..close)?.trim().is_empty();
+            Some(ToolsSlot::AddMember { close, empty })
+        }
+    }
+}
+
+fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
+    let Some(raw) = tools else {
+        return Some(Vec::new());
+    };
+    if raw.get() == "null" {
+        return Some(Vec::new());
+    }
+    let tools: Vec<ClientTool<'_>> = serde_json::from_str(raw.get()).ok()?;
+    Some(
+        tools
+            .into_iter()
+            .filter_map(|t| t.function.and_then(|f| f.name).or(t.name))
+            .collect(),
+    )
+}
+
+/// Appends one opening message canonically: its role and its content
+/// re-serialized with sorted keys, so a client's whitespace or key order does
+/// not change the session.
+fn append_opening(opening: &mut String, role: &str, content: Option<&RawValue>) {
+    opening.push_str(role);
+    opening.push('\u{0}');
+    if let Some(raw) = content {
+        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(value) => opening.push_str(&value.to_string()),
+            Err(_) => opening.push_str(raw.get()),
+        }
+    }
+    opening.push('\u{1}');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_outputs_names_groups_and_spans() {
+        let body = r#"{"model":"m","messages":[
+            {"role":"system","content":"s"},
+            {"role":"user","content":"u"},
+            {"role":"assistant","content":null,"tool_calls":[
+                {"id":"c1","type":"function","function":{"name":"read_file","arguments":"{}"}},
+                {"id":"c2","type":"function","function":{"name":"grep","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"one\ntwo"},
+            {"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"user","content":"next"},
+            {"role":"function","name":"legacy","content":"old"}
+        ]}"#;
+        let parsed = OpenAiChat.parse(body).expect("parsed");
+        assert_eq!(parsed.outputs.len(), 3);
+        let [a, b, c] = &parsed.outputs[..] else {
+            panic!("three outputs")
+        };
+        assert_eq!((a.group, b.group, c.group), (1, 1, 2));
+        assert_eq!(a.tool_name.as_deref(), Some("read_file"));
+        assert_eq!(b.tool_name.as_deref(), Some("grep"));
+        assert_eq!(c.tool_name.as_deref(), Some("legacy"));
+        assert_eq!(a.text, "one\ntwo");
+        assert_eq!(b.text, "ab");
+        assert_eq!(b.shape, ContentShape::TextParts);
+        assert_eq!(&body[a.content_span.clone()], "\"one\\ntwo\"");
+        assert!(matches!(parsed.tools, ToolsSlot::AddMember { empty: false, .. }));
+        assert!(parsed
+            .opening
+            .starts_with("system\u{0}\"s\"\u{1}user\u{0}\"u\""));
+    }
+
+    #[test]
+    fn unknown_shapes_are_not_understood() {
+        for body in [
+            "not json",
+            "{}",
+            r#"{"messages":{}}"#,
+            r#"{"messages":[1]}"#,
+            r#"{"messages":[],"tools":{}}"#,
+            r#"{"messages":[{"role":"assistant","tool_calls":{}}]}"#,
+        ] {
+            assert!(OpenAiChat.parse(body).is_none(), "{body}");
+        }
+    }
+
+    #[test]
+    fn content_that_is_not_text_is_skipped() {
+        let body = r#"{"messages":[{"role":"tool","tool_call_id":"x","content":[{"type":"image_url","image_url":{"url":"u"}}]},{"role":"tool","content":7},{"role":"tool","content":null}]}"#;
+        let parsed = OpenAiChat.parse(body).expect("parsed");
+        assert!(parsed.outputs.is_empty());
+    }
+
+    #[test]
+    fn tools_slots() {
+        let p = OpenAiChat
+            .parse(r#"{"messages":[],"tools":[ ]}"#)
+            .expect("parsed");
+        assert_eq!(p.tools, ToolsSlot::AppendToArray { close: 25, empty: true });
+        let p = OpenAiChat
+            .parse(r#"{"messages":[],"tools":null}"#)
+            .expect("parsed");
+        assert_eq!(p.tools, ToolsSlot::ReplaceNull { span: 23..27 });
+        let p = OpenAiChat
+            .parse(r#"{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}"#)
+            .expect("parsed");
+        assert_eq!(p.client_tool_names, ["f"]);
+    }
+
+    #[test]
+    fn recall_tools_are_valid_json() {
+        for tool in OpenAiChat.recall_tools(&RecallToolNames::default()) {
+            let v: serde_json::Value = serde_json::from_str(&tool).expect("valid JSON");
+            assert_eq!(v["type"], "function");
+            assert!(v["function"]["parameters"]["properties"].is_object());
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Body plumbing: one boxed body type, tiny constructors, and reading a
+//! request body within a cap (the one place a body is buffered).
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> BoxBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+/// Boxes any body whose error converts to [`BoxError`].
+pub fn boxed<B>(body: B) -> BoxBody
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed()
+}
+
+/// The outcome of reading a body within a cap.
+pub enum Collected<B> {
+    /// The whole body, at most `cap` bytes.
+    Complete(Bytes),
+    /// The body is larger than the cap: what was read, and the rest unread.
+    TooLarge(Prefixed<B>),
+}
+
+/// Reads `body` into memory unless it exceeds `cap` bytes.
+pub async fn collect_within<B>(mut body: B, cap: u64) -> Result<Collected<B>, BoxError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Into::into)?;
+        if let Ok(data) = frame.into_data() {
+            buf.extend_from_slice(&data);
+            if buf.len() as u64 > cap {
+                return Ok(Collected::TooLarge(Prefixed {
+                    prefix: Some(buf.freeze()),
+                    rest: body,
+                }));
+            }
+        }
+    }
+    Ok(Collected::Complete(buf.freeze()))
+}
+
+/// A body that yields an already-read prefix, then the rest of the original.
+pub struct Prefixed<B> {
+    prefix: Option<Bytes>,
+    rest: B,
+}
+
+impl<B> Body for Prefixed<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        if let Some(prefix) = &self.prefix {
+            let n = prefix.len() as u64;
+            hint.set_lower(hint.lower() + n);
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper + n);
+            }
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn collects_within_the_cap_and_keeps_the_rest() {
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        match collect_within(body, 100).await {
+            Ok(Collected::Complete(b)) => assert_eq!(&b[..], b"hello world"),
+            _ => panic!("complete"),
+        }
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        match collect_within(body, 4).await {
+            Ok(Collected::TooLarge(rest)) => {
+                let all = rest.collect().await.expect("collect").to_bytes();
+                assert_eq!(&all[..], b"hello world");
+            }
+            _ => panic!("too large"),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The chat-completions path, phase by phase: decide whether to look at the
+//! body at all; read it within the cap; rewrite it (pure, off the runtime
+//! when large); commit the originals to the store before anything goes
+//! upstream; forward; stream the response back with the toolstub headers.
+//!
+//! Whatever cannot be read or understood goes upstream as it came: bypassed,
+//! compressed, oversized or unparsable bodies are forwarded byte for byte.
+
+use super::body::{boxed, collect_within, full, Collected};
+use super::error::ProxyError;
+use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
+use crate::config::FailureMode;
+use crate::rewrite::{derive_session, rewrite, Mode, Outcome};
+use crate::store::NewOutput;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use std::sync::Arc;
+
+/// Bodies larger than this are rewritten on the blocking pool, so a 10 MB
+/// synopsis never stalls other requests on the same runtime thread.
+const INLINE_REWRITE_BYTES: usize = 256 * 1024;
+
+pub(super) async fn handle(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let (parts, body) = req.into_parts();
+    if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
+        app.metrics.unchanged(why);
+        return forward(app, &parts, boxed(body)).await;
+    }
+    let collected = tokio::time::timeout(
+        app.config.body_read_timeout,
+        collect_within(body, app.config.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ProxyError::BodyTimeout(app.config.body_read_timeout.as_millis()))?
+    .map_err(|e| ProxyError::BodyRead(e.to_string()))?;
+    let original = match collected {
+        Collected::Complete(bytes) => bytes,
+        Collected::TooLarge(stream) => {
+            app.metrics.unchanged("too_large");
+            return forward(app, &parts, boxed(stream)).await;
+        }
+    };
+
+    let tenant = tenant_of(&parts.headers);
+    let session_header = parts
+        .headers
+        .get("x-toolstub-session")
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty() && s.len() <= 256)
+        .map(str::to_string);
+
+    let mut rewritten = match plan(app, original.clone(), Mode::WithRefs).await? {
+        Plan::Rewritten(rewritten) => rewritten,
+        Plan::Unchanged(why) => {
+            app.metrics.unchanged(why);
+            return forward(app, &parts, full(original)).await;
+        }
+    };
+    let session =
+        session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
+    for output in &mut rewritten.outputs {
+        output.new.session_id.clone_from(&session);
+    }
+    let news: Vec<NewOutput> = rewritten.outputs.iter().map(|o| o.new.clone()).collect();
+    if let Err(e) = app.store.put(&tenant, news).await {
+        app.metrics.store_error("put");
+        tracing::error!(error = %e, "storing tool outputs failed");
+        match app.config.failure_mode {
+            FailureMode::PreserveRaw => return forward(app, &parts, full(original)).await,
+            FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
+            FailureMode::PreviewOnly => {
+                match plan(app, original.clone(), Mode::PreviewOnly).await? {
+                    Plan::Rewritten(preview_only) => rewritten = preview_only,
+                    Plan::Unchanged(_) => return forward(app, &parts, full(original)).await,
+                }
+            }
+        }
+    }
+    for output in &rewritten.outputs {
+        app.metrics
+            .externalized(output.new.synopsis.kind.as_str(), &output.reason);
+    }
+    app.metrics.chars_saved(rewritten.saved_chars as u64);
+
+    let length = rewritten.body.len();
+    let request = upstream_request(app, &parts, full(rewritten.body), Some(length))?;
+    let (response, latency) = app.upstream.send(request).await?;
+    app.metrics.upstream_latency(latency);
+    let mut response = stream_back(response);
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-toolstub-externalized",
+        HeaderValue::from(rewritten.outputs.len()),
+    );
+    headers.insert(
+        "x-toolstub-saved-chars",
+        HeaderValue::from(rewritten.saved_chars),
+    );
+    Ok(response)
+}
+
+/// Why a chat completion is forwarded without reading its body, if it is.
+fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str> {
+    if headers
+        .get("x-toolstub-bypass")
+        .is_some_and(|v| v.as_bytes() == b"1")
+    {
+        return Some("bypass");
+    }
+    let encoded = headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Some("content_encoding");
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body_bytes) {
+        return Some("too_large");
+    }
+    None
+}
+
+/// The rewrite's outcome, owned, so it can cross from the blocking pool.
+enum Plan {
+    Unchanged(&'static str),
+    Rewritten(OwnedRewrite),
+}
+
+struct OwnedRewrite {
+    body: Bytes,
+    outputs: Vec<PlannedOutput>,
+    saved_chars: usize,
+    opening: String,
+}
+
+struct PlannedOutput {
+    new: NewOutput,
+    reason: String,
+}
+
+/// Runs the pure rewrite, on the blocking pool for large bodies.
+async fn plan(app: &Arc<App>, body: Bytes, mode: Mode) -> Result<Plan, ProxyError> {
+    if body.len() <= INLINE_REWRITE_BYTES {
+        return Ok(plan_now(app, &body, mode));
+    }
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || plan_now(&app, &body, mode))
+        .await
+        .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
+}
+
+fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
+    match rewrite(body, &app.config.policy, &app.protocol, mode) {
+        Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
+        Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
+            body: Bytes::from(r.body),
+            saved_chars: r.saved_chars,
+            opening: r.opening,
+            outputs: r
+                .outputs
+                .into_iter()
+                .map(|o| PlannedOutput {
+                    reason: o.reason,
+                    new: NewOutput {
+                        session_id: String::new(),
+                        tool_call_id: o.tool_call_id,
+                        tool_name: o.tool_name,
+                        mime_type: o.mime,
+                        preview_chars: o.preview_chars as u64,
+                        synopsis: o.synopsis,
+                        text: o.text.into_owned(),
+                    },
+                })
+                .collect(),
+        }),
+    }
+}

@@ -1,0 +1,92 @@
+//! The proxy's own failures: each knows its HTTP status, its OpenAI-format
+//! body (`{"error":{"message","type","code"}}`) and a low-cardinality label.
+//! Upstream errors (4xx/5xx answered by the upstream) are not these: they
+//! pass through as they are.
+
+use super::body::{full, BoxBody};
+use http::{header, Response, StatusCode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The upstream could not be reached (refused, DNS, TLS, reset).
+    #[error("upstream unreachable: {0}")]
+    UpstreamUnreachable(String),
+    /// The upstream did not send its response headers in time.
+    #[error("upstream did not answer within {0} ms")]
+    UpstreamTimeout(u128),
+    /// The client did not send its body in time.
+    #[error("request body not received within {0} ms")]
+    BodyTimeout(u128),
+    /// Reading the client's body failed.
+    #[error("could not read the request body: {0}")]
+    BodyRead(String),
+    /// The store failed and `failure_mode = reject`.
+    #[error("toolstub could not store the tool outputs of this request: {0}")]
+    StoreRejected(String),
+    /// A malformed operator API request.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such result for this tenant (also for another tenant's ref).
+    #[error("{0}")]
+    NotFound(String),
+    /// The operator API's admin token is missing or wrong.
+    #[error("a valid admin token is required")]
+    Unauthorized,
+    /// A bug or an unexpected condition inside toolstub.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::UpstreamUnreachable(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::BodyRead(_) | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::StoreRejected(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `error.code` field and the metrics label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
+            ProxyError::UpstreamTimeout(_) => "upstream_timeout",
+            ProxyError::BodyTimeout(_) => "request_timeout",
+            ProxyError::BodyRead(_) => "bad_request_body",
+            ProxyError::StoreRejected(_) => "store_unavailable",
+            ProxyError::BadRequest(_) => "invalid_request",
+            ProxyError::NotFound(_) => "not_found",
+            ProxyError::Unauthorized => "unauthorized",
+            ProxyError::Internal(_) => "internal_error",
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status().as_u16() {
+            400..=499 => "invalid_request_error",
+            _ => "toolstub_error",
+        }
+    }
+
+    pub fn into_response(self) -> Response<BoxBody> {
+        let body = serde_json::json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.kind(),
+                "code": self.code(),
+            }
+        });
+        let mut response = Response::new(full(body.to_string()));
+        *response.status_mut() = self.status();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}

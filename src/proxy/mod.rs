@@ -1,0 +1,329 @@
+//! The proxy server: accept loop, graceful shutdown, routing, and the
+//! passthrough path. The chat-completions path lives in [`chat`].
+//!
+//! One request goes through named phases (as Pingora does it): classify the
+//! route; for chat completions read the body within a cap, rewrite it (pure,
+//! [`crate::rewrite`]), store the originals ([`crate::store`]) and only then
+//! send it upstream; stream the response head and body back; finally record
+//! metrics and one log line. Everything else is forwarded unchanged with both
+//! bodies streamed.
+//!
+//! Architecture invariant: the proxy layer owns all I/O around the rewrite
+//! (sockets, upstream, store) and never parses a wire format itself: that is
+//! the protocol adapters' job.
+
+mod body;
+mod chat;
+mod error;
+mod upstream;
+
+pub use body::BoxBody;
+pub use error::ProxyError;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::protocol::openai_chat::OpenAiChat;
+use crate::store::{AsyncResultStore, ResultStore, StoreConfig, Tenant};
+use anyhow::{Context, Result};
+use body::{boxed, full};
+use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::net::TcpListener;
+use upstream::{strip_hop_by_hop, upstream_headers, Upstream};
+
+/// Everything a request needs, shared by all connections.
+pub struct App {
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub store: AsyncResultStore,
+    upstream: Upstream,
+    protocol: OpenAiChat,
+}
+
+impl App {
+    /// Opens the store and builds the upstream client.
+    pub fn new(config: Config) -> Result<App> {
+        let store_config = StoreConfig {
+            retention_days: config.store.retention_days,
+            max_bytes: (config.store.max_bytes > 0).then_some(config.store.max_bytes),
+            ..StoreConfig::default()
+        };
+        let store = ResultStore::open(&config.store.path, store_config)
+            .with_context(|| format!("cannot open the store {}", config.store.path.display()))?;
+        let upstream = Upstream::new(&config.upstream)?;
+        Ok(App {
+            config,
+            metrics: Arc::new(Metrics::default()),
+            store: AsyncResultStore::new(store),
+            upstream,
+            protocol: OpenAiChat,
+        })
+    }
+}
+
+/// Which handler serves a request; also its metrics label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Healthz,
+    Metrics,
+    ChatCompletions,
+    Passthrough,
+}
+
+impl Route {
+    fn of(method: &Method, path: &str) -> Route {
+        match (method, path) {
+            (&Method::GET, "/healthz") => Route::Healthz,
+            (&Method::GET, "/metrics") => Route::Metrics,
+            (&Method::POST, p) if p.ends_with("/chat/completions") => Route::ChatCompletions,
+            _ => Route::Passthrough,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Route::Healthz => "healthz",
+            Route::Metrics => "metrics",
+            Route::ChatCompletions => "chat_completions",
+            Route::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// A running server (in-process: tests and `toolstub serve` alike).
+pub struct Server {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `config.listen` and serves until [`Server::shutdown`].
+    pub async fn start(config: Config) -> Result<Server> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr().context("local address")?;
+        let app = Arc::new(App::new(config)?);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(listener, app.clone(), async {
+            let _ = rx.await;
+        }));
+        Ok(Server {
+            addr,
+            app,
+            shutdown: Some(tx),
+            task,
+        })
+    }
+
+    /// Stops accepting, lets requests in flight finish (within the grace
+    /// period), and returns when the server has stopped.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// The accept loop: one task per connection, HTTP/1.1, graceful shutdown.
+pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.config.header_read_timeout)
+        .max_headers(app.config.max_headers)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let service = service_fn(move |req| handle(app.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                let watched = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = watched.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let grace = app.config.shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "requests still in flight after the grace period"
+        );
+    }
+}
+
+/// Serves one request and records its metrics and log line.
+async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<BoxBody>, Infallible> {
+    let started = Instant::now();
+    let route = Route::of(req.method(), req.uri().path());
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let result = match route {
+        Route::Healthz => Ok(text_response(StatusCode::OK, "text/plain", "ok\n")),
+        Route::Metrics => Ok(text_response(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            app.metrics.render(),
+        )),
+        Route::ChatCompletions => chat::handle(&app, req).await,
+        Route::Passthrough => passthrough(&app, req).await,
+    };
+    let response = result.unwrap_or_else(|e| {
+        tracing::warn!(code = e.code(), error = %e, "request failed");
+        e.into_response()
+    });
+    app.metrics.request(route.label(), response.status().as_u16());
+    tracing::info!(
+        route = route.label(),
+        method = %method,
+        path = %path,
+        status = response.status().as_u16(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    Ok(response)
+}
+
+fn text_response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<bytes::Bytes>,
+) -> Response<BoxBody> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// Forwards a request unchanged, both bodies streamed.
+async fn passthrough(app: &App, req: Request<Incoming>) -> Result<Response<BoxBody>, ProxyError> {
+    let (parts, body) = req.into_parts();
+    forward(app, &parts, boxed(body)).await
+}
+
+/// Sends `body` upstream with the client's method, path and headers, and
+/// streams the response back.
+async fn forward(
+    app: &App,
+    parts: &http::request::Parts,
+    body: BoxBody,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let upstream_request = upstream_request(app, parts, body, None)?;
+    let (response, latency) = app.upstream.send(upstream_request).await?;
+    app.metrics.upstream_latency(latency);
+    Ok(stream_back(response))
+}
+
+/// The upstream request for the client's request parts; `content_length`
+/// replaces the client's when the body was rewritten.
+fn upstream_request(
+    app: &App,
+    parts: &http::request::Parts,
+    body: BoxBody,
+    content_length: Option<usize>,
+) -> Result<Request<BoxBody>, ProxyError> {
+    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let uri = app.upstream.uri_for(path_and_query)?;
+    let mut headers = upstream_headers(&parts.headers);
+    if let Some(n) = content_length {
+        headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
+    }
+    let mut request = Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// The upstream's response, status and headers unchanged but for hop-by-hop
+/// headers, body streamed chunk by chunk.
+fn stream_back(response: Response<Incoming>) -> Response<BoxBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, boxed(body))
+}
+
+/// SPEC section 6: the tenant is the first 16 hex digits of the SHA-256 of
+/// the request's credential (`Authorization`, `x-api-key` or `api-key`), or
+/// `anonymous`. The credential itself goes nowhere else.
+pub fn tenant_of(headers: &HeaderMap) -> Tenant {
+    [header::AUTHORIZATION.as_str(), "x-api-key", "api-key"]
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .map_or_else(Tenant::anonymous, |value| {
+            Tenant::from_credential(&String::from_utf8_lossy(value.as_bytes()))
+        })
+}
+
+/// `toolstub serve`: the server, until SIGTERM or SIGINT.
+pub async fn serve(config: Config) -> Result<()> {
+    let listen = config.listen;
+    let upstream = config.upstream.base_url.to_string();
+    let db = config.store.path.display().to_string();
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let app = Arc::new(App::new(config)?);
+    tracing::info!(%listen, %upstream, db = %db, "toolstub listening");
+    run(listener, app, shutdown_signal()).await;
+    tracing::info!("toolstub stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutting down: draining requests in flight");
+}

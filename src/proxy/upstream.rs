@@ -1,0 +1,202 @@
+//! The upstream client: a pooled hyper client over HTTP or HTTPS (rustls,
+//! Mozilla's roots plus an optional CA file), the upstream URL for a request,
+//! and the header rules of SPEC section 1 (hop-by-hop headers, `Host` and
+//! `x-toolstub-*` never go upstream).
+
+use super::body::BoxBody;
+use super::error::ProxyError;
+use crate::config::UpstreamConfig;
+use anyhow::{Context, Result};
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::time::{Duration, Instant};
+
+/// Headers that describe one connection, not the request (RFC 9110 7.6.1).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+pub struct Upstream {
+    client: Client<HttpsConnector<HttpConnector>, BoxBody>,
+    base: Uri,
+    first_byte_timeout: Duration,
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> Result<Upstream> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(path) = &config.ca_file {
+            use rustls_pki_types::pem::PemObject;
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .with_context(|| format!("cannot read upstream.ca_file {}", path.display()))?;
+            let mut added = 0;
+            for cert in certs {
+                let cert = cert.with_context(|| format!("invalid PEM in {}", path.display()))?;
+                roots
+                    .add(cert)
+                    .with_context(|| format!("invalid CA certificate in {}", path.display()))?;
+                added += 1;
+            }
+            if added == 0 {
+                anyhow::bail!("upstream.ca_file {} holds no certificate", path.display());
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        Ok(Upstream {
+            client,
+            base: config.base_url.clone(),
+            first_byte_timeout: config.first_byte_timeout,
+        })
+    }
+
+    /// `base_url` + the request's path and query.
+    pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, ProxyError> {
+        let prefix = self.base.path().trim_end_matches('/');
+        let scheme = self.base.scheme_str().unwrap_or("https");
+        let authority = self
+            .base
+            .authority()
+            .map(|a| a.as_str())
+            .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
+        format!("{scheme}://{authority}{prefix}{path_and_query}")
+            .parse()
+            .map_err(|e| ProxyError::BadRequest(format!("cannot build the upstream URL: {e}")))
+    }
+
+    /// Sends a request and waits for the response headers, within the
+    /// first-byte timeout. Dropping the returned future cancels the request.
+    pub async fn send(
+        &self,
+        request: Request<BoxBody>,
+    ) -> Result<(Response<Incoming>, Duration), ProxyError> {
+        let started = Instant::now();
+        match tokio::time::timeout(self.first_byte_timeout, self.client.request(request)).await {
+            Err(_) => Err(ProxyError::UpstreamTimeout(
+                self.first_byte_timeout.as_millis(),
+            )),
+            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(error_chain(&e))),
+            Ok(Ok(response)) => Ok((response, started.elapsed())),
+        }
+    }
+}
+
+/// The client's headers as they go upstream: without hop-by-hop headers
+/// (including those the `Connection` header names), `Host`, `Expect` (the
+/// proxy reads or streams the body itself) and the proxy's own
+/// `x-toolstub-*` headers.
+pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
+    let mut headers = incoming.clone();
+    strip_hop_by_hop(&mut headers);
+    headers.remove(header::HOST);
+    headers.remove(header::EXPECT);
+    let own: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-toolstub-"))
+        .cloned()
+        .collect();
+    for name in own {
+        headers.remove(name);
+    }
+    headers
+}
+
+/// Removes hop-by-hop headers, in place (also used for responses).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// An error and its sources on one line (hyper's errors hide the cause).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_host_and_own_headers_stay_here() {
+        let mut h = HeaderMap::new();
+        h.insert("host", "proxy".parse().expect("v"));
+        h.insert("connection", "keep-alive, x-custom".parse().expect("v"));
+        h.insert("x-custom", "1".parse().expect("v"));
+        h.insert("x-toolstub-session", "s".parse().expect("v"));
+        h.insert("authorization", "Bearer k".parse().expect("v"));
+        h.insert("transfer-encoding", "chunked".parse().expect("v"));
+        let out = upstream_headers(&h);
+        let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["authorization"]);
+    }
+
+    #[test]
+    fn upstream_uri_keeps_the_base_prefix() {
+        let config = UpstreamConfig {
+            base_url: "https://example.com/api".parse().expect("uri"),
+            connect_timeout: Duration::from_secs(1),
+            first_byte_timeout: Duration::from_secs(1),
+            ca_file: None,
+            pool_idle_timeout: Duration::from_secs(1),
+            pool_max_idle_per_host: 1,
+        };
+        let up = Upstream::new(&config).expect("client");
+        assert_eq!(
+            up.uri_for("/v1/chat/completions?x=1")
+                .expect("uri")
+                .to_string(),
+            "https://example.com/api/v1/chat/completions?x=1"
+        );
+    }
+}

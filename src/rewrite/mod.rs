@@ -1,0 +1,390 @@
+//! The rewrite core: a request body in; either "unchanged, and why" or a new
+//! body plus the outputs to store (SPEC sections 1 and 2).
+//!
+//! Architecture invariant: this is a pure function. No I/O, no async, no
+//! clock, no randomness, no store lookups: the rewrite of an assistant-turn
+//! group depends only on that group's content and the [`Policy`], so turn
+//! N+1 of a conversation reproduces turn N's rewritten messages byte for byte
+//! and the provider's prompt cache keeps hitting. The body is spliced, never
+//! re-serialized: every byte outside the replaced contents and the appended
+//! recall tools stays as the client sent it.
+//!
+//! Outputs that the proxy's own recall tools produced are never seen here:
+//! recall rounds append their results to an already rewritten body.
+
+pub mod select;
+
+use crate::protocol::{ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use crate::refs::{result_ref, sha256_hex};
+use crate::stub::{render, RecallToolNames, StubHeader};
+use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
+use select::{select, Budget, Reason};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// What the rewrite needs to know of the configuration.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Master switch (`externalization.enabled`).
+    pub enabled: bool,
+    pub budget: Budget,
+    /// Whether recall tools are offered (`recall.enabled`).
+    pub recall_enabled: bool,
+    /// The configured recall tool names (renamed per request on a clash).
+    pub recall_names: RecallToolNames,
+    /// A MIME hint per tool name.
+    pub mime_by_tool: BTreeMap<String, String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            enabled: true,
+            budget: Budget::default(),
+            recall_enabled: true,
+            recall_names: RecallToolNames::default(),
+            mime_by_tool: BTreeMap::new(),
+        }
+    }
+}
+
+/// Whether stubs carry a ref (the store took the originals) or not
+/// (`failure_mode = preview_only` after the store failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    WithRefs,
+    PreviewOnly,
+}
+
+/// Why a body goes upstream byte for byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unchanged {
+    Disabled,
+    /// Not UTF-8 JSON, or a shape the protocol adapter does not know.
+    NotUnderstood,
+    /// No tool output is over budget.
+    NothingOverBudget,
+}
+
+impl Unchanged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unchanged::Disabled => "disabled",
+            Unchanged::NotUnderstood => "not_understood",
+            Unchanged::NothingOverBudget => "nothing_over_budget",
+        }
+    }
+}
+
+/// One output replaced by a stub, with everything the store keeps of it.
+#[derive(Clone, Debug)]
+pub struct Externalized<'b> {
+    /// `None` in [`Mode::PreviewOnly`].
+    pub result_ref: Option<String>,
+    pub sha256: String,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub mime: Option<String>,
+    pub text: Cow<'b, str>,
+    pub original_chars: usize,
+    /// min(original_chars, effective preview budget), as in the stub header.
+    pub preview_chars: usize,
+    pub synopsis: Synopsis,
+    /// `single_threshold`, `turn_budget`, or either with `:externalization_failed`.
+    pub reason: String,
+    pub stub: String,
+}
+
+/// A rewritten request.
+#[derive(Clone, Debug)]
+pub struct Rewritten<'b> {
+    pub body: String,
+    pub outputs: Vec<Externalized<'b>>,
+    /// Characters removed from the conversation: originals minus stubs.
+    pub saved_chars: usize,
+    /// The recall tool names this request offers (configured, or renamed on a clash).
+    pub recall_names: RecallToolNames,
+    /// The conversation's opening, canonical (see [`derive_session`]).
+    pub opening: String,
+}
+
+/// The outcome of [`rewrite`].
+#[derive(Clone, Debug)]
+pub enum Outcome<'b> {
+    Unchanged(Unchanged),
+    Rewritten(Rewritten<'b>),
+}
+
+/// Rewrites one request body.
+pub fn rewrite<'b>(
+    body: &'b [u8],
+    policy: &Policy,
+    protocol: &impl Protocol,
+    mode: Mode,
+) -> Outcome<'b> {
+    if !policy.enabled {
+        return Outcome::Unchanged(Unchanged::Disabled);
+    }
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Outcome::Unchanged(Unchanged::NotUnderstood);
+    };
+    let Some(parsed) = protocol.parse(text) else {
+        return Outcome::Unchanged(Unchanged::NotUnderstood);
+    };
+    rewrite_parsed(text, parsed, policy, protocol, mode)
+}
+
+fn rewrite_parsed<'b>(
+    body: &'b str,
+    parsed: ParsedRequest<'b>,
+    policy: &Policy,
+    protocol: &impl Protocol,
+    mode: Mode,
+) -> Outcome<'b> {
+    let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
+    let mut outputs: Vec<Externalized<'b>> = Vec::new();
+    let mut splices: Vec<(Range<usize>, String)> = Vec::new();
+
+    let mut start = 0;
+    while start < parsed.outputs.len() {
+        let group = parsed.outputs[start].group;
+        let end = parsed.outputs[start..]
+            .iter()
+            .position(|o| o.group != group)
+            .map_or(parsed.outputs.len(), |n| start + n);
+        rewrite_group(
+            &parsed.outputs[start..end],
+            policy,
+            &names,
+            mode,
+            protocol,
+            &mut outputs,
+            &mut splices,
+        );
+        start = end;
+    }
+    if outputs.is_empty() {
+        return Outcome::Unchanged(Unchanged::NothingOverBudget);
+    }
+    if policy.recall_enabled && mode == Mode::WithRefs {
+        let tools = protocol.recall_tools(&names).join(",");
+        splices.push(match parsed.tools {
+            ToolsSlot::AppendToArray { close, empty } => (
+                close..close,
+                if empty { tools } else { format!(",{tools}") },
+            ),
+            ToolsSlot::ReplaceNull { span } => (span, format!("[{tools}]")),
+            ToolsSlot::AddMember { close, empty } => {
+                let member = format!("\"tools\":[{tools}]");
+                (
+                    close..close,
+                    if empty { member } else { format!(",{member}") },
+                )
+            }
+        });
+    }
+    let saved_chars = outputs
+        .iter()
+        .map(|o| o.original_chars.saturating_sub(o.stub.chars().count()))
+        .sum();
+    Outcome::Rewritten(Rewritten {
+        body: splice(body, splices),
+        outputs,
+        saved_chars,
+        recall_names: names,
+        opening: parsed.opening,
+    })
+}
+
+/// Selects and renders the stubs of one assistant-turn group.
+fn rewrite_group<'b>(
+    group: &[ToolOutput<'b>],
+    policy: &Policy,
+    names: &RecallToolNames,
+    mode: Mode,
+    protocol: &impl Protocol,
+    outputs: &mut Vec<Externalized<'b>>,
+    splices: &mut Vec<(Range<usize>, String)>,
+) {
+    let lengths: Vec<usize> = group.iter().map(|o| o.text.chars().count()).collect();
+    let mut prepared: Vec<Option<Prepared>> = vec![None; group.len()];
+    // The reason line's length does not depend on which reason it is, so
+    // measuring with single_threshold is exact for either.
+    let selection = select(&policy.budget, &lengths, |i, preview| {
+        let p = prepared[i].get_or_insert_with(|| Prepared::new(&group[i], policy));
+        p.stub(
+            &group[i],
+            lengths[i],
+            preview,
+            Reason::SingleThreshold,
+            mode,
+            names,
+        )
+        .chars()
+        .count()
+    });
+    for (i, reason) in selection.reasons.iter().enumerate() {
+        let Some(reason) = *reason else { continue };
+        let output = &group[i];
+        let p = prepared[i].get_or_insert_with(|| Prepared::new(output, policy));
+        let stub = p.stub(output, lengths[i], selection.preview, reason, mode, names);
+        splices.push((
+            output.content_span.clone(),
+            protocol.encode_content(output.shape, &stub),
+        ));
+        outputs.push(Externalized {
+            result_ref: (mode == Mode::WithRefs).then(|| p.result_ref.clone()),
+            sha256: p.sha256.clone(),
+            tool_call_id: output.tool_call_id.as_deref().map(str::to_string),
+            tool_name: output.tool_name.as_deref().map(str::to_string),
+            mime: p.mime.clone(),
+            text: output.text.clone(),
+            original_chars: lengths[i],
+            preview_chars: lengths[i].min(selection.preview),
+            synopsis: p.synopsis_at(&output.text, selection.preview).clone(),
+            reason: reason_text(reason, mode),
+            stub,
+        });
+    }
+}
+
+fn reason_text(reason: Reason, mode: Mode) -> String {
+    match mode {
+        Mode::WithRefs => reason.as_str().to_string(),
+        Mode::PreviewOnly => format!("{}:externalization_failed", reason.as_str()),
+    }
+}
+
+/// What one output's stubs share, computed once per request: the digest, the
+/// ref, and the synopsis (per preview budget, which only the `unknown` kind's
+/// sample depends on).
+#[derive(Clone)]
+struct Prepared {
+    sha256: String,
+    result_ref: String,
+    mime: Option<String>,
+    synopses: Vec<(usize, Synopsis)>,
+}
+
+impl Prepared {
+    fn new(output: &ToolOutput<'_>, policy: &Policy) -> Prepared {
+        let sha256 = sha256_hex(&output.text);
+        let result_ref = result_ref(output.tool_call_id.as_deref(), &sha256);
+        let mime = output
+            .tool_name
+            .as_deref()
+            .and_then(|name| policy.mime_by_tool.get(name))
+            .cloned();
+        Prepared {
+            sha256,
+            result_ref,
+            mime,
+            synopses: Vec::new(),
+        }
+    }
+
+    /// The stub of `output` at a preview budget.
+    fn stub(
+        &mut self,
+        output: &ToolOutput<'_>,
+        original_chars: usize,
+        preview: usize,
+        reason: Reason,
+        mode: Mode,
+        names: &RecallToolNames,
+    ) -> String {
+        let reason = reason_text(reason, mode);
+        let result_ref = (mode == Mode::WithRefs).then(|| self.result_ref.clone());
+        let sha256 = self.sha256.clone();
+        let synopsis = self.synopsis_at(&output.text, preview);
+        render(
+            synopsis,
+            &StubHeader {
+                tool_name: output.tool_name.as_deref(),
+                original_chars,
+                preview_budget: preview,
+                result_ref: result_ref.as_deref(),
+                sha256: Some(&sha256),
+                reason: Some(&reason),
+            },
+            names,
+        )
+    }
+
+    fn synopsis_at(&mut self, text: &str, preview: usize) -> &Synopsis {
+        // Kinds other than `unknown` do not depend on the preview budget.
+        let reusable = self
+            .synopses
+            .iter()
+            .position(|(p, s)| *p == preview || s.kind != Kind::Unknown);
+        let index = match reusable {
+            Some(i) => i,
+            None => {
+                let synopsis = synopsize(
+                    text,
+                    Hints {
+                        mime: self.mime.as_deref(),
+                        preview_chars: preview,
+                    },
+                );
+                self.synopses.push((preview, synopsis));
+                self.synopses.len() - 1
+            }
+        };
+        &self.synopses[index].1
+    }
+}
+
+/// The recall tool names for a request: the configured ones, unless the
+/// client already has a tool of that name; then `toolstub_<name>`, then
+/// `toolstub_<name>_2`, and so on. Deterministic in the client's tool list.
+pub fn recall_names_for(
+    configured: &RecallToolNames,
+    client: &[Cow<'_, str>],
+) -> RecallToolNames {
+    let taken = |name: &str| client.iter().any(|c| c == name);
+    let pick = |name: &str| -> String {
+        if !taken(name) {
+            return name.to_string();
+        }
+        let base = format!("toolstub_{name}");
+        if !taken(&base) {
+            return base;
+        }
+        (2..)
+            .map(|n| format!("{base}_{n}"))
+            .find(|candidate| !taken(candidate))
+            .unwrap_or(base)
+    };
+    RecallToolNames {
+        read: pick(&configured.read),
+        search: pick(&configured.search),
+        list: pick(&configured.list),
+    }
+}
+
+/// Replaces each range of `body` with its text; ranges do not overlap.
+fn splice(body: &str, mut splices: Vec<(Range<usize>, String)>) -> String {
+    splices.sort_by_key(|(range, _)| (range.start, range.end));
+    let extra: usize = splices.iter().map(|(_, s)| s.len()).sum();
+    let mut out = String::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (range, replacement) in splices {
+        out.push_str(&body[at..range.start]);
+        out.push_str(&replacement);
+        at = range.end;
+    }
+    out.push_str(&body[at..]);
+    out
+}
+
+/// A session id derived from the tenant and the conversation's opening, so
+/// every turn of one conversation lands in the same session.
+pub fn derive_session(tenant: &str, opening: &str) -> String {
+    let digest = sha256_hex(&format!("{tenant}\u{0}{opening}"));
+    format!("s_{}", &digest[..24])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,5 @@
-//! The command line: `toolstub synopsis` (and, as they land, `serve` and
-//! `results`). Parsing is clap's; each subcommand is one function that returns
+//! The command line: `toolstub synopsis`, `toolstub results` (and, as it
+//! lands, `serve`). Parsing is clap's; each subcommand is one function that returns
 //! an error with context, printed once by [`main`].
 
 use crate::refs::sha256_hex;
@@ -27,8 +27,28 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the proxy (defaults: 127.0.0.1:8790, upstream https://api.openai.com, store ./toolstub.db).
+    Serve(ServeArgs),
     /// Print the stub (without a ref) that toolstub would put in place of one tool output.
     Synopsis(SynopsisArgs),
+    /// The operator's view of the result store: list, read and search stored originals.
+    Results(results::ResultsArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// A TOML configuration file (every key is documented in config/toolstub.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (server.listen).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// The OpenAI-compatible API to forward to (upstream.base_url).
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// The SQLite file holding the originals (store.path).
+    #[arg(long, value_name = "FILE")]
+    db: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -54,7 +74,9 @@ struct SynopsisArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve(args),
         Command::Synopsis(args) => synopsis(args),
+        Command::Results(args) => results::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -62,6 +84,37 @@ pub fn main() -> ExitCode {
             eprintln!("toolstub: {err:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let overrides = crate::config::Overrides {
+        listen: args.listen,
+        upstream: args.upstream,
+        db: args.db,
+    };
+    let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    init_logging(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(crate::proxy::serve(config))
+}
+
+/// Logs to standard error, as text or JSON lines. `RUST_LOG` wins over
+/// `server.log_level` when set.
+fn init_logging(config: &crate::config::Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        crate::config::LogFormat::Json => builder.json().init(),
+        crate::config::LogFormat::Text => builder.init(),
     }
 }
 
@@ -125,4 +178,322 @@ fn read_stdin() -> Result<Vec<u8>> {
         .read_to_end(&mut bytes)
         .context("reading standard input")?;
     Ok(bytes)
+}
+
+/// `toolstub results list|read|search`: the store seen by an operator.
+mod results {
+    use crate::store::{ResultStore, StoreConfig, Tenant};
+    use anyhow::{bail, Context, Result};
+    use clap::{Args, Subcommand};
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    #[derive(Args, Debug)]
+    pub struct ResultsArgs {
+        /// The store file.
+        #[arg(
+            long,
+            value_name = "FILE",
+            default_value = "./toolstub.db",
+            global = true
+        )]
+        db: PathBuf,
+        /// The tenant id (16 hex digits of the credential's SHA-256, or `anonymous`).
+        #[arg(long, value_name = "ID", default_value = Tenant::ANONYMOUS, global = true)]
+        tenant: String,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: Action,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Action {
+        /// List stored outputs, newest first.
+        List {
+            /// Only this session.
+            #[arg(long)]
+            session: Option<String>,
+            /// Only this tool (applied before --limit).
+            #[arg(long)]
+            tool_name: Option<String>,
+            #[arg(long, default_value_t = 50)]
+            limit: usize,
+        },
+        /// Print characters [offset, offset+limit) of an original (code points).
+        Read {
+            #[arg(long = "ref", value_name = "REF")]
+            result_ref: String,
+            #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+            offset: i64,
+            /// -1 reads to the end.
+            #[arg(long, default_value_t = 20_000, allow_hyphen_values = true)]
+            limit: i64,
+        },
+        /// Exact search in one original (--ref) or ranked search across a session (--session).
+        Search {
+            /// The text to find.
+            query: String,
+            /// Search this original (exact, case-sensitive).
+            #[arg(long = "ref", value_name = "REF")]
+            result_ref: Option<String>,
+            /// Search this session's outputs (ranked, BM25).
+            #[arg(long)]
+            session: Option<String>,
+            #[arg(long, default_value_t = 20)]
+            limit: usize,
+            /// Characters of context on each side of a match.
+            #[arg(long, default_value_t = 300)]
+            context_chars: usize,
+        },
+    }
+
+    pub fn run(args: ResultsArgs) -> Result<()> {
+        if !args.db.exists() {
+            bail!("no store at {} (pass --db FILE)", args.db.display());
+        }
+        let tenant = Tenant::new(args.tenant.clone()).context("invalid --tenant")?;
+        let config = StoreConfig {
+            sweep_interval: None,
+            readers: 1,
+            ..StoreConfig::default()
+        };
+        let store = ResultStore::open(&args.db, config)
+            .with_context(|| format!("opening the store {}", args.db.display()))?;
+        let mut out = std::io::stdout().lock();
+        match args.action {
+            Action::List {
+                session,
+                tool_name,
+                limit,
+            } => {
+                let rows = store.list(&tenant, session.as_deref(), tool_name.as_deref(), limit)?;
+                if args.json {
+                    print_json(&mut out, &serde_json::json!({ "results": rows }))?;
+                } else {
+                    let table: Vec<Vec<String>> = rows
+                        .iter()
+                        .map(|r| {
+                            vec![
+                                r.result_ref.clone(),
+                                r.session_id.clone(),
+                                r.tool_name.clone().unwrap_or_else(|| "-".to_string()),
+                                r.kind.to_string(),
+                                r.original_chars.to_string(),
+                                utc(r.created_at),
+                            ]
+                        })
+                        .collect();
+                    print_table(
+                        &mut out,
+                        &["REF", "SESSION", "TOOL", "KIND", "CHARS", "CREATED (UTC)"],
+                        &[false, false, false, false, true, false],
+                        &table,
+                    )?;
+                }
+            }
+            Action::Read {
+                result_ref,
+                offset,
+                limit,
+            } => {
+                let window = store.read(&tenant, &result_ref, offset, limit)?;
+                if args.json {
+                    let meta = store.meta(&tenant, &result_ref)?;
+                    print_json(
+                        &mut out,
+                        &serde_json::json!({
+                            "ref": result_ref,
+                            "content": window.content,
+                            "offset": window.offset,
+                            "limit": window.limit,
+                            "total_chars": window.total_chars,
+                            "has_more": window.has_more,
+                            "next_offset": window.next_offset,
+                            "offset_unit": crate::store::OFFSET_UNIT,
+                            "metadata": meta,
+                        }),
+                    )?;
+                } else {
+                    out.write_all(window.content.as_bytes())
+                        .context("writing to standard output")?;
+                    out.flush().context("writing to standard output")?;
+                    let shown = window.content.chars().count() as u64;
+                    let more = match window.next_offset {
+                        Some(n) => format!("more from --offset {n}"),
+                        None => "end of output".to_string(),
+                    };
+                    eprintln!(
+                        "\n[characters {}..{} of {}; {more}]",
+                        window.offset.min(window.total_chars),
+                        window.offset.min(window.total_chars) + shown,
+                        window.total_chars
+                    );
+                }
+            }
+            Action::Search {
+                query,
+                result_ref,
+                session,
+                limit,
+                context_chars,
+            } => match (result_ref, session) {
+                (Some(r), _) => {
+                    let found = store.search(&tenant, &r, &query, limit, context_chars)?;
+                    if args.json {
+                        print_json(&mut out, &found)?;
+                    } else {
+                        let table: Vec<Vec<String>> = found
+                            .matches
+                            .iter()
+                            .map(|m| vec![m.offset.to_string(), one_line(&m.snippet)])
+                            .collect();
+                        print_table(&mut out, &["OFFSET", "SNIPPET"], &[true, false], &table)?;
+                        writeln!(
+                            out,
+                            "{} of {} matches",
+                            found.matches.len(),
+                            found.total_matches
+                        )?;
+                    }
+                }
+                (None, Some(session)) => {
+                    let hits =
+                        store.search_session(&tenant, &session, &query, limit, context_chars)?;
+                    if args.json {
+                        print_json(&mut out, &serde_json::json!({ "hits": hits }))?;
+                    } else {
+                        let table: Vec<Vec<String>> = hits
+                            .iter()
+                            .map(|h| {
+                                vec![
+                                    format!("{:.3}", h.score),
+                                    h.result_ref.clone(),
+                                    h.tool_name.clone().unwrap_or_else(|| "-".to_string()),
+                                    h.offset.to_string(),
+                                    one_line(&h.snippet),
+                                ]
+                            })
+                            .collect();
+                        print_table(
+                            &mut out,
+                            &["SCORE", "REF", "TOOL", "OFFSET", "SNIPPET"],
+                            &[true, false, false, true, false],
+                            &table,
+                        )?;
+                    }
+                }
+                (None, None) => bail!(
+                    "search needs --ref REF (one output) or --session ID (ranked, whole session)"
+                ),
+            },
+        }
+        Ok(())
+    }
+
+    fn print_json<T: serde::Serialize>(out: &mut impl Write, value: &T) -> Result<()> {
+        serde_json::to_writer_pretty(&mut *out, value)
+            .context("writing JSON to standard output")?;
+        writeln!(out).context("writing to standard output")?;
+        Ok(())
+    }
+
+    /// A snippet on one table line: control characters escaped, at most 100 characters.
+    fn one_line(s: &str) -> String {
+        let escaped: String = s.chars().flat_map(char::escape_default).collect();
+        crate::synopsis::clip(&escaped, 100)
+    }
+
+    /// Columns padded to their widest cell (in characters); `right` aligns numbers.
+    fn print_table(
+        out: &mut impl Write,
+        header: &[&str],
+        right: &[bool],
+        rows: &[Vec<String>],
+    ) -> Result<()> {
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+        for row in rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| -> String {
+            let mut s = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                let last = i + 1 == cells.len();
+                if right.get(i).copied().unwrap_or(false) {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(cell);
+                } else {
+                    s.push_str(cell);
+                    if !last {
+                        s.push_str(&" ".repeat(pad));
+                    }
+                }
+                if !last {
+                    s.push_str("  ");
+                }
+            }
+            s
+        };
+        writeln!(out, "{}", line(header.to_vec())).context("writing to standard output")?;
+        for row in rows {
+            writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))
+                .context("writing to standard output")?;
+        }
+        if rows.is_empty() {
+            writeln!(out, "(none)").context("writing to standard output")?;
+        }
+        Ok(())
+    }
+
+    /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC), without a date crate.
+    fn utc(ms: i64) -> String {
+        let secs = ms.div_euclid(1000);
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        // Howard Hinnant's civil_from_days.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn utc_formats_known_instants() {
+            assert_eq!(utc(0), "1970-01-01 00:00:00");
+            assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20");
+            assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        }
+
+        #[test]
+        fn tables_align_columns() {
+            let mut out = Vec::new();
+            let rows = vec![
+                vec!["a".to_string(), "1".to_string()],
+                vec!["日本語".to_string(), "100".to_string()],
+            ];
+            print_table(&mut out, &["NAME", "N"], &[false, true], &rows).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                "NAME    N\na       1\n日本語   100\n"
+            );
+        }
+    }
 }

@@ -256,7 +256,12 @@ pub fn load(
         }
     }
     if let Some(listen) = &overrides.listen {
-        set(&mut table, "server", "listen", toml::Value::String(listen.clone()));
+        set(
+            &mut table,
+            "server",
+            "listen",
+            toml::Value::String(listen.clone()),
+        );
     }
     if let Some(upstream) = &overrides.upstream {
         set(
@@ -453,7 +458,10 @@ mod tests {
         )
         .expect("write");
         let env = vec![
-            ("TOOLSTUB_SERVER_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+            (
+                "TOOLSTUB_SERVER_LISTEN".to_string(),
+                "127.0.0.1:2".to_string(),
+            ),
             (
                 "TOOLSTUB_EXTERNALIZATION_THRESHOLD_CHARS".to_string(),
                 "7".to_string(),

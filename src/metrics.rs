@@ -240,7 +240,9 @@ mod tests {
         m.upstream_latency(Duration::from_millis(3));
         m.chars_saved(42);
         let text = m.render();
-        assert!(text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 2"));
+        assert!(
+            text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 2")
+        );
         assert!(text.contains(
             "toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"
         ));

@@ -317,7 +317,10 @@ mod tests {
         assert_eq!(b.text, "ab");
         assert_eq!(b.shape, ContentShape::TextParts);
         assert_eq!(&body[a.content_span.clone()], "\"one\\ntwo\"");
-        assert!(matches!(parsed.tools, ToolsSlot::AddMember { empty: false, .. }));
+        assert!(matches!(
+            parsed.tools,
+            ToolsSlot::AddMember { empty: false, .. }
+        ));
         assert!(parsed
             .opening
             .starts_with("system\u{0}\"s\"\u{1}user\u{0}\"u\""));
@@ -349,7 +352,13 @@ mod tests {
         let p = OpenAiChat
             .parse(r#"{"messages":[],"tools":[ ]}"#)
             .expect("parsed");
-        assert_eq!(p.tools, ToolsSlot::AppendToArray { close: 25, empty: true });
+        assert_eq!(
+            p.tools,
+            ToolsSlot::AppendToArray {
+                close: 25,
+                empty: true
+            }
+        );
         let p = OpenAiChat
             .parse(r#"{"messages":[],"tools":null}"#)
             .expect("parsed");

@@ -11,7 +11,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
 pub fn full(bytes: impl Into<Bytes>) -> BoxBody {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 /// Boxes any body whose error converts to [`BoxError`].

@@ -204,7 +204,8 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<BoxBod
         tracing::warn!(code = e.code(), error = %e, "request failed");
         e.into_response()
     });
-    app.metrics.request(route.label(), response.status().as_u16());
+    app.metrics
+        .request(route.label(), response.status().as_u16());
     tracing::info!(
         route = route.label(),
         method = %method,

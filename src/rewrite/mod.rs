@@ -339,10 +339,7 @@ impl Prepared {
 /// The recall tool names for a request: the configured ones, unless the
 /// client already has a tool of that name; then `toolstub_<name>`, then
 /// `toolstub_<name>_2`, and so on. Deterministic in the client's tool list.
-pub fn recall_names_for(
-    configured: &RecallToolNames,
-    client: &[Cow<'_, str>],
-) -> RecallToolNames {
+pub fn recall_names_for(configured: &RecallToolNames, client: &[Cow<'_, str>]) -> RecallToolNames {
     let taken = |name: &str| client.iter().any(|c| c == name);
     let pick = |name: &str| -> String {
         if !taken(name) {

@@ -79,20 +79,20 @@ pub fn select(
         .iter()
         .map(|&len| (len > budget.threshold_chars).then_some(Reason::SingleThreshold))
         .collect();
-    let projected =
-        |reasons: &[Option<Reason>], stub_len: &mut dyn FnMut(usize, usize) -> usize| {
-            let n = reasons.iter().filter(|r| r.is_some()).count();
-            let preview = budget.effective_preview(n);
-            reasons
-                .iter()
-                .zip(lengths)
-                .enumerate()
-                .map(|(i, (reason, &len))| match reason {
-                    Some(_) => stub_len(i, preview),
-                    None => len,
-                })
-                .sum::<usize>()
-        };
+    let projected = |reasons: &[Option<Reason>],
+                     stub_len: &mut dyn FnMut(usize, usize) -> usize| {
+        let n = reasons.iter().filter(|r| r.is_some()).count();
+        let preview = budget.effective_preview(n);
+        reasons
+            .iter()
+            .zip(lengths)
+            .enumerate()
+            .map(|(i, (reason, &len))| match reason {
+                Some(_) => stub_len(i, preview),
+                None => len,
+            })
+            .sum::<usize>()
+    };
     let mut size = projected(&reasons, &mut stub_len);
     // Largest first; ties keep their original order (the sort is stable).
     let mut by_size: Vec<usize> = (0..lengths.len()).collect();

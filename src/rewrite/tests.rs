@@ -34,7 +34,12 @@ fn body_with_outputs(outputs: &[String]) -> String {
 }
 
 fn run(body: &str) -> Outcome<'_> {
-    rewrite(body.as_bytes(), &Policy::default(), &OpenAiChat, Mode::WithRefs)
+    rewrite(
+        body.as_bytes(),
+        &Policy::default(),
+        &OpenAiChat,
+        Mode::WithRefs,
+    )
 }
 
 fn rewritten(body: &str) -> Rewritten<'_> {
@@ -84,7 +89,9 @@ fn a_large_json_output_becomes_a_json_stub() {
     let r_ref = out.result_ref.clone().expect("ref");
     assert!(r_ref.starts_with("tr_call_0_"));
     let v: Value = serde_json::from_str(&r.body).expect("valid JSON");
-    let content = v["messages"][2]["content"].as_str().expect("string content");
+    let content = v["messages"][2]["content"]
+        .as_str()
+        .expect("string content");
     assert_eq!(content, out.stub);
     assert!(content.contains("kind: json"));
     assert!(content.contains(&format!("ref: {r_ref}")));
@@ -101,7 +108,12 @@ fn a_large_json_output_becomes_a_json_stub() {
         .collect();
     assert_eq!(
         names,
-        ["fetch", "tool_result_read", "tool_result_search", "tool_result_list"]
+        [
+            "fetch",
+            "tool_result_read",
+            "tool_result_search",
+            "tool_result_list"
+        ]
     );
     assert!(r.saved_chars > 190_000);
 }
@@ -233,7 +245,11 @@ fn growing_conversations_keep_their_prefix() {
             messages: Vec<&'a RawValue>,
         }
         let parsed: Messages<'_> = serde_json::from_str(&new_body).expect("json");
-        let now: Vec<String> = parsed.messages.iter().map(|m| m.get().to_string()).collect();
+        let now: Vec<String> = parsed
+            .messages
+            .iter()
+            .map(|m| m.get().to_string())
+            .collect();
         if let Some(before) = &previous {
             assert_eq!(&now[..before.len()], &before[..], "turn {turn}");
         }
@@ -247,7 +263,8 @@ fn sessions_are_derived_from_tenant_and_opening() {
     let a = opening(
         r#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"assistant","content":"x"}]}"#,
     );
-    let b = opening(r#"{"messages":[{"role":"system", "content":"s"},{"content":"u","role":"user"}]}"#);
+    let b =
+        opening(r#"{"messages":[{"role":"system", "content":"s"},{"content":"u","role":"user"}]}"#);
     assert_eq!(a, b);
     assert_eq!(derive_session("t1", &a), derive_session("t1", &b));
     assert_ne!(derive_session("t1", &a), derive_session("t2", &a));

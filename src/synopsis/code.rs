@@ -6,11 +6,16 @@
 //! "use the", "let me", "import data", "class of" or "package manager", and know
 //! only three languages. Here each pattern must also look syntactically like
 //! code (a module path, a name followed by `(`, `{`, `:` or `=`, a trailing
-//! `;`), and Go, Java, C/C++, C#, shell, Ruby, PHP and SQL forms are known too.
-//! A text is code when it has at least two such definition or import lines, or
-//! one plus two lines of code punctuation, and is not mostly prose. Unified
-//! diffs and lines inside Markdown code fences do not count: a patch or a
-//! README is read as text.
+//! `;`), and Go, Java, C/C++ (preprocessor lines included), C#, shell, Ruby,
+//! PHP, SQL, Perl and Tcl forms are known too. A text is code when it starts
+//! with an interpreter line (`#!/...`) or `<?php`, or when it has at least two
+//! such definition or import lines, or one plus two lines of code punctuation
+//! (braces, `;`, Python block openers and docstring quotes, bare calls such as
+//! `main()`, comment openers), is not mostly prose, and, when none of those
+//! lines starts at the left margin, is not a long document quoting a few
+//! indented signatures. Unified diffs and man page sources (troff requests
+//! such as `.SH`) are never code, and lines inside Markdown code fences do not
+//! count: a patch, a man page or a README is read as text.
 
 use super::lines::{clip, collapse_whitespace, count_lines, split_lines};
 use super::{Input, Kind, Synopsis};
@@ -23,6 +28,16 @@ const IMPORT_CHARS: usize = 180;
 const SYMBOL_LIMIT: usize = 24;
 /// Each symbol is shown with at most this many characters.
 const SYMBOL_CHARS: usize = 200;
+/// When no definition or import starts at the left margin, at least one
+/// non-blank line in this many must be a definition, an import or a line of
+/// code punctuation: a long document that merely quotes a few indented
+/// signatures (rendered API docs such as `pydoc` output) is not code.
+const MIN_CODE_SHARE: usize = 10;
+/// A text where at least one non-blank line in this many is a troff request
+/// is a man page source, whatever example code it quotes.
+const TROFF_SHARE: usize = 10;
+/// All symbols together are shown with at most this many characters.
+const SYMBOLS_TOTAL_CHARS: usize = 2800;
 
 pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     let scan = input.code_scan();
@@ -40,7 +55,17 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
             super::LINE_CAP,
         ));
     }
-    s.notable_items.extend(scan.symbols.iter().cloned());
+    // Hostile names could make 24 symbols of 200 characters; the total keeps
+    // a default stub under 5,000 characters.
+    let mut budget = SYMBOLS_TOTAL_CHARS;
+    for symbol in &scan.symbols {
+        let n = symbol.chars().count();
+        if n > budget {
+            break;
+        }
+        budget -= n;
+        s.notable_items.push(symbol.clone());
+    }
     Some(s)
 }
 
@@ -53,8 +78,14 @@ pub struct Scan {
     syntax: usize,
     /// Long sentence-like lines.
     prose: usize,
+    /// Definition or import lines at the left margin (not inside a block).
+    strong_unindented: usize,
+    /// Non-blank lines looked at (outside code fences and diff headers).
+    lines: usize,
     /// A `#!` first line or a `<?php` opening.
     script_opening: bool,
+    /// troff requests at the left margin (`.TH`, `.SH`, `.B`): a man page source.
+    troff_requests: usize,
     /// Hunk headers and file headers of a unified diff.
     diff_hunks: usize,
     diff_files: usize,
@@ -71,7 +102,7 @@ impl Scan {
             if trimmed.is_empty() {
                 continue;
             }
-            if n == 0 && (trimmed.starts_with("#!/") || trimmed.starts_with("<?php")) {
+            if n == 0 && (is_shebang(trimmed) || trimmed.starts_with("<?php")) {
                 scan.script_opening = true;
                 continue;
             }
@@ -80,6 +111,11 @@ impl Scan {
                 continue;
             }
             if in_fence {
+                continue;
+            }
+            if is_troff_request(line) {
+                scan.troff_requests += 1;
+                scan.lines += 1;
                 continue;
             }
             if line.starts_with("@@ -") {
@@ -99,16 +135,35 @@ impl Scan {
         if self.diff_hunks > 0 && self.diff_files > 0 {
             return false;
         }
+        // A man page source that shows an example program is still a document.
+        if self.troff_requests * TROFF_SHARE >= self.lines.max(1) {
+            return false;
+        }
         if self.script_opening {
             return true;
         }
         let evidence = self.strong >= 2 || (self.strong >= 1 && self.syntax >= 2);
-        evidence && self.prose <= 2 * (self.strong + self.syntax)
+        let code_lines = self.strong + self.syntax;
+        // Only indented code (quoted in documentation) must also be dense.
+        let dense = self.strong_unindented > 0 || code_lines * MIN_CODE_SHARE >= self.lines;
+        evidence && self.prose <= 2 * code_lines && dense
+    }
+
+    /// Whether the text is code written at the left margin, as source files
+    /// are. Code that only appears indented (a script inside a YAML block
+    /// scalar, examples in rendered documentation) does not count.
+    pub fn is_code_at_margin(&self) -> bool {
+        self.is_code() && (self.script_opening || self.strong_unindented > 0)
     }
 
     fn line(&mut self, line: &str, trimmed: &str) {
         let indented = line.starts_with([' ', '\t']);
-        match classify(trimmed, indented) {
+        self.lines += 1;
+        let found = classify(trimmed, indented);
+        if found.is_some() && !indented {
+            self.strong_unindented += 1;
+        }
+        match found {
             Some(Found::Import(module)) => {
                 self.strong += 1;
                 let module = collapse_whitespace(module, IMPORT_CHARS);
@@ -189,6 +244,10 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
         if !MODIFIERS.contains(&word) || after.is_empty() {
             break;
         }
+        // `extern crate x;` is an import, not a modifier before `crate`.
+        if word == "extern" && after.starts_with("crate ") {
+            break;
+        }
         // `const x = ...` and `const fn` both start with a modifier-like word.
         if word == "const" && !after.starts_with("fn ") {
             break;
@@ -221,6 +280,16 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
     };
     match keyword {
         "import" if modifiers == 0 => import(after).map(Found::Import),
+        "sub" if modifiers == 0 => {
+            // Perl: `sub name {`, `sub name;`.
+            let (name, tail) = split_identifier(after)?;
+            matches!(tail.trim(), "{" | ";" | "").then(|| Found::Symbol(format!("sub {name}")))
+        }
+        "my" | "our" | "local" if modifiers == 0 => {
+            // Perl: `my $x = ...;`, `our @ISA = ...;`, `my ($a, $b) = @_;`.
+            (after.starts_with(['$', '@', '%', '(']) && after.ends_with(';'))
+                .then_some(Found::Statement)
+        }
         "from" if modifiers == 0 => python_from_import(after).map(Found::Import),
         "use" if modifiers <= 1 => use_path(after).map(Found::Import),
         "using" if modifiers == 0 => {
@@ -237,10 +306,44 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
             let name = name.split(" as ").next()?.trim();
             is_identifier(name).then_some(Found::Import(name))
         }
+        "package" if modifiers == 0 && after.starts_with("require ") => {
+            // Tcl: `package require http 2.7`, `package require -exact Tcl 8.6`.
+            let module = after["require ".len()..]
+                .split_whitespace()
+                .find(|w| !w.starts_with('-'))?;
+            is_path(module, ":").then_some(Found::Import(module))
+        }
+        "package"
+            if modifiers == 0
+                && (after.starts_with("ifneeded ") || after.starts_with("provide ")) =>
+        {
+            // Tcl: `package provide http 1.0`, `package ifneeded http 1.0 [list ...]`.
+            let (_, rest) = split_word(after)?;
+            let (name, version) = split_word(rest)?;
+            (is_path(name, ":") && version.starts_with(|c: char| c.is_ascii_digit()))
+                .then_some(Found::Statement)
+        }
+        "proc" if modifiers == 0 => {
+            // Tcl: `proc name {args} {`, `proc ::ns::name args {`.
+            let (name, tail) = after.split_once(' ')?;
+            (is_path(name.trim_start_matches("::"), ":") && tail.ends_with('{'))
+                .then(|| Found::Symbol(format!("proc {name}")))
+        }
+        "package" if modifiers == 0 && after.contains("::") => {
+            // Perl: `package Carp::Heavy;`.
+            let name = after.strip_suffix(';')?.trim();
+            is_path(name, ":").then_some(Found::Statement)
+        }
         "package" if modifiers == 0 => {
             let name = after.strip_suffix(';').unwrap_or(after).trim();
             (is_path(name, ".") && name.chars().all(|c| !c.is_uppercase()))
                 .then_some(Found::Statement)
+        }
+        "namespace" if after.starts_with("eval ") => {
+            // Tcl: `namespace eval ::http {`.
+            let name = after["eval ".len()..].trim_end_matches('{').trim();
+            (after.ends_with('{') && is_path(name.trim_start_matches("::"), ":"))
+                .then(|| Found::Symbol(format!("namespace {name}")))
         }
         "namespace" => {
             let name = after.trim_end_matches([';', '{']).trim();
@@ -289,23 +392,71 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
     }
 }
 
-/// `#include <stdio.h>`, `#define NAME`, `#import`.
+/// `#include <stdio.h>`, `#define NAME`, `#import`, and the conditionals
+/// (`#ifdef X`, `#if defined(X)`, `#endif`, `#pragma once`). A space after `#`
+/// (as in `# define __THROW`) is allowed only in forms a shell or Python
+/// comment does not take: an upper-case macro name, a bare `# endif`.
 fn preprocessor(line: &str) -> Option<Found<'_>> {
-    let directive = line.strip_prefix('#')?.trim_start();
+    let after_hash = line.strip_prefix('#')?;
+    let spaced = after_hash.starts_with([' ', '\t']);
+    let directive = after_hash.trim_start();
+    if let Some(found) = conditional(directive, spaced) {
+        return Some(found);
+    }
     if let Some(target) = directive
         .strip_prefix("include")
         .or_else(|| directive.strip_prefix("import"))
     {
+        // `<stdio.h>` or `"x.h"`, optionally followed by a comment.
         let target = target.trim();
-        let inner = target
-            .strip_prefix('<')
-            .and_then(|t| t.strip_suffix('>'))
-            .or_else(|| target.strip_prefix('"').and_then(|t| t.strip_suffix('"')))?;
-        return Some(Found::Import(inner));
+        let close = match target.chars().next()? {
+            '<' => '>',
+            '"' => '"',
+            _ => return None,
+        };
+        let (inner, tail) = target[1..].split_once(close)?;
+        let tail = tail.trim();
+        let tail_ok = tail.is_empty() || tail.starts_with("/*") || tail.starts_with("//");
+        return (tail_ok && !inner.is_empty()).then_some(Found::Import(inner));
     }
     let name = directive.strip_prefix("define ")?;
     let (name, _) = split_identifier(name.trim_start())?;
+    if spaced && !is_macro_name(name) {
+        return None;
+    }
     Some(Found::Symbol(format!("define {name}")))
+}
+
+/// `#ifdef X`, `#ifndef X`, `#undef X`, `#if ...`, `#elif ...`, `#else`,
+/// `#endif`, `#pragma ...`, `#error ...`: code, but nothing to list.
+fn conditional(directive: &str, spaced: bool) -> Option<Found<'static>> {
+    let (word, rest) = split_word(directive)?;
+    // What may follow a directive on its line: nothing, or a C comment.
+    let bare = |rest: &str| rest.is_empty() || rest.starts_with("/*") || rest.starts_with("//");
+    let ok = match word {
+        "ifdef" | "ifndef" | "undef" => {
+            let (name, tail) = split_identifier(rest)?;
+            bare(tail.trim()) && (!spaced || is_macro_name(name))
+        }
+        "endif" | "else" => bare(rest),
+        "if" | "elif" => {
+            !spaced || rest.starts_with("defined") || rest.starts_with('!') || is_macro_name(rest)
+        }
+        "pragma" | "error" | "warning" => !spaced && !rest.is_empty(),
+        _ => false,
+    };
+    ok.then_some(Found::Statement)
+}
+
+/// A C macro name as conventionally written: upper case, digits and `_`.
+fn is_macro_name(name: &str) -> bool {
+    split_identifier(name).is_some_and(|(id, rest)| {
+        rest.trim().is_empty()
+            && id.len() > 1
+            && id
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    })
 }
 
 /// `import x`, `import a.b as c`, `import a.b.C;`, `import static a.b.c;`,
@@ -346,13 +497,22 @@ fn python_from_import(after: &str) -> Option<&str> {
     (module_ok && names_ok).then_some(module)
 }
 
-/// Rust `use a::b;` / `use a::{b, c};`, PHP `use App\Models\User;`, Perl `use strict;`.
+/// Rust `use a::b;` / `use a::{b, c};`, PHP `use App\Models\User;`, Perl
+/// `use strict;` / `use POSIX qw(floor);`.
 fn use_path(after: &str) -> Option<&str> {
     let after = after.trim();
     if let Some(path) = after.strip_suffix(';') {
         let path = path.split(" as ").next()?.trim();
         let root = path.split("::{").next()?;
-        return (is_path(root, ":\\") || path.contains("::{")).then_some(root);
+        if is_path(root, ":\\") || path.contains("::{") {
+            return Some(root);
+        }
+        // Perl: `use Carp ();`, `use POSIX qw(floor);`, `use parent -norequire, 'X';`.
+        let (module, args) = split_word(path)?;
+        let perl_args = args.starts_with(['(', '\'', '"', '-'])
+            || args.starts_with("qw")
+            || args.starts_with(|c: char| c.is_ascii_digit());
+        return (is_path(module, ":") && perl_args).then_some(module);
     }
     let root = after.strip_suffix('{')?.trim().strip_suffix("::")?;
     is_path(root, ":").then_some(root)
@@ -498,6 +658,11 @@ fn sql(line: &str) -> Option<Found<'_>> {
             Some(Found::Statement)
         }
         ("UPDATE", _) if upper && line.contains(" SET ") => Some(Found::Statement),
+        ("GRANT" | "REVOKE" | "ALTER" | "DROP" | "COMMENT" | "TRUNCATE" | "SET", _)
+            if upper && line.ends_with(';') =>
+        {
+            Some(Found::Statement)
+        }
         _ => None,
     }
 }
@@ -515,8 +680,10 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
         return None;
     }
     let name_start = head
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == '~'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_alphanumeric() || c == '_' || c == ':' || c == '~'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let name = &head[name_start..];
     let before = head[..name_start].trim();
     if name.is_empty() || before.is_empty() || !is_path(name.trim_start_matches('~'), ":") {
@@ -548,11 +715,16 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
 }
 
 fn ends_like_code(line: &str) -> bool {
+    ends_like_c_family(line) || python_block(line) || is_call_statement(line)
+}
+
+fn ends_like_c_family(line: &str) -> bool {
     line.ends_with(['{', '}', ';'])
         || line.ends_with("=>")
         || line.ends_with("):")
         || line.starts_with("//")
         || line.starts_with("/*")
+        || line.starts_with("-- ")
         || line.starts_with("#[")
         || (line.starts_with('@') && line[1..].starts_with(|c: char| c.is_ascii_alphabetic()))
         || matches!(
@@ -561,9 +733,77 @@ fn ends_like_code(line: &str) -> bool {
         )
 }
 
-/// A sentence: at least ten words and ending like one.
+/// Python block openers that prose does not take (`else:`, `try:`,
+/// `except ValueError:`, `for x in y:`, `if x == y:`, `with f() as g:`) and
+/// docstring delimiters.
+fn python_block(line: &str) -> bool {
+    if line.starts_with("\"\"\"") || line.starts_with("'''") {
+        return true;
+    }
+    let Some(head) = line.strip_suffix(':') else {
+        return false;
+    };
+    match split_word(head) {
+        Some(("else" | "try" | "finally", "")) => true,
+        Some(("except", rest)) => rest.is_empty() || split_identifier(rest).is_some(),
+        Some(("elif", _)) => true,
+        Some(("if" | "while", rest)) => {
+            rest.contains("==") || rest.contains("!=") || rest.contains('(')
+        }
+        Some(("for", rest)) => rest
+            .split_once(" in ")
+            .is_some_and(|(target, _)| target.split(',').all(|t| is_identifier(t.trim()))),
+        Some(("with", rest)) => rest.contains('(') && rest.contains(" as "),
+        _ => false,
+    }
+}
+
+/// A statement that is only a call: `main()`, `os.exit(run(args))`,
+/// `require('./cli.js')(process)`; a name, directly an opening parenthesis,
+/// and a closing one at the end.
+fn is_call_statement(line: &str) -> bool {
+    let line = line.strip_suffix(';').unwrap_or(line);
+    if !line.ends_with(')') {
+        return false;
+    }
+    let end = line
+        .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '$' | '.')))
+        .unwrap_or(line.len());
+    end > 0
+        && line[end..].starts_with('(')
+        && line[..end]
+            .split('.')
+            .all(|part| split_identifier(part).is_some_and(|(_, r)| r.is_empty()))
+}
+
+/// A troff request: `.` and one to three letters at the left margin, then a
+/// blank or the end of the line (`.TH LS 1`, `.SH NAME`, `.B`, `.br`).
+fn is_troff_request(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix('.') else {
+        return false;
+    };
+    let letters = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+    (1..=3).contains(&letters) && rest[letters..].chars().next().is_none_or(|c| c == ' ')
+}
+
+/// Whether a first line is an interpreter line (`#!/bin/sh`, `#! /usr/bin/env perl`).
+fn is_shebang(line: &str) -> bool {
+    line.strip_prefix("#!")
+        .is_some_and(|rest| rest.trim_start().starts_with('/'))
+}
+
+/// A sentence: at least ten words, most of them starting with a letter (a
+/// row of numbers in a data table is not prose), and ending like one.
 fn reads_like_prose(line: &str) -> bool {
-    line.ends_with(['.', '?', '!', ',']) && line.split_whitespace().nth(9).is_some()
+    if !line.ends_with(['.', '?', '!', ',']) {
+        return false;
+    }
+    let (mut words, mut lettered) = (0usize, 0usize);
+    for word in line.split_whitespace() {
+        words += 1;
+        lettered += usize::from(word.starts_with(char::is_alphabetic));
+    }
+    words >= 10 && lettered * 2 > words
 }
 
 /// The first whitespace-delimited word and the rest (trimmed at its start).

@@ -7,6 +7,11 @@
 //! near the root, the first items of arrays, the first five scalars in
 //! depth-first order; every other subtree is skipped with `IgnoredAny`. That
 //! keeps a 10 MB response at parser speed and constant memory.
+//!
+//! Text after the first value is counted as trailing characters, except that
+//! (without a JSON MIME type) a first value followed by more non-JSON text
+//! than itself is not taken for the content: log lines such as
+//! `[    0.000000] Linux version ...` or `[2024-01-01] started` fall through.
 
 use super::lines::{clip, clip_line, one_line, split_lines};
 use super::unknown;
@@ -41,6 +46,13 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     if !rest.is_empty() {
         if let Some(records) = json_lines(trimmed, end) {
             return Some(records);
+        }
+        // A small value opening a mostly non-JSON text is not the content:
+        // `[    0.000000] Linux version ...` (dmesg), `[INFO] ...`, `{1}`.
+        // A stream of values (`jq '.a, .b'`) continues with another value.
+        let another_value = rest.starts_with(['{', '[']);
+        if !mime_json && !another_value && rest.len() > end {
+            return None;
         }
     }
     let summary = walk(first)?;
@@ -118,7 +130,8 @@ fn describe_value(walked: &Walked, trailing_chars: usize) -> Synopsis {
 /// line, at least two lines parse, and at most one line in ten does not.
 fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
     let first_line_end = memchr::memchr(b'\n', text.as_bytes())?;
-    if text[first_end..first_line_end].trim() != "" {
+    // A first value spanning several lines (pretty-printed) is not a record line.
+    if first_end > first_line_end || !text[first_end..first_line_end].trim().is_empty() {
         return None;
     }
     let mut records = 0usize;
@@ -509,6 +522,26 @@ mod tests {
         assert_eq!(s.title, "JSON Lines output");
         assert_eq!(s.summary[0], "JSON Lines: 3 records.");
         assert_eq!(s.summary[1], "first record keys: reason, id");
+    }
+
+    #[test]
+    fn pretty_value_followed_by_more_is_not_json_lines() {
+        // `jq '.a, .b'` prints a stream of pretty values; this once panicked.
+        let s = syn("{\n \"a\": 1\n}\n{\n \"b\": 2\n}\n");
+        assert_eq!(s.summary[0], "JSON object.");
+        assert!(s
+            .notable_items
+            .contains(&"trailing_chars_after_first_json_value: 11".to_string()));
+        let s = syn("{\n \"a\": 1\n}\nfoo");
+        assert_eq!(s.title, "JSON output");
+    }
+
+    #[test]
+    fn a_bracketed_log_prefix_is_not_json() {
+        let dmesg = "[    0.000000] Linux version 6.1\n[    0.000000] Command line: quiet\n";
+        assert!(summarize(&Input::new(dmesg, "", 10)).is_none());
+        let input = Input::new(dmesg, "application/json", 10);
+        assert_eq!(summarize(&input).map(|s| s.kind), Some(Kind::Json));
     }
 
     #[test]

@@ -22,13 +22,13 @@ mod unknown;
 mod xml;
 mod yaml;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
 pub use lines::{clip, clip_line, one_line, LINE_CAP};
 
 /// The closed set of output kinds a synopsis can have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Json,
@@ -84,7 +84,7 @@ impl std::fmt::Display for Kind {
 ///
 /// Every line is already clipped to its cap; rendering only lays the lines
 /// out (see [`crate::stub`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Synopsis {
     pub kind: Kind,
     pub title: String,

@@ -106,7 +106,8 @@ fn plausible_table(rows: &[Vec<String>], delimiter: u8) -> bool {
     if majority(unbalanced_rows) {
         return false;
     }
-    if delimiter == b'\t' {
+    if delimiter == b'\t' && rows[0][0].trim().is_empty() {
+        // Tab-indented code: the "header" itself is an indented line.
         let indented = rows.iter().filter(|row| row[0].trim().is_empty()).count();
         if majority(indented) {
             return false;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 /// Child tags listed in the structure.
 const CHILD_TAG_LIMIT: usize = 30;
 /// A tag name is shown with at most this many characters.
-const TAG_CHARS: usize = 120;
+const TAG_CHARS: usize = 80;
 
 pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     let trimmed = input.text.trim_start();
@@ -79,12 +79,13 @@ fn parse(text: &str) -> Option<Document> {
                     }
                     root = Some((tag_name(e.name().as_ref()), attributes));
                 } else if depth == 1 {
-                    let name = e.name().as_ref().to_string();
-                    match index.get(&name) {
+                    let name = e.name();
+                    let name: &str = name.as_ref();
+                    match index.get(name) {
                         Some(&i) => children[i].1 += 1,
                         None => {
-                            index.insert(name.clone(), children.len());
-                            children.push((tag_name(&name), 1));
+                            index.insert(name.to_string(), children.len());
+                            children.push((tag_name(name), 1));
                         }
                     }
                 }

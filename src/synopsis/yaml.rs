@@ -3,11 +3,18 @@
 //!
 //! A YAML parser accepts almost any text as a plain scalar, so a heuristic
 //! decides first whether the text is meant as YAML: it starts with `---`; or a
-//! bare `key:` line is followed by an indented line (the design's rule); or,
+//! bare `key:` line is followed by an indented line (the design's rule); or a
+//! top-level `- key: value` item continues with an `  other: value` line, or a
+//! `- key:` item with an indented line (a sequence of mappings, as in Ansible
+//! playbooks and command specs); or,
 //! fixing the design's blind spot for flat files, every unindented line is a
-//! `key: value` pair or a comment and there are at least two of them. Text
-//! that matches the code patterns is never YAML. The text must then load as a
-//! mapping or a sequence with unique top-level keys.
+//! `key: value` pair, a bare `key:` (a null value) or a comment, there are at
+//! least two of them, and most values are not aligned in a column (`MemTotal:
+//! 16 kB`, `passwd:   files` are status listings and other config formats,
+//! not YAML). Text that is code written at the left margin is never YAML
+//! (code inside a YAML block scalar, such as a CI step's script, does not
+//! count). The text must then load as a mapping or a sequence with unique
+//! top-level keys.
 
 use super::lines::{clip_line, one_line, split_lines};
 use super::{Input, Kind, Synopsis};
@@ -24,7 +31,7 @@ const KEY_CHARS: usize = 80;
 const FLAT_LINES: usize = 400;
 
 pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
-    if !looks_yaml(input.text, || input.code_scan().is_code()) {
+    if !looks_yaml(input.text, || input.code_scan().is_code_at_margin()) {
         return None;
     }
     let mut documents = serde_norway::Deserializer::from_str(input.text);
@@ -80,6 +87,7 @@ fn looks_yaml(text: &str, code_like: impl FnOnce() -> bool) -> bool {
         .take(FLAT_LINES)
         .peekable();
     let mut pairs = 0usize;
+    let mut aligned = 0usize;
     let mut flat = true;
     while let Some(line) = lines.next() {
         if line.trim_start().starts_with('#') {
@@ -88,26 +96,50 @@ fn looks_yaml(text: &str, code_like: impl FnOnce() -> bool) -> bool {
         if line.starts_with([' ', '\t']) {
             continue;
         }
+        if let Some(item) = line.strip_prefix("- ") {
+            // A sequence of mappings: `- key: value` continued by an
+            // `  other: value` line, a form Markdown lists do not take.
+            // `- key:` may instead be followed by its nested value.
+            let next = lines.peek().copied().unwrap_or("");
+            let continued = next
+                .strip_prefix("  ")
+                .is_some_and(|n| !n.starts_with([' ', '\t']) && key_line(n).is_some());
+            match key_line(item) {
+                Some(KeyLine::Bare) if next.starts_with(' ') => return true,
+                Some(_) if continued => return true,
+                _ => {}
+            }
+            flat = false;
+            continue;
+        }
         match key_line(line) {
             Some(KeyLine::Bare) => {
                 // The design's rule: `key:` followed by an indented line.
                 let nested = lines
                     .peek()
                     .is_some_and(|next| next.starts_with([' ', '\t', '-']));
-                return nested;
+                if nested {
+                    return true;
+                }
+                // Otherwise a key with a null value, in a flat file.
+                pairs += 1;
             }
-            Some(KeyLine::Pair) => pairs += 1,
+            Some(KeyLine::Pair { aligned: a }) => {
+                pairs += 1;
+                aligned += usize::from(a);
+            }
             None => flat = false,
         }
     }
-    flat && pairs >= 2
+    flat && pairs >= 2 && aligned * 2 <= pairs
 }
 
 enum KeyLine {
     /// `key:` with nothing after it but an optional comment.
     Bare,
-    /// `key: value`.
-    Pair,
+    /// `key: value`; `aligned` when the value is pushed into a column by a
+    /// run of blanks after the colon.
+    Pair { aligned: bool },
 }
 
 /// Recognises `key:` and `key: value` with a plain or quoted key.
@@ -130,7 +162,9 @@ fn key_line(line: &str) -> Option<KeyLine> {
     if rest.is_empty() || rest.trim_start().starts_with('#') || rest.trim().is_empty() {
         return Some(KeyLine::Bare);
     }
-    rest.starts_with([' ', '\t']).then_some(KeyLine::Pair)
+    let aligned = rest.starts_with('\t') || rest.starts_with("  ");
+    rest.starts_with([' ', '\t'])
+        .then_some(KeyLine::Pair { aligned })
 }
 
 /// What the summary needs of the first document.
@@ -335,6 +369,42 @@ mod tests {
         );
         assert!(syn("Note: this is prose.\nIt goes on without keys.\n").is_none());
         assert!(syn("just one line: here\n").is_none());
+        let meminfo =
+            "MemTotal:       24684092 kB\nMemFree:        22486224 kB\nBuffers:          120 kB\n";
+        assert!(syn(meminfo).is_none(), "an aligned status listing");
+    }
+
+    #[test]
+    fn a_sequence_of_mappings_is_yaml() {
+        let s = syn("# spec\n- release_tracks: [ALPHA, GA]\n  help_text:\n    brief: Create.\n- name: second\n  x: 1\n")
+            .expect("yaml");
+        assert_eq!(s.summary, ["YAML array.", "array length: 2"]);
+        assert!(
+            syn("- Fixed: a crash\n- Added: a flag\n- Docs\n").is_none(),
+            "a Markdown list"
+        );
+    }
+
+    #[test]
+    fn keys_without_values_are_null() {
+        let s = syn("# funding\ngithub: [pyenv]\npatreon: # a comment\nko_fi:\ncustom: x\n")
+            .expect("yaml");
+        assert_eq!(
+            s.structure,
+            [
+                "github: array",
+                "patreon: null",
+                "ko_fi: null",
+                "custom: string"
+            ]
+        );
+    }
+
+    #[test]
+    fn scripts_in_block_scalars_do_not_make_code() {
+        let workflow = "name: Add versions\non:\n  workflow_dispatch: {}\njobs:\n  add:\n    steps:\n      - run: |\n          import os\n          import sys\n          print(os.environ)\n";
+        let s = syn(workflow).expect("yaml");
+        assert_eq!(s.summary[1], "top-level keys: name, on, jobs");
     }
 
     #[test]

@@ -1,0 +1,479 @@
+//! End-to-end tests of `toolstub serve` in-process: the real server on a
+//! real TCP port, in front of a mock upstream (also real TCP) that records
+//! what it received. No fixed ports, no network beyond loopback.
+
+mod mock;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use mock::{client, ok_json, send, Mock, Recorded, Reply, Script};
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use toolstub::config::{load, Config, Overrides};
+use toolstub::proxy::Server;
+use toolstub::store::Tenant;
+
+const KEY: &str = "Bearer sk-test-key-0123456789";
+
+struct Setup {
+    proxy: Server,
+    mock: Mock,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.proxy.addr)
+    }
+}
+
+fn config_for(upstream: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> Config {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".to_string()),
+        upstream: Some(upstream.to_string()),
+        db: Some(dir.join("toolstub.db")),
+    };
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    load(None, env, &overrides).expect("config")
+}
+
+async fn setup_with(script: Script, env: &[(&str, &str)]) -> Setup {
+    let mock = mock::start(script).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config_for(&format!("http://{}", mock.addr), dir.path(), env);
+    let proxy = Server::start(config).await.expect("proxy");
+    Setup {
+        proxy,
+        mock,
+        _dir: dir,
+    }
+}
+
+async fn setup(script: Script) -> Setup {
+    setup_with(script, &[]).await
+}
+
+fn always_ok() -> Script {
+    Arc::new(|_: &Recorded| ok_json("done"))
+}
+
+fn big_json(n: usize) -> String {
+    let items: Vec<String> = (0..n)
+        .map(|i| format!("{{\"id\":{i},\"name\":\"user {i}\",\"active\":true}}"))
+        .collect();
+    format!("{{\"users\":[{}],\"total\":{n}}}", items.join(","))
+}
+
+/// A chat body: one user message, then one assistant turn calling `fetch`
+/// once per output, then the outputs.
+fn chat_body(outputs: &[String], extra: &str) -> String {
+    let calls: Vec<String> = (0..outputs.len())
+        .map(|i| format!(r#"{{"id":"call_{i}","type":"function","function":{{"name":"fetch","arguments":"{{}}"}}}}"#))
+        .collect();
+    let results: Vec<String> = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            format!(
+                r#"{{"role":"tool","tool_call_id":"call_{i}","content":{}}}"#,
+                serde_json::to_string(o).expect("json")
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"model":"gpt-test","messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":null,"tool_calls":[{}]}},{}]{extra}}}"#,
+        calls.join(","),
+        results.join(",")
+    )
+}
+
+#[tokio::test]
+async fn a_small_chat_request_arrives_byte_identical() {
+    let s = setup(always_ok()).await;
+    let body = r#"{"model":"gpt-test",  "messages":[{"role":"user","content":"hi"}], "z":1, "a":2}"#;
+    let (status, headers, response) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions?api-version=1"),
+        &[("authorization", KEY), ("content-type", "application/json")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(headers.get("x-toolstub-externalized").is_none());
+    let v: Value = serde_json::from_slice(&response).expect("json");
+    assert_eq!(v["choices"][0]["message"]["content"], "done");
+    let got = s.mock.last();
+    assert_eq!(got.body, Bytes::from(body));
+    assert_eq!(got.path_and_query, "/v1/chat/completions?api-version=1");
+    assert_eq!(got.headers["authorization"], KEY);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_large_json_output_becomes_a_stub_whose_ref_reads_back() {
+    let s = setup(always_ok()).await;
+    let original = big_json(5000);
+    assert!(original.len() > 200_000);
+    let body = chat_body(std::slice::from_ref(&original), "");
+    let (status, headers, _) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY), ("x-toolstub-session", "sess-1")],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-externalized"], "1");
+    let saved: usize = headers["x-toolstub-saved-chars"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("number");
+    assert!(saved > 190_000, "{saved}");
+    let got = s.mock.last();
+    assert!(got.headers.get("x-toolstub-session").is_none(), "own headers stay here");
+    assert_eq!(
+        got.headers["content-length"],
+        got.body.len().to_string().as_str()
+    );
+    let v: Value = serde_json::from_slice(&got.body).expect("upstream got JSON");
+    let stub = v["messages"][2]["content"].as_str().expect("stub");
+    assert!(stub.starts_with("[toolstub: tool output externalized]"), "{stub}");
+    assert!(stub.contains("kind: json"));
+    assert!(stub.contains("tool_name: fetch"));
+    let r = stub
+        .lines()
+        .find_map(|l| l.strip_prefix("ref: "))
+        .expect("ref line")
+        .to_string();
+    let tools: Vec<&str> = v["tools"]
+        .as_array()
+        .expect("recall tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(tools, ["tool_result_read", "tool_result_search", "tool_result_list"]);
+    // The original is in the store, for this tenant, byte for byte.
+    let tenant = Tenant::from_credential(KEY);
+    let window = s
+        .proxy
+        .app
+        .store
+        .read(&tenant, &r, 0, -1)
+        .await
+        .expect("read back");
+    assert_eq!(window.content, original);
+    let other = Tenant::from_credential("Bearer someone-else");
+    assert!(s.proxy.app.store.read(&other, &r, 0, 10).await.is_err());
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_turn_budget_stubs_the_largest_outputs() {
+    let s = setup(always_ok()).await;
+    // Six outputs of 19,000 characters: none over the threshold, 114,000 together.
+    let outputs: Vec<String> = (0..6)
+        .map(|i| format!("line {i}\n{}", "word ".repeat(3_798)))
+        .collect();
+    let body = chat_body(&outputs, "");
+    let (status, headers, _) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-externalized"], "1");
+    let v: Value = serde_json::from_slice(&s.mock.last().body).expect("json");
+    let contents: Vec<&str> = (2..8)
+        .map(|i| v["messages"][i]["content"].as_str().expect("content"))
+        .collect();
+    assert!(contents[0].contains("reason: turn_budget"), "{}", contents[0]);
+    assert!(contents[0].contains("preview_chars: 2000"));
+    for (i, c) in contents.iter().enumerate().skip(1) {
+        assert_eq!(*c, outputs[i], "output {i} stays inline");
+    }
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn twelve_large_outputs_share_the_preview_budget() {
+    let s = setup(always_ok()).await;
+    let outputs: Vec<String> = (0..12)
+        .map(|i| format!("\u{0}{i}{}", "\u{1}bin".repeat(6_000)))
+        .collect();
+    let body = chat_body(&outputs, "");
+    let (status, headers, _) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-externalized"], "12");
+    let v: Value = serde_json::from_slice(&s.mock.last().body).expect("json");
+    for i in 2..14 {
+        let c = v["messages"][i]["content"].as_str().expect("content");
+        assert!(c.contains("kind: unknown"));
+        assert!(c.contains("reason: single_threshold"));
+        // 10,000 / 12 = 833 < 1,000: each stub gets the 1,000 floor.
+        assert!(c.contains("preview_chars: 1000"), "{c}");
+    }
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn streamed_responses_reach_the_client_chunk_by_chunk() {
+    let sent: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let sent_by_mock = sent.clone();
+    let script: Script = Arc::new(move |_: &Recorded| Reply::Stream {
+        chunks: (0..5)
+            .map(|i| format!("data: {{\"chunk\":{i}}}\n\n"))
+            .collect(),
+        gap: Duration::from_millis(100),
+        sent: sent_by_mock.clone(),
+    });
+    let s = setup(script).await;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(s.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from(
+            r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .expect("request");
+    let response = client().request(request).await.expect("response");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let mut received: Vec<(Instant, Bytes)> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("frame").into_data() {
+            received.push((Instant::now(), data));
+        }
+    }
+    let text: String = received
+        .iter()
+        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert_eq!(text.matches("data: ").count(), 5);
+    let sent = sent.lock().expect("lock").clone();
+    assert_eq!(sent.len(), 5);
+    // Each chunk reached the client before the mock sent the next one.
+    for i in 0..4 {
+        let needle = format!("{{\"chunk\":{i}}}");
+        let (at, _) = received
+            .iter()
+            .find(|(_, b)| String::from_utf8_lossy(b).contains(&needle))
+            .expect("chunk received");
+        assert!(*at < sent[i + 1], "chunk {i} arrived after chunk {} was sent", i + 1);
+    }
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_gives_a_502_json_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = listener.local_addr().expect("addr");
+    drop(listener);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = Server::start(config_for(&format!("http://{dead}"), dir.path(), &[]))
+        .await
+        .expect("proxy");
+    let (status, headers, body) = send(
+        &client(),
+        "POST",
+        format!("http://{}/v1/chat/completions", proxy.addr),
+        &[],
+        r#"{"messages":[]}"#,
+    )
+    .await;
+    assert_eq!(status, 502);
+    assert_eq!(headers["content-type"], "application/json");
+    let v: Value = serde_json::from_slice(&body).expect("json error");
+    assert_eq!(v["error"]["code"], "upstream_unreachable");
+    assert!(v["error"]["message"].as_str().expect("message").contains("upstream"));
+    assert!(v["error"]["type"].is_string());
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn other_routes_pass_through_unchanged() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("x-upstream", "yes".to_string())],
+            format!("{} {}", r.method, r.path_and_query),
+        )
+    });
+    let s = setup(script).await;
+    let (status, headers, body) = send(&client(), "GET", s.url("/v1/models?limit=2"), &[("authorization", KEY)], "").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-upstream"], "yes");
+    assert_eq!(body, Bytes::from("GET /v1/models?limit=2"));
+    let payload = vec![7u8; 300_000];
+    let (status, _, _) = send(&client(), "PUT", s.url("/v1/files/x"), &[], payload.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(s.mock.last().body, Bytes::from(payload));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_errors_pass_through_with_their_headers() {
+    let script: Script = Arc::new(|_: &Recorded| {
+        Reply::Full(
+            429,
+            vec![
+                ("retry-after", "7".to_string()),
+                ("content-type", "application/json".to_string()),
+            ],
+            r#"{"error":{"message":"slow down","type":"rate_limit","code":"rate_limited"}}"#.to_string(),
+        )
+    });
+    let s = setup(script).await;
+    let body = chat_body(&[big_json(3000)], "");
+    let (status, headers, response) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "7");
+    assert!(String::from_utf8_lossy(&response).contains("slow down"));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn bypass_compressed_and_oversized_bodies_go_byte_for_byte() {
+    let s = setup_with(always_ok(), &[("TOOLSTUB_SERVER_MAX_BODY_BYTES", "100000")]).await;
+    let body = chat_body(&[big_json(3000)], "");
+    assert!(body.len() > 100_000);
+    // Over max_body_bytes: forwarded unchanged.
+    send(&client(), "POST", s.url("/v1/chat/completions"), &[], body.clone()).await;
+    assert_eq!(s.mock.last().body, Bytes::from(body.clone()));
+    let small = chat_body(&[big_json(600)], "");
+    assert!(small.len() < 100_000 && small.len() > 20_000);
+    // Bypass header: forwarded unchanged, and the header stays here.
+    send(&client(), "POST", s.url("/v1/chat/completions"), &[("x-toolstub-bypass", "1")], small.clone()).await;
+    let got = s.mock.last();
+    assert_eq!(got.body, Bytes::from(small.clone()));
+    assert!(got.headers.get("x-toolstub-bypass").is_none());
+    // A compressed body is not parsed.
+    send(&client(), "POST", s.url("/v1/chat/completions"), &[("content-encoding", "gzip")], small.clone()).await;
+    assert_eq!(s.mock.last().body, Bytes::from(small.clone()));
+    // Without either, the same body is rewritten.
+    send(&client(), "POST", s.url("/v1/chat/completions"), &[], small.clone()).await;
+    assert_ne!(s.mock.last().body, Bytes::from(small));
+    // Not JSON: forwarded unchanged.
+    send(&client(), "POST", s.url("/v1/chat/completions"), &[], "not json {").await;
+    assert_eq!(s.mock.last().body, Bytes::from("not json {"));
+    s.proxy.shutdown().await;
+}
+
+/// SPEC section 1: a 30-turn conversation replayed turn by turn; every turn
+/// the upstream receives the previous turn's rewritten messages unchanged as
+/// its prefix, so the provider's prompt cache keeps hitting.
+#[tokio::test]
+async fn a_growing_conversation_keeps_its_rewritten_prefix() {
+    let s = setup(always_ok()).await;
+    let c = client();
+    let mut messages: Vec<String> = vec![
+        r#"{"role":"system","content":"You are an agent."}"#.to_string(),
+        r#"{"role":"user","content":"Investigate."}"#.to_string(),
+    ];
+    let mut previous: Option<Vec<String>> = None;
+    let mut stubbed_turns = 0;
+    for turn in 0..30 {
+        messages.push(format!(
+            r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_{turn}","type":"function","function":{{"name":"read_file","arguments":"{{\"n\":{turn}}}"}}}}]}}"#
+        ));
+        let output = match turn % 5 {
+            0 => big_json(1500 + turn),
+            2 => format!("log line {turn}\n").repeat(2000),
+            _ => format!("short output {turn}"),
+        };
+        messages.push(format!(
+            r#"{{"role":"tool","tool_call_id":"call_{turn}","content":{}}}"#,
+            serde_json::to_string(&output).expect("json")
+        ));
+        let body = format!(r#"{{"model":"gpt-test","messages":[{}]}}"#, messages.join(","));
+        let (status, headers, _) = send(&c, "POST", s.url("/v1/chat/completions"), &[("authorization", KEY)], body).await;
+        assert_eq!(status, 200);
+        if headers.get("x-toolstub-externalized").is_some() {
+            stubbed_turns += 1;
+        }
+        #[derive(serde::Deserialize)]
+        struct Messages<'a> {
+            #[serde(borrow)]
+            messages: Vec<&'a serde_json::value::RawValue>,
+        }
+        let got = s.mock.last();
+        let parsed: Messages<'_> = serde_json::from_slice(&got.body).expect("json");
+        let now: Vec<String> = parsed.messages.iter().map(|m| m.get().to_string()).collect();
+        if let Some(before) = &previous {
+            assert_eq!(&now[..before.len()], &before[..], "turn {turn}: prefix changed");
+        }
+        previous = Some(now);
+        messages.push(format!(r#"{{"role":"assistant","content":"turn {turn} done"}}"#));
+    }
+    assert_eq!(stubbed_turns, 30, "a stub is present from the first turn on");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn healthz_and_metrics_answer_without_a_credential_in_sight() {
+    let s = setup(always_ok()).await;
+    let c = client();
+    let (status, _, body) = send(&c, "GET", s.url("/healthz"), &[], "").await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
+    send(&c, "POST", s.url("/v1/chat/completions"), &[("authorization", KEY)], chat_body(&[big_json(3000)], "")).await;
+    let (status, _, body) = send(&c, "GET", s.url("/metrics"), &[], "").await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 1"), "{text}");
+    assert!(text.contains("toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"));
+    assert!(text.contains("toolstub_upstream_latency_seconds_count"));
+    assert!(!text.contains("sk-test-key"));
+    s.proxy.shutdown().await;
+}
+
+/// An HTTPS upstream with a self-signed certificate, trusted through
+/// `upstream.ca_file`.
+#[tokio::test]
+async fn an_https_upstream_with_a_self_signed_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+    let cert_der = cert.cert.der().clone();
+    let key_der = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).expect("key");
+    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der], key_der)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+    let mock = mock::start_with(always_ok(), Some(acceptor)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, cert.cert.pem()).expect("write ca");
+    let upstream = format!("https://localhost:{}", mock.addr.port());
+    let ca_env = ca.to_string_lossy().into_owned();
+    let proxy = Server::start(config_for(&upstream, dir.path(), &[("TOOLSTUB_UPSTREAM_CA_FILE", &ca_env)]))
+        .await
+        .expect("proxy");
+    let (status, _, body) = send(
+        &client(),
+        "POST",
+        format!("http://{}/v1/chat/completions", proxy.addr),
+        &[],
+        chat_body(&[big_json(3000)], ""),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let got = mock.last();
+    assert!(String::from_utf8_lossy(&got.body).contains("kind: json"));
+    proxy.shutdown().await;
+
+    // Without the CA the same upstream is refused: 502, not a silent success.
+    let proxy = Server::start(config_for(&upstream, dir.path(), &[])).await.expect("proxy");
+    let (status, _, body) = send(
+        &client(),
+        "POST",
+        format!("http://{}/v1/chat/completions", proxy.addr),
+        &[],
+        r#"{"messages":[]}"#,
+    )
+    .await;
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    proxy.shutdown().await;
+}

@@ -15,6 +15,7 @@
 mod body;
 mod chat;
 mod error;
+mod operator;
 mod upstream;
 
 pub use body::BoxBody;
@@ -75,6 +76,7 @@ enum Route {
     Healthz,
     Metrics,
     ChatCompletions,
+    Operator,
     Passthrough,
 }
 
@@ -84,6 +86,7 @@ impl Route {
             (&Method::GET, "/healthz") => Route::Healthz,
             (&Method::GET, "/metrics") => Route::Metrics,
             (&Method::POST, p) if p.ends_with("/chat/completions") => Route::ChatCompletions,
+            (_, p) if p.starts_with("/toolstub/v1/") => Route::Operator,
             _ => Route::Passthrough,
         }
     }
@@ -93,6 +96,7 @@ impl Route {
             Route::Healthz => "healthz",
             Route::Metrics => "metrics",
             Route::ChatCompletions => "chat_completions",
+            Route::Operator => "operator",
             Route::Passthrough => "passthrough",
         }
     }
@@ -198,6 +202,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<BoxBod
             app.metrics.render(),
         )),
         Route::ChatCompletions => chat::handle(&app, req).await,
+        Route::Operator => operator::handle(&app, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
     let response = result.unwrap_or_else(|e| {

@@ -6,6 +6,13 @@
 //! and the path a request takes through them.
 
 pub mod cli;
+pub mod config;
+pub mod metrics;
+pub mod protocol;
+pub mod proxy;
 pub mod refs;
+pub mod rewrite;
+pub mod store;
 pub mod stub;
 pub mod synopsis;
+pub mod recall;

@@ -1,0 +1,192 @@
+//! Answering one recall call from the store. The result is always a JSON
+//! text for the model: the data asked for, or `{"error": ...}` saying what
+//! was wrong (bad arguments, unknown ref, expired ref) so the model can go on.
+
+use super::{RecallCall, RecallTool};
+use crate::store::{AsyncResultStore, StoreError, Tenant};
+use serde::{Deserialize, Serialize};
+
+/// Where a recall call may look: one tenant's outputs, one session for
+/// `list` and ref-less search.
+pub struct RecallScope<'a> {
+    pub store: &'a AsyncResultStore,
+    pub tenant: &'a Tenant,
+    pub session: &'a str,
+}
+
+const DEFAULT_READ_LIMIT: i64 = 20_000;
+const DEFAULT_SEARCH_LIMIT: usize = 20;
+const DEFAULT_CONTEXT_CHARS: usize = 300;
+const DEFAULT_LIST_LIMIT: usize = 50;
+/// Caps on what a model may ask for in one call.
+const MAX_SEARCH_LIMIT: usize = 200;
+const MAX_CONTEXT_CHARS: usize = 5_000;
+const MAX_LIST_LIMIT: usize = 500;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    #[serde(rename = "ref")]
+    result_ref: String,
+    offset: Option<i64>,
+    limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    #[serde(rename = "ref")]
+    result_ref: Option<String>,
+    query: String,
+    limit: Option<i64>,
+    context_chars: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    tool_name: Option<String>,
+    limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct ReadResult<'a> {
+    #[serde(rename = "ref")]
+    result_ref: &'a str,
+    content: String,
+    offset: u64,
+    total_chars: u64,
+    has_more: bool,
+    next_offset: Option<u64>,
+    offset_unit: &'static str,
+}
+
+#[derive(Serialize)]
+struct ErrorResult {
+    error: String,
+}
+
+/// Runs `call` and returns the tool result text, and whether it is an error.
+pub async fn execute(scope: &RecallScope<'_>, call: &RecallCall) -> (String, bool) {
+    let outcome = match call.tool {
+        RecallTool::Read => read(scope, &call.arguments).await,
+        RecallTool::Search => search(scope, &call.arguments).await,
+        RecallTool::List => list(scope, &call.arguments).await,
+    };
+    match outcome {
+        Ok(text) => (text, false),
+        Err(message) => (
+            serde_json::to_string(&ErrorResult { error: message })
+                .unwrap_or_else(|_| "{\"error\":\"internal error\"}".to_string()),
+            true,
+        ),
+    }
+}
+
+fn args<'a, T: Deserialize<'a>>(tool: &str, arguments: &'a str) -> Result<T, String> {
+    let arguments = if arguments.trim().is_empty() { "{}" } else { arguments };
+    serde_json::from_str(arguments).map_err(|e| format!("invalid arguments for {tool}: {e}"))
+}
+
+fn explain(e: StoreError) -> String {
+    match e {
+        StoreError::NotFound { result_ref } => format!(
+            "unknown ref {result_ref}: no externalized output with this ref is available"
+        ),
+        StoreError::Expired { result_ref, .. } => format!(
+            "expired: the output {result_ref} was removed by retention and can no longer be read"
+        ),
+        StoreError::InvalidArgument(message) => message,
+        other => format!("the result store failed: {other}"),
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
+    serde_json::to_string(value).map_err(|e| format!("internal error: {e}"))
+}
+
+async fn read(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String> {
+    let a: ReadArgs = args("read", arguments)?;
+    let offset = a.offset.unwrap_or(0);
+    let limit = a.limit.unwrap_or(DEFAULT_READ_LIMIT);
+    if offset < 0 {
+        return Err(format!("offset must be 0 or more, got {offset}"));
+    }
+    if limit < -1 {
+        return Err(format!("limit must be -1 (to the end) or 0 or more, got {limit}"));
+    }
+    let window = scope
+        .store
+        .read(scope.tenant, &a.result_ref, offset, limit)
+        .await
+        .map_err(explain)?;
+    to_json(&ReadResult {
+        result_ref: &a.result_ref,
+        content: window.content,
+        offset: window.offset,
+        total_chars: window.total_chars,
+        has_more: window.has_more,
+        next_offset: window.next_offset,
+        offset_unit: "unicode_code_point",
+    })
+}
+
+fn bounded(value: Option<i64>, default: usize, max: usize, name: &str, min: i64) -> Result<usize, String> {
+    match value {
+        None => Ok(default),
+        Some(v) if v < min => Err(format!("{name} must be at least {min}, got {v}")),
+        Some(v) => Ok(usize::try_from(v).unwrap_or(max).min(max)),
+    }
+}
+
+async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String> {
+    let a: SearchArgs = args("search", arguments)?;
+    if a.query.is_empty() {
+        return Err("query must not be empty".to_string());
+    }
+    let limit = bounded(a.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, "limit", 1)?;
+    let context = bounded(
+        a.context_chars,
+        DEFAULT_CONTEXT_CHARS,
+        MAX_CONTEXT_CHARS,
+        "context_chars",
+        0,
+    )?;
+    match a.result_ref.as_deref().filter(|r| !r.is_empty()) {
+        Some(result_ref) => {
+            let found = scope
+                .store
+                .search(scope.tenant, result_ref, &a.query, limit, context)
+                .await
+                .map_err(explain)?;
+            to_json(&found)
+        }
+        None => {
+            #[derive(Serialize)]
+            struct Hits<T> {
+                hits: T,
+            }
+            let hits = scope
+                .store
+                .search_session(scope.tenant, scope.session, &a.query, limit, context)
+                .await
+                .map_err(explain)?;
+            to_json(&Hits { hits })
+        }
+    }
+}
+
+async fn list(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String> {
+    let a: ListArgs = args("list", arguments)?;
+    let limit = bounded(a.limit, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, "limit", 1)?;
+    #[derive(Serialize)]
+    struct Results<T> {
+        results: T,
+    }
+    let results = scope
+        .store
+        .list(scope.tenant, Some(scope.session), a.tool_name.as_deref(), limit)
+        .await
+        .map_err(explain)?;
+    to_json(&Results { results })
+}

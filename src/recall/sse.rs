@@ -1,0 +1,178 @@
+//! A server-sent events parser over byte chunks.
+//!
+//! Grammar (WHATWG): an event is a run of lines ended by an empty line; a
+//! line ends with LF, CR or CRLF; `data:` lines (one optional space after the
+//! colon) are joined with `\n`. Bytes are kept as they came, so an event that
+//! needs no change is forwarded as its original bytes. The buffer is bounded:
+//! an event larger than the cap is an error, not unbounded memory.
+
+use bytes::{Bytes, BytesMut};
+
+/// One event: its original bytes (blank line included) and its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub raw: Bytes,
+    /// The joined `data:` lines; `None` when the event has no data line.
+    pub data: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SseError {
+    #[error("a server-sent event exceeded {0} bytes")]
+    TooLarge(usize),
+}
+
+pub struct SseParser {
+    buf: BytesMut,
+    max_event: usize,
+}
+
+impl SseParser {
+    pub fn new(max_event: usize) -> SseParser {
+        SseParser {
+            buf: BytesMut::new(),
+            max_event,
+        }
+    }
+
+    /// Feeds a chunk; returns the events it completed.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, SseError> {
+        self.buf.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        while let Some(end) = self.find_event_end() {
+            let raw = self.buf.split_to(end).freeze();
+            events.push(Event {
+                data: data_of(&raw),
+                raw,
+            });
+        }
+        if self.buf.len() > self.max_event {
+            return Err(SseError::TooLarge(self.max_event));
+        }
+        Ok(events)
+    }
+
+    /// The last event when the stream ends without its blank line.
+    pub fn finish(&mut self) -> Option<Event> {
+        if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
+            self.buf.clear();
+            return None;
+        }
+        let raw = self.buf.split().freeze();
+        Some(Event {
+            data: data_of(&raw),
+            raw,
+        })
+    }
+
+    /// The end (exclusive) of the first complete event in the buffer: the
+    /// end of the first empty line. The buffer holds at most one partial
+    /// event (bounded by `max_event`), so re-scanning it is cheap.
+    fn find_event_end(&self) -> Option<usize> {
+        let b = &self.buf[..];
+        let mut line_start = 0usize;
+        let mut i = 0usize;
+        while i < b.len() {
+            match b[i] {
+                b'\n' | b'\r' => {
+                    let empty = i == line_start;
+                    let mut next = i + 1;
+                    if b[i] == b'\r' {
+                        match b.get(i + 1) {
+                            Some(b'\n') => next = i + 2,
+                            None => return None, // CR at the end: wait for a possible LF
+                            _ => {}
+                        }
+                    }
+                    if empty {
+                        return Some(next);
+                    }
+                    line_start = next;
+                    i = next;
+                }
+                _ => i += 1,
+            }
+        }
+        None
+    }
+}
+
+/// The joined `data:` lines of one event.
+fn data_of(raw: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(raw);
+    let mut data: Option<String> = None;
+    for line in text.split(['\n', '\r']) {
+        let value = if line == "data" {
+            Some("")
+        } else {
+            line.strip_prefix("data:")
+                .map(|v| v.strip_prefix(' ').unwrap_or(v))
+        };
+        if let Some(v) = value {
+            match &mut data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(v);
+                }
+                None => data = Some(v.to_string()),
+            }
+        }
+    }
+    data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &[u8] = b"data: {\"a\":1}\n\n: comment\r\ndata: x\r\ndata:y\r\n\r\nevent: e\rdata: z\r\rdata: [DONE]\n\n";
+
+    fn all_events(chunks: &[&[u8]]) -> Vec<Event> {
+        let mut p = SseParser::new(1 << 20);
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend(p.push(c).expect("push"));
+        }
+        out.extend(p.finish());
+        out
+    }
+
+    #[test]
+    fn parses_every_line_ending() {
+        let events = all_events(&[STREAM]);
+        let data: Vec<Option<String>> = events.iter().map(|e| e.data.clone()).collect();
+        assert_eq!(
+            data,
+            [
+                Some("{\"a\":1}".to_string()),
+                Some("x\ny".to_string()),
+                Some("z".to_string()),
+                Some("[DONE]".to_string())
+            ]
+        );
+        let raw: Vec<u8> = events.iter().flat_map(|e| e.raw.to_vec()).collect();
+        assert_eq!(raw, STREAM, "events keep their original bytes");
+    }
+
+    #[test]
+    fn any_split_gives_the_same_events() {
+        let whole = all_events(&[STREAM]);
+        for at in 0..=STREAM.len() {
+            let (a, b) = STREAM.split_at(at);
+            assert_eq!(all_events(&[a, &[], b]), whole, "split at {at}");
+        }
+    }
+
+    #[test]
+    fn a_missing_final_blank_line_still_gives_the_event() {
+        let events = all_events(&[b"data: last"]);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data.as_deref(), Some("last"));
+    }
+
+    #[test]
+    fn oversized_events_are_refused() {
+        let mut p = SseParser::new(8);
+        assert_eq!(p.push(b"data: 0123456789"), Err(SseError::TooLarge(8)));
+    }
+}

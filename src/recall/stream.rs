@@ -1,0 +1,374 @@
+//! Splicing streamed recall rounds into one client stream (OpenAI Chat
+//! `chat.completion.chunk` events), as an explicit state machine.
+//!
+//! Per round, content deltas go to the client as they arrive. Tool-call
+//! deltas are held only until their function name is known: a client tool's
+//! held deltas are then released (with indices renumbered so they stay unique
+//! across rounds), a recall tool's are kept back and its arguments collected.
+//! When a round's upstream stream ends with recall calls, the driver runs
+//! them and feeds the next round's events into the same splicer, which drops
+//! the repeated role delta, rewrites `id` and `model` to the first round's,
+//! holds back intermediate finish chunks, usage chunks and `[DONE]`, and at
+//! the very end emits the summed usage (when the client asked for it) and one
+//! `[DONE]`.
+//!
+//! Pure: events in, bytes out; the proxy's driver does the I/O.
+
+use super::openai::Usage;
+use super::sse::Event;
+use super::{RecallCall, RecallTool};
+use crate::stub::RecallToolNames;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// What became of one streamed tool call.
+#[derive(Debug)]
+enum Decision {
+    /// The name is not known yet: its deltas are held.
+    Undecided(Vec<Value>),
+    /// A client tool, shown to the client under this index.
+    Client(u64),
+    /// A recall tool: kept back.
+    Recall,
+}
+
+#[derive(Debug)]
+struct CallState {
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+    decision: Decision,
+}
+
+/// How a round ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RoundEnd {
+    /// The model called recall tools: run them, then start the next round.
+    Recall {
+        content: Option<String>,
+        calls: Vec<RecallCall>,
+    },
+    /// The response is complete; [`Splicer::finish`] gives the closing bytes.
+    Done,
+    /// The upstream sent an error event (already forwarded).
+    UpstreamError,
+    /// The stream ended before `[DONE]`.
+    Truncated,
+}
+
+pub struct Splicer {
+    names: RecallToolNames,
+    /// Whether the recall tools are offered in the current round.
+    recall_offered: bool,
+    round: usize,
+    id: Option<String>,
+    model: Option<String>,
+    usage: Usage,
+    /// The last usage chunk seen, to re-emit with the sums at the end.
+    usage_chunk: Option<Value>,
+    next_client_index: u64,
+    // Per-round state.
+    calls: BTreeMap<u64, CallState>,
+    content: String,
+    held_finish: Option<Value>,
+    done: bool,
+    errored: bool,
+}
+
+impl Splicer {
+    pub fn new(names: RecallToolNames) -> Splicer {
+        Splicer {
+            names,
+            recall_offered: true,
+            round: 0,
+            id: None,
+            model: None,
+            usage: Usage::default(),
+            usage_chunk: None,
+            next_client_index: 0,
+            calls: BTreeMap::new(),
+            content: String::new(),
+            held_finish: None,
+            done: false,
+            errored: false,
+        }
+    }
+
+    /// Starts the next round; `recall_offered` says whether its request still
+    /// carries the recall tools.
+    pub fn next_round(&mut self, recall_offered: bool) {
+        self.round += 1;
+        self.recall_offered = recall_offered;
+        self.calls.clear();
+        self.content.clear();
+        self.held_finish = None;
+        self.done = false;
+    }
+
+    /// Handles one upstream event; returns the bytes to send to the client.
+    pub fn event(&mut self, event: &Event) -> Vec<Bytes> {
+        let Some(data) = event.data.as_deref() else {
+            // Comments and keep-alives pass through in the first round only.
+            return if self.round == 0 {
+                vec![event.raw.clone()]
+            } else {
+                Vec::new()
+            };
+        };
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Vec::new();
+        }
+        let Ok(mut chunk) = serde_json::from_str::<Value>(data) else {
+            return vec![event.raw.clone()];
+        };
+        if chunk.get("error").is_some() {
+            self.errored = true;
+            return vec![event.raw.clone()];
+        }
+        self.chunk(&mut chunk, event)
+    }
+
+    fn chunk(&mut self, chunk: &mut Value, event: &Event) -> Vec<Bytes> {
+        let mut changed = false;
+        if self.id.is_none() {
+            self.id = chunk.get("id").and_then(Value::as_str).map(str::to_string);
+            self.model = chunk.get("model").and_then(Value::as_str).map(str::to_string);
+        } else if self.round > 0 {
+            changed |= self.align_identity(chunk);
+        }
+        // Usage: summed over rounds and sent once, at the end.
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage.add(Some(usage));
+            let no_choices = chunk
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_none_or(|c| c.is_empty());
+            if no_choices {
+                self.usage_chunk = Some(chunk.clone());
+                return Vec::new();
+            }
+            if let Some(obj) = chunk.as_object_mut() {
+                obj.insert("usage".into(), Value::Null);
+            }
+            changed = true;
+        }
+        let Some(choice) = chunk.pointer_mut("/choices/0") else {
+            return self.emit(chunk, event, changed);
+        };
+        if let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) {
+            if self.round > 0 && delta.remove("role").is_some() {
+                changed = true;
+            }
+            if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                self.content.push_str(text);
+            }
+            if let Some(deltas) = delta.remove("tool_calls") {
+                let released = self.tool_deltas(deltas);
+                changed = true;
+                if !released.is_empty() {
+                    delta.insert("tool_calls".into(), Value::Array(released));
+                }
+            }
+        }
+        let finish = choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(reason) = finish {
+            if self.has_recall_calls() || reason == "tool_calls" && !self.has_client_calls() {
+                // The round goes on after the recall calls: hold the finish.
+                let mut held = chunk.clone();
+                if let Some(c) = held.pointer_mut("/choices/0") {
+                    if let Some(d) = c.get_mut("delta").and_then(Value::as_object_mut) {
+                        d.clear();
+                    }
+                }
+                self.held_finish = Some(held);
+                if let Some(c) = chunk.pointer_mut("/choices/0") {
+                    if let Some(obj) = c.as_object_mut() {
+                        obj.insert("finish_reason".into(), Value::Null);
+                    }
+                }
+                changed = true;
+            }
+        }
+        if changed && delta_is_empty(chunk) {
+            return Vec::new();
+        }
+        self.emit(chunk, event, changed)
+    }
+
+    /// Rewrites `id` and `model` of a later round's chunk to the first round's.
+    fn align_identity(&self, chunk: &mut Value) -> bool {
+        let mut changed = false;
+        if let Some(obj) = chunk.as_object_mut() {
+            for (key, value) in [("id", &self.id), ("model", &self.model)] {
+                if let Some(v) = value {
+                    if obj.get(key).and_then(Value::as_str) != Some(v.as_str()) {
+                        obj.insert(key.into(), Value::String(v.clone()));
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    /// Routes tool-call deltas: returns the ones to show the client now.
+    fn tool_deltas(&mut self, deltas: Value) -> Vec<Value> {
+        let mut released = Vec::new();
+        let Value::Array(deltas) = deltas else {
+            return released;
+        };
+        for delta in deltas {
+            let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let state = self.calls.entry(index).or_insert_with(|| CallState {
+                id: None,
+                name: None,
+                arguments: String::new(),
+                decision: Decision::Undecided(Vec::new()),
+            });
+            if let Some(id) = delta.get("id").and_then(Value::as_str) {
+                state.id = Some(id.to_string());
+            }
+            if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+                state.name.get_or_insert_with(String::new).push_str(name);
+            }
+            if let Some(args) = delta.pointer("/function/arguments").and_then(Value::as_str) {
+                state.arguments.push_str(args);
+            }
+            if let Decision::Undecided(held) = &mut state.decision {
+                held.push(delta);
+                if let Some(name) = &state.name {
+                    let is_recall = RecallTool::named(&self.names, name).is_some();
+                    let held = std::mem::take(held);
+                    if is_recall {
+                        state.decision = Decision::Recall;
+                    } else {
+                        let client_index = self.next_client_index;
+                        self.next_client_index += 1;
+                        state.decision = Decision::Client(client_index);
+                        released.extend(held.into_iter().map(|d| reindex(d, client_index)));
+                    }
+                }
+                continue;
+            }
+            if let Decision::Client(client_index) = state.decision {
+                released.push(reindex(delta, client_index));
+            }
+        }
+        released
+    }
+
+    fn has_recall_calls(&self) -> bool {
+        self.calls
+            .values()
+            .any(|c| matches!(c.decision, Decision::Recall))
+    }
+
+    fn has_client_calls(&self) -> bool {
+        self.calls
+            .values()
+            .any(|c| matches!(c.decision, Decision::Client(_)))
+    }
+
+    fn emit(&self, chunk: &Value, event: &Event, changed: bool) -> Vec<Bytes> {
+        if !changed {
+            return vec![event.raw.clone()];
+        }
+        vec![Bytes::from(format!("data: {chunk}\n\n"))]
+    }
+
+    /// Called when the round's upstream stream has ended.
+    pub fn end_round(&mut self) -> RoundEnd {
+        if self.errored {
+            return RoundEnd::UpstreamError;
+        }
+        if !self.done {
+            return RoundEnd::Truncated;
+        }
+        let calls: Vec<RecallCall> = self
+            .calls
+            .values()
+            .filter(|c| matches!(c.decision, Decision::Recall))
+            .filter_map(|c| {
+                let name = c.name.clone()?;
+                Some(RecallCall {
+                    id: c.id.clone()?,
+                    tool: RecallTool::named(&self.names, &name)?,
+                    name,
+                    arguments: if c.arguments.is_empty() {
+                        "{}".to_string()
+                    } else {
+                        c.arguments.clone()
+                    },
+                })
+            })
+            .collect();
+        if calls.is_empty() || !self.recall_offered {
+            return RoundEnd::Done;
+        }
+        RoundEnd::Recall {
+            content: (!self.content.is_empty()).then(|| self.content.clone()),
+            calls,
+        }
+    }
+
+    /// The closing bytes of the whole response: the held finish chunk (when a
+    /// round ended on recall calls the model was not allowed to make), the
+    /// summed usage chunk if the client asked for usage, and one `[DONE]`.
+    pub fn finish(&mut self) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        if let Some(mut finish) = self.held_finish.take() {
+            if !self.has_client_calls() {
+                if let Some(c) = finish.pointer_mut("/choices/0") {
+                    c["finish_reason"] = Value::String("stop".to_string());
+                }
+            }
+            self.align_identity(&mut finish);
+            out.push(Bytes::from(format!("data: {finish}\n\n")));
+        }
+        if let Some(mut usage_chunk) = self.usage_chunk.take() {
+            self.align_identity(&mut usage_chunk);
+            if let Some(usage) = usage_chunk.get_mut("usage") {
+                self.usage.apply(usage);
+            }
+            out.push(Bytes::from(format!("data: {usage_chunk}\n\n")));
+        }
+        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        out
+    }
+
+    /// A well-formed error event that ends the stream.
+    pub fn error_event(message: &str, code: &str) -> Bytes {
+        let body = json!({"error": {"message": message, "type": "toolstub_error", "code": code}});
+        Bytes::from(format!("data: {body}\n\n"))
+    }
+}
+
+fn reindex(mut delta: Value, index: u64) -> Value {
+    if let Some(obj) = delta.as_object_mut() {
+        obj.insert("index".into(), Value::from(index));
+    }
+    delta
+}
+
+/// Whether a chunk carries nothing for the client any more (an empty delta,
+/// no finish reason, no usage).
+fn delta_is_empty(chunk: &Value) -> bool {
+    let Some(choice) = chunk.pointer("/choices/0") else {
+        return false;
+    };
+    let delta_empty = choice
+        .get("delta")
+        .and_then(Value::as_object)
+        .is_none_or(Map::is_empty);
+    let no_finish = choice.get("finish_reason").is_none_or(Value::is_null);
+    let no_usage = chunk.get("usage").is_none_or(Value::is_null);
+    delta_empty && no_finish && no_usage && choice.get("logprobs").is_none_or(Value::is_null)
+}
+
+#[cfg(test)]
+mod tests;

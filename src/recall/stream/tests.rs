@@ -1,0 +1,179 @@
+//! The splicer against scripted rounds.
+
+use super::*;
+use crate::recall::sse::SseParser;
+
+fn events(chunks: &[Value], done: bool) -> Vec<Event> {
+    let mut text = String::new();
+    for c in chunks {
+        text.push_str(&format!("data: {c}\n\n"));
+    }
+    if done {
+        text.push_str("data: [DONE]\n\n");
+    }
+    let mut p = SseParser::new(1 << 20);
+    p.push(text.as_bytes()).expect("parse")
+}
+
+fn chunk(id: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": id, "object": "chat.completion.chunk", "model": format!("model-{id}"),
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+fn usage(id: &str, p: u64, c: u64) -> Value {
+    json!({"id": id, "object": "chat.completion.chunk", "model": format!("model-{id}"), "choices": [],
+           "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}})
+}
+
+fn run_round(s: &mut Splicer, evs: &[Event]) -> Vec<Bytes> {
+    evs.iter().flat_map(|e| s.event(e)).collect()
+}
+
+fn datas(bytes: &[Bytes]) -> Vec<String> {
+    let mut p = SseParser::new(1 << 20);
+    let all: Vec<u8> = bytes.iter().flat_map(|b| b.to_vec()).collect();
+    p.push(&all)
+        .expect("client stream parses")
+        .into_iter()
+        .filter_map(|e| e.data)
+        .collect()
+}
+
+#[test]
+fn a_recall_round_is_spliced_into_one_stream() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let round0 = events(
+        &[
+            chunk("a", json!({"role": "assistant", "content": ""}), None),
+            chunk("a", json!({"content": "Let me look. "}), None),
+            chunk("a", json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "tool_result_read", "arguments": ""}}]}), None),
+            chunk("a", json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"ref\":"}}]}), None),
+            chunk("a", json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"tr_x\"}"}}]}), None),
+            chunk("a", json!({}), Some("tool_calls")),
+            usage("a", 10, 5),
+        ],
+        true,
+    );
+    let mut out = run_round(&mut s, &round0);
+    let end = s.end_round();
+    assert_eq!(
+        end,
+        RoundEnd::Recall {
+            content: Some("Let me look. ".to_string()),
+            calls: vec![RecallCall {
+                id: "c1".to_string(),
+                name: "tool_result_read".to_string(),
+                tool: RecallTool::Read,
+                arguments: "{\"ref\":\"tr_x\"}".to_string(),
+            }],
+        }
+    );
+    s.next_round(true);
+    let round1 = events(
+        &[
+            chunk("b", json!({"role": "assistant", "content": ""}), None),
+            chunk("b", json!({"content": "It says 42."}), None),
+            chunk("b", json!({}), Some("stop")),
+            usage("b", 30, 4),
+        ],
+        true,
+    );
+    out.extend(run_round(&mut s, &round1));
+    assert_eq!(s.end_round(), RoundEnd::Done);
+    out.extend(s.finish());
+
+    let datas = datas(&out);
+    assert_eq!(datas.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(datas.iter().filter(|d| *d == "[DONE]").count(), 1);
+    let chunks: Vec<Value> = datas[..datas.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("json chunk"))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c.pointer("/choices/0/delta/content").and_then(Value::as_str))
+        .collect();
+    assert_eq!(text, "Let me look. It says 42.");
+    for c in &chunks {
+        assert_eq!(c["id"], "a", "one id for the whole stream");
+        assert_eq!(c["model"], "model-a");
+        assert!(c.pointer("/choices/0/delta/tool_calls").is_none(), "no recall call leaks: {c}");
+    }
+    let roles = chunks
+        .iter()
+        .filter(|c| c.pointer("/choices/0/delta/role").is_some())
+        .count();
+    assert_eq!(roles, 1);
+    let finishes: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c.pointer("/choices/0/finish_reason").and_then(Value::as_str))
+        .collect();
+    assert_eq!(finishes, ["stop"]);
+    let usages: Vec<&Value> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usages.len(), 1);
+    assert_eq!(usages[0]["usage"]["prompt_tokens"], 40);
+    assert_eq!(usages[0]["usage"]["total_tokens"], 49);
+}
+
+#[test]
+fn client_tool_calls_pass_through_renumbered() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let round0 = events(
+        &[
+            chunk("a", json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}), None),
+            chunk("a", json!({"tool_calls": [{"index": 1, "id": "k1", "type": "function", "function": {"name": "get_weather"}}]}), None),
+            chunk("a", json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Paris\"}"}}]}), None),
+            chunk("a", json!({}), Some("tool_calls")),
+        ],
+        true,
+    );
+    let out = run_round(&mut s, &round0);
+    let chunks: Vec<Value> = datas(&out)
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("json"))
+        .collect();
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{chunks:?}");
+    assert_eq!(calls[0]["index"], 0, "the client call becomes index 0");
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    match s.end_round() {
+        RoundEnd::Recall { calls, .. } => assert_eq!(calls[0].id, "r1"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn ordinary_streams_pass_through_byte_for_byte() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let round0 = events(
+        &[
+            chunk("a", json!({"role": "assistant", "content": ""}), None),
+            chunk("a", json!({"content": "hi"}), None),
+            chunk("a", json!({"tool_calls": [{"index": 0, "id": "k", "type": "function", "function": {"name": "client", "arguments": "{}"}}]}), None),
+            chunk("a", json!({}), Some("tool_calls")),
+        ],
+        true,
+    );
+    let out = run_round(&mut s, &round0);
+    let raw: Vec<u8> = round0[..4].iter().flat_map(|e| e.raw.to_vec()).collect();
+    let got: Vec<u8> = out.iter().flat_map(|b| b.to_vec()).collect();
+    assert_eq!(got, raw);
+    assert_eq!(s.end_round(), RoundEnd::Done);
+}
+
+#[test]
+fn a_stream_without_done_is_truncated_and_errors_are_reported() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    run_round(&mut s, &events(&[chunk("a", json!({"content": "x"}), None)], false));
+    assert_eq!(s.end_round(), RoundEnd::Truncated);
+    let mut s = Splicer::new(RecallToolNames::default());
+    let out = run_round(&mut s, &events(&[json!({"error": {"message": "boom"}})], false));
+    assert_eq!(out.len(), 1);
+    assert_eq!(s.end_round(), RoundEnd::UpstreamError);
+    let e = Splicer::error_event("upstream failed", "upstream_unreachable");
+    assert!(String::from_utf8_lossy(&e).starts_with("data: {\"error\""));
+}

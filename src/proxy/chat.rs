@@ -8,10 +8,13 @@
 
 use super::body::{boxed, collect_within, full, Collected};
 use super::error::ProxyError;
+use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
+use crate::recall::openai::is_streaming;
 use crate::rewrite::{derive_session, rewrite, Mode, Outcome};
 use crate::store::NewOutput;
+use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use hyper::body::Incoming;
@@ -85,21 +88,42 @@ pub(super) async fn handle(
             .externalized(output.new.synopsis.kind.as_str(), &output.reason);
     }
     app.metrics.chars_saved(rewritten.saved_chars as u64);
+    let extra_headers = vec![
+        (
+            "x-toolstub-externalized",
+            HeaderValue::from(rewritten.outputs.len()),
+        ),
+        (
+            "x-toolstub-saved-chars",
+            HeaderValue::from(rewritten.saved_chars),
+        ),
+    ];
 
+    if rewritten.recall_offered {
+        let streaming = is_streaming(&original);
+        let req = RecallRequest {
+            parts,
+            tenant,
+            session,
+            names: rewritten.recall_names,
+            body: rewritten.body,
+            original,
+            extra_headers,
+        };
+        return if streaming {
+            recall::streaming(app, req).await
+        } else {
+            recall::non_streaming(app, req).await
+        };
+    }
     let length = rewritten.body.len();
     let request = upstream_request(app, &parts, full(rewritten.body), Some(length))?;
     let (response, latency) = app.upstream.send(request).await?;
     app.metrics.upstream_latency(latency);
     let mut response = stream_back(response);
-    let headers = response.headers_mut();
-    headers.insert(
-        "x-toolstub-externalized",
-        HeaderValue::from(rewritten.outputs.len()),
-    );
-    headers.insert(
-        "x-toolstub-saved-chars",
-        HeaderValue::from(rewritten.saved_chars),
-    );
+    for (name, value) in extra_headers {
+        response.headers_mut().insert(name, value);
+    }
     Ok(response)
 }
 
@@ -138,6 +162,9 @@ struct OwnedRewrite {
     outputs: Vec<PlannedOutput>,
     saved_chars: usize,
     opening: String,
+    recall_names: RecallToolNames,
+    /// Whether the body offers the recall tools (then the recall loop runs).
+    recall_offered: bool,
 }
 
 struct PlannedOutput {
@@ -163,6 +190,8 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
             body: Bytes::from(r.body),
             saved_chars: r.saved_chars,
             opening: r.opening,
+            recall_names: r.recall_names,
+            recall_offered: app.config.policy.recall_enabled && mode == Mode::WithRefs,
             outputs: r
                 .outputs
                 .into_iter()

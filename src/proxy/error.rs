@@ -29,8 +29,16 @@ pub enum ProxyError {
     /// No such result for this tenant (also for another tenant's ref).
     #[error("{0}")]
     NotFound(String),
+    /// The result existed but retention removed it: 410 Gone, code
+    /// `expired`, so an operator can tell it from a ref that never existed.
+    #[error("{0}")]
+    Expired(String),
+    /// An operator API path asked for with a method other than GET (the
+    /// response carries `Allow: GET`).
+    #[error("method {0} is not allowed here; the operator API answers GET only")]
+    MethodNotAllowed(String),
     /// The operator API's admin token is missing or wrong.
-    #[error("a valid admin token is required")]
+    #[error("the operator API requires a valid admin token in the x-toolstub-admin-token header")]
     Unauthorized,
     /// A bug or an unexpected condition inside toolstub.
     #[error("internal error: {0}")]
@@ -46,6 +54,8 @@ impl ProxyError {
             ProxyError::BodyRead(_) | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::StoreRejected(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::Expired(_) => StatusCode::GONE,
+            ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::Unauthorized => StatusCode::UNAUTHORIZED,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -61,6 +71,8 @@ impl ProxyError {
             ProxyError::StoreRejected(_) => "store_unavailable",
             ProxyError::BadRequest(_) => "invalid_request",
             ProxyError::NotFound(_) => "not_found",
+            ProxyError::Expired(_) => "expired",
+            ProxyError::MethodNotAllowed(_) => "method_not_allowed",
             ProxyError::Unauthorized => "unauthorized",
             ProxyError::Internal(_) => "internal_error",
         }
@@ -74,6 +86,7 @@ impl ProxyError {
     }
 
     pub fn into_response(self) -> Response<BoxBody> {
+        let allow = matches!(self, ProxyError::MethodNotAllowed(_));
         let body = serde_json::json!({
             "error": {
                 "message": self.to_string(),
@@ -87,6 +100,11 @@ impl ProxyError {
             header::CONTENT_TYPE,
             header::HeaderValue::from_static("application/json"),
         );
+        if allow {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
+        }
         response
     }
 }

@@ -16,6 +16,7 @@ mod body;
 mod chat;
 mod error;
 mod operator;
+mod recall;
 mod upstream;
 
 pub use body::BoxBody;

@@ -84,15 +84,19 @@ pub async fn execute(scope: &RecallScope<'_>, call: &RecallCall) -> (String, boo
 }
 
 fn args<'a, T: Deserialize<'a>>(tool: &str, arguments: &'a str) -> Result<T, String> {
-    let arguments = if arguments.trim().is_empty() { "{}" } else { arguments };
+    let arguments = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
     serde_json::from_str(arguments).map_err(|e| format!("invalid arguments for {tool}: {e}"))
 }
 
 fn explain(e: StoreError) -> String {
     match e {
-        StoreError::NotFound { result_ref } => format!(
-            "unknown ref {result_ref}: no externalized output with this ref is available"
-        ),
+        StoreError::NotFound { result_ref } => {
+            format!("unknown ref {result_ref}: no externalized output with this ref is available")
+        }
         StoreError::Expired { result_ref, .. } => format!(
             "expired: the output {result_ref} was removed by retention and can no longer be read"
         ),
@@ -113,7 +117,9 @@ async fn read(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String
         return Err(format!("offset must be 0 or more, got {offset}"));
     }
     if limit < -1 {
-        return Err(format!("limit must be -1 (to the end) or 0 or more, got {limit}"));
+        return Err(format!(
+            "limit must be -1 (to the end) or 0 or more, got {limit}"
+        ));
     }
     let window = scope
         .store
@@ -131,7 +137,13 @@ async fn read(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String
     })
 }
 
-fn bounded(value: Option<i64>, default: usize, max: usize, name: &str, min: i64) -> Result<usize, String> {
+fn bounded(
+    value: Option<i64>,
+    default: usize,
+    max: usize,
+    name: &str,
+    min: i64,
+) -> Result<usize, String> {
     match value {
         None => Ok(default),
         Some(v) if v < min => Err(format!("{name} must be at least {min}, got {v}")),
@@ -185,7 +197,12 @@ async fn list(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String
     }
     let results = scope
         .store
-        .list(scope.tenant, Some(scope.session), a.tool_name.as_deref(), limit)
+        .list(
+            scope.tenant,
+            Some(scope.session),
+            a.tool_name.as_deref(),
+            limit,
+        )
         .await
         .map_err(explain)?;
     to_json(&Results { results })

@@ -183,8 +183,14 @@ mod tests {
             {"id":"c","type":"function","function":{"name":"tool_result_list","arguments":""}}]}}]});
         let calls = recall_calls(&r, &names());
         assert_eq!(calls.len(), 2);
-        assert_eq!((calls[0].id.as_str(), calls[0].tool), ("a", RecallTool::Read));
-        assert_eq!((calls[1].id.as_str(), calls[1].tool), ("c", RecallTool::List));
+        assert_eq!(
+            (calls[0].id.as_str(), calls[0].tool),
+            ("a", RecallTool::Read)
+        );
+        assert_eq!(
+            (calls[1].id.as_str(), calls[1].tool),
+            ("c", RecallTool::List)
+        );
     }
 
     #[test]
@@ -211,10 +217,17 @@ mod tests {
     #[test]
     fn usage_sums() {
         let mut u = Usage::default();
-        u.add(Some(&json!({"prompt_tokens":3,"completion_tokens":2,"total_tokens":5})));
-        u.add(Some(&json!({"prompt_tokens":10,"completion_tokens":1,"total_tokens":11})));
+        u.add(Some(
+            &json!({"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}),
+        ));
+        u.add(Some(
+            &json!({"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}),
+        ));
         u.add(None);
-        assert_eq!((u.prompt_tokens, u.completion_tokens, u.total_tokens), (13, 3, 16));
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (13, 3, 16)
+        );
         let mut v = json!({"prompt_tokens":0,"extra":1});
         u.apply(&mut v);
         assert_eq!(v["total_tokens"], 16);

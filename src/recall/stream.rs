@@ -134,7 +134,10 @@ impl Splicer {
         let mut changed = false;
         if self.id.is_none() {
             self.id = chunk.get("id").and_then(Value::as_str).map(str::to_string);
-            self.model = chunk.get("model").and_then(Value::as_str).map(str::to_string);
+            self.model = chunk
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
         } else if self.round > 0 {
             changed |= self.align_identity(chunk);
         }

@@ -3,6 +3,7 @@
 //! what it received. No fixed ports, no network beyond loopback.
 
 mod mock;
+mod recall;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -14,16 +15,16 @@ use toolstub::config::{load, Config, Overrides};
 use toolstub::proxy::Server;
 use toolstub::store::Tenant;
 
-const KEY: &str = "Bearer sk-test-key-0123456789";
+pub(crate) const KEY: &str = "Bearer sk-test-key-0123456789";
 
-struct Setup {
+pub(crate) struct Setup {
     proxy: Server,
     mock: Mock,
     _dir: tempfile::TempDir,
 }
 
 impl Setup {
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.proxy.addr)
     }
 }
@@ -41,7 +42,7 @@ fn config_for(upstream: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> Co
     load(None, env, &overrides).expect("config")
 }
 
-async fn setup_with(script: Script, env: &[(&str, &str)]) -> Setup {
+pub(crate) async fn setup_with(script: Script, env: &[(&str, &str)]) -> Setup {
     let mock = mock::start(script).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config_for(&format!("http://{}", mock.addr), dir.path(), env);
@@ -53,7 +54,7 @@ async fn setup_with(script: Script, env: &[(&str, &str)]) -> Setup {
     }
 }
 
-async fn setup(script: Script) -> Setup {
+pub(crate) async fn setup(script: Script) -> Setup {
     setup_with(script, &[]).await
 }
 
@@ -61,7 +62,7 @@ fn always_ok() -> Script {
     Arc::new(|_: &Recorded| ok_json("done"))
 }
 
-fn big_json(n: usize) -> String {
+pub(crate) fn big_json(n: usize) -> String {
     let items: Vec<String> = (0..n)
         .map(|i| format!("{{\"id\":{i},\"name\":\"user {i}\",\"active\":true}}"))
         .collect();
@@ -70,7 +71,7 @@ fn big_json(n: usize) -> String {
 
 /// A chat body: one user message, then one assistant turn calling `fetch`
 /// once per output, then the outputs.
-fn chat_body(outputs: &[String], extra: &str) -> String {
+pub(crate) fn chat_body(outputs: &[String], extra: &str) -> String {
     let calls: Vec<String> = (0..outputs.len())
         .map(|i| format!(r#"{{"id":"call_{i}","type":"function","function":{{"name":"fetch","arguments":"{{}}"}}}}"#))
         .collect();
@@ -94,7 +95,8 @@ fn chat_body(outputs: &[String], extra: &str) -> String {
 #[tokio::test]
 async fn a_small_chat_request_arrives_byte_identical() {
     let s = setup(always_ok()).await;
-    let body = r#"{"model":"gpt-test",  "messages":[{"role":"user","content":"hi"}], "z":1, "a":2}"#;
+    let body =
+        r#"{"model":"gpt-test",  "messages":[{"role":"user","content":"hi"}], "z":1, "a":2}"#;
     let (status, headers, response) = send(
         &client(),
         "POST",
@@ -137,14 +139,20 @@ async fn a_large_json_output_becomes_a_stub_whose_ref_reads_back() {
         .expect("number");
     assert!(saved > 190_000, "{saved}");
     let got = s.mock.last();
-    assert!(got.headers.get("x-toolstub-session").is_none(), "own headers stay here");
+    assert!(
+        got.headers.get("x-toolstub-session").is_none(),
+        "own headers stay here"
+    );
     assert_eq!(
         got.headers["content-length"],
         got.body.len().to_string().as_str()
     );
     let v: Value = serde_json::from_slice(&got.body).expect("upstream got JSON");
     let stub = v["messages"][2]["content"].as_str().expect("stub");
-    assert!(stub.starts_with("[toolstub: tool output externalized]"), "{stub}");
+    assert!(
+        stub.starts_with("[toolstub: tool output externalized]"),
+        "{stub}"
+    );
     assert!(stub.contains("kind: json"));
     assert!(stub.contains("tool_name: fetch"));
     let r = stub
@@ -158,7 +166,10 @@ async fn a_large_json_output_becomes_a_stub_whose_ref_reads_back() {
         .iter()
         .map(|t| t["function"]["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(tools, ["tool_result_read", "tool_result_search", "tool_result_list"]);
+    assert_eq!(
+        tools,
+        ["tool_result_read", "tool_result_search", "tool_result_list"]
+    );
     // The original is in the store, for this tenant, byte for byte.
     let tenant = Tenant::from_credential(KEY);
     let window = s
@@ -182,14 +193,19 @@ async fn the_turn_budget_stubs_the_largest_outputs() {
         .map(|i| format!("line {i}\n{}", "word ".repeat(3_798)))
         .collect();
     let body = chat_body(&outputs, "");
-    let (status, headers, _) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    let (status, headers, _) =
+        send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-toolstub-externalized"], "1");
     let v: Value = serde_json::from_slice(&s.mock.last().body).expect("json");
     let contents: Vec<&str> = (2..8)
         .map(|i| v["messages"][i]["content"].as_str().expect("content"))
         .collect();
-    assert!(contents[0].contains("reason: turn_budget"), "{}", contents[0]);
+    assert!(
+        contents[0].contains("reason: turn_budget"),
+        "{}",
+        contents[0]
+    );
     assert!(contents[0].contains("preview_chars: 2000"));
     for (i, c) in contents.iter().enumerate().skip(1) {
         assert_eq!(*c, outputs[i], "output {i} stays inline");
@@ -204,7 +220,8 @@ async fn twelve_large_outputs_share_the_preview_budget() {
         .map(|i| format!("\u{0}{i}{}", "\u{1}bin".repeat(6_000)))
         .collect();
     let body = chat_body(&outputs, "");
-    let (status, headers, _) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    let (status, headers, _) =
+        send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-toolstub-externalized"], "12");
     let v: Value = serde_json::from_slice(&s.mock.last().body).expect("json");
@@ -260,7 +277,11 @@ async fn streamed_responses_reach_the_client_chunk_by_chunk() {
             .iter()
             .find(|(_, b)| String::from_utf8_lossy(b).contains(&needle))
             .expect("chunk received");
-        assert!(*at < sent[i + 1], "chunk {i} arrived after chunk {} was sent", i + 1);
+        assert!(
+            *at < sent[i + 1],
+            "chunk {i} arrived after chunk {} was sent",
+            i + 1
+        );
     }
     s.proxy.shutdown().await;
 }
@@ -286,7 +307,10 @@ async fn an_unreachable_upstream_gives_a_502_json_error() {
     assert_eq!(headers["content-type"], "application/json");
     let v: Value = serde_json::from_slice(&body).expect("json error");
     assert_eq!(v["error"]["code"], "upstream_unreachable");
-    assert!(v["error"]["message"].as_str().expect("message").contains("upstream"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("upstream"));
     assert!(v["error"]["type"].is_string());
     proxy.shutdown().await;
 }
@@ -301,7 +325,14 @@ async fn other_routes_pass_through_unchanged() {
         )
     });
     let s = setup(script).await;
-    let (status, headers, body) = send(&client(), "GET", s.url("/v1/models?limit=2"), &[("authorization", KEY)], "").await;
+    let (status, headers, body) = send(
+        &client(),
+        "GET",
+        s.url("/v1/models?limit=2"),
+        &[("authorization", KEY)],
+        "",
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-upstream"], "yes");
     assert_eq!(body, Bytes::from("GET /v1/models?limit=2"));
@@ -321,12 +352,14 @@ async fn upstream_errors_pass_through_with_their_headers() {
                 ("retry-after", "7".to_string()),
                 ("content-type", "application/json".to_string()),
             ],
-            r#"{"error":{"message":"slow down","type":"rate_limit","code":"rate_limited"}}"#.to_string(),
+            r#"{"error":{"message":"slow down","type":"rate_limit","code":"rate_limited"}}"#
+                .to_string(),
         )
     });
     let s = setup(script).await;
     let body = chat_body(&[big_json(3000)], "");
-    let (status, headers, response) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    let (status, headers, response) =
+        send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
     assert_eq!(status, 429);
     assert_eq!(headers["retry-after"], "7");
     assert!(String::from_utf8_lossy(&response).contains("slow down"));
@@ -339,23 +372,58 @@ async fn bypass_compressed_and_oversized_bodies_go_byte_for_byte() {
     let body = chat_body(&[big_json(3000)], "");
     assert!(body.len() > 100_000);
     // Over max_body_bytes: forwarded unchanged.
-    send(&client(), "POST", s.url("/v1/chat/completions"), &[], body.clone()).await;
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[],
+        body.clone(),
+    )
+    .await;
     assert_eq!(s.mock.last().body, Bytes::from(body.clone()));
     let small = chat_body(&[big_json(600)], "");
     assert!(small.len() < 100_000 && small.len() > 20_000);
     // Bypass header: forwarded unchanged, and the header stays here.
-    send(&client(), "POST", s.url("/v1/chat/completions"), &[("x-toolstub-bypass", "1")], small.clone()).await;
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("x-toolstub-bypass", "1")],
+        small.clone(),
+    )
+    .await;
     let got = s.mock.last();
     assert_eq!(got.body, Bytes::from(small.clone()));
     assert!(got.headers.get("x-toolstub-bypass").is_none());
     // A compressed body is not parsed.
-    send(&client(), "POST", s.url("/v1/chat/completions"), &[("content-encoding", "gzip")], small.clone()).await;
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("content-encoding", "gzip")],
+        small.clone(),
+    )
+    .await;
     assert_eq!(s.mock.last().body, Bytes::from(small.clone()));
     // Without either, the same body is rewritten.
-    send(&client(), "POST", s.url("/v1/chat/completions"), &[], small.clone()).await;
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[],
+        small.clone(),
+    )
+    .await;
     assert_ne!(s.mock.last().body, Bytes::from(small));
     // Not JSON: forwarded unchanged.
-    send(&client(), "POST", s.url("/v1/chat/completions"), &[], "not json {").await;
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[],
+        "not json {",
+    )
+    .await;
     assert_eq!(s.mock.last().body, Bytes::from("not json {"));
     s.proxy.shutdown().await;
 }
@@ -386,8 +454,18 @@ async fn a_growing_conversation_keeps_its_rewritten_prefix() {
             r#"{{"role":"tool","tool_call_id":"call_{turn}","content":{}}}"#,
             serde_json::to_string(&output).expect("json")
         ));
-        let body = format!(r#"{{"model":"gpt-test","messages":[{}]}}"#, messages.join(","));
-        let (status, headers, _) = send(&c, "POST", s.url("/v1/chat/completions"), &[("authorization", KEY)], body).await;
+        let body = format!(
+            r#"{{"model":"gpt-test","messages":[{}]}}"#,
+            messages.join(",")
+        );
+        let (status, headers, _) = send(
+            &c,
+            "POST",
+            s.url("/v1/chat/completions"),
+            &[("authorization", KEY)],
+            body,
+        )
+        .await;
         assert_eq!(status, 200);
         if headers.get("x-toolstub-externalized").is_some() {
             stubbed_turns += 1;
@@ -399,14 +477,27 @@ async fn a_growing_conversation_keeps_its_rewritten_prefix() {
         }
         let got = s.mock.last();
         let parsed: Messages<'_> = serde_json::from_slice(&got.body).expect("json");
-        let now: Vec<String> = parsed.messages.iter().map(|m| m.get().to_string()).collect();
+        let now: Vec<String> = parsed
+            .messages
+            .iter()
+            .map(|m| m.get().to_string())
+            .collect();
         if let Some(before) = &previous {
-            assert_eq!(&now[..before.len()], &before[..], "turn {turn}: prefix changed");
+            assert_eq!(
+                &now[..before.len()],
+                &before[..],
+                "turn {turn}: prefix changed"
+            );
         }
         previous = Some(now);
-        messages.push(format!(r#"{{"role":"assistant","content":"turn {turn} done"}}"#));
+        messages.push(format!(
+            r#"{{"role":"assistant","content":"turn {turn} done"}}"#
+        ));
     }
-    assert_eq!(stubbed_turns, 30, "a stub is present from the first turn on");
+    assert_eq!(
+        stubbed_turns, 30,
+        "a stub is present from the first turn on"
+    );
     s.proxy.shutdown().await;
 }
 
@@ -416,12 +507,24 @@ async fn healthz_and_metrics_answer_without_a_credential_in_sight() {
     let c = client();
     let (status, _, body) = send(&c, "GET", s.url("/healthz"), &[], "").await;
     assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
-    send(&c, "POST", s.url("/v1/chat/completions"), &[("authorization", KEY)], chat_body(&[big_json(3000)], "")).await;
+    send(
+        &c,
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY)],
+        chat_body(&[big_json(3000)], ""),
+    )
+    .await;
     let (status, _, body) = send(&c, "GET", s.url("/metrics"), &[], "").await;
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&body);
-    assert!(text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 1"), "{text}");
-    assert!(text.contains("toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"));
+    assert!(
+        text.contains("toolstub_requests_total{route=\"chat_completions\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains(
+        "toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"
+    ));
     assert!(text.contains("toolstub_upstream_latency_seconds_count"));
     assert!(!text.contains("sk-test-key"));
     s.proxy.shutdown().await;
@@ -434,13 +537,16 @@ async fn an_https_upstream_with_a_self_signed_certificate() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
     let cert_der = cert.cert.der().clone();
-    let key_der = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).expect("key");
-    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(vec![cert_der], key_der)
-        .expect("server config");
+    let key_der =
+        rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).expect("key");
+    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert_der], key_der)
+    .expect("server config");
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
     let mock = mock::start_with(always_ok(), Some(acceptor)).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -448,9 +554,13 @@ async fn an_https_upstream_with_a_self_signed_certificate() {
     std::fs::write(&ca, cert.cert.pem()).expect("write ca");
     let upstream = format!("https://localhost:{}", mock.addr.port());
     let ca_env = ca.to_string_lossy().into_owned();
-    let proxy = Server::start(config_for(&upstream, dir.path(), &[("TOOLSTUB_UPSTREAM_CA_FILE", &ca_env)]))
-        .await
-        .expect("proxy");
+    let proxy = Server::start(config_for(
+        &upstream,
+        dir.path(),
+        &[("TOOLSTUB_UPSTREAM_CA_FILE", &ca_env)],
+    ))
+    .await
+    .expect("proxy");
     let (status, _, body) = send(
         &client(),
         "POST",
@@ -465,7 +575,9 @@ async fn an_https_upstream_with_a_self_signed_certificate() {
     proxy.shutdown().await;
 
     // Without the CA the same upstream is refused: 502, not a silent success.
-    let proxy = Server::start(config_for(&upstream, dir.path(), &[])).await.expect("proxy");
+    let proxy = Server::start(config_for(&upstream, dir.path(), &[]))
+        .await
+        .expect("proxy");
     let (status, _, body) = send(
         &client(),
         "POST",

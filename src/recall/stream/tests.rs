@@ -46,9 +46,21 @@ fn a_recall_round_is_spliced_into_one_stream() {
         &[
             chunk("a", json!({"role": "assistant", "content": ""}), None),
             chunk("a", json!({"content": "Let me look. "}), None),
-            chunk("a", json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "tool_result_read", "arguments": ""}}]}), None),
-            chunk("a", json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"ref\":"}}]}), None),
-            chunk("a", json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"tr_x\"}"}}]}), None),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "tool_result_read", "arguments": ""}}]}),
+                None,
+            ),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"ref\":"}}]}),
+                None,
+            ),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"tr_x\"}"}}]}),
+                None,
+            ),
             chunk("a", json!({}), Some("tool_calls")),
             usage("a", 10, 5),
         ],
@@ -91,13 +103,19 @@ fn a_recall_round_is_spliced_into_one_stream() {
         .collect();
     let text: String = chunks
         .iter()
-        .filter_map(|c| c.pointer("/choices/0/delta/content").and_then(Value::as_str))
+        .filter_map(|c| {
+            c.pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+        })
         .collect();
     assert_eq!(text, "Let me look. It says 42.");
     for c in &chunks {
         assert_eq!(c["id"], "a", "one id for the whole stream");
         assert_eq!(c["model"], "model-a");
-        assert!(c.pointer("/choices/0/delta/tool_calls").is_none(), "no recall call leaks: {c}");
+        assert!(
+            c.pointer("/choices/0/delta/tool_calls").is_none(),
+            "no recall call leaks: {c}"
+        );
     }
     let roles = chunks
         .iter()
@@ -106,7 +124,10 @@ fn a_recall_round_is_spliced_into_one_stream() {
     assert_eq!(roles, 1);
     let finishes: Vec<&str> = chunks
         .iter()
-        .filter_map(|c| c.pointer("/choices/0/finish_reason").and_then(Value::as_str))
+        .filter_map(|c| {
+            c.pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+        })
         .collect();
     assert_eq!(finishes, ["stop"]);
     let usages: Vec<&Value> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
@@ -120,9 +141,21 @@ fn client_tool_calls_pass_through_renumbered() {
     let mut s = Splicer::new(RecallToolNames::default());
     let round0 = events(
         &[
-            chunk("a", json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}), None),
-            chunk("a", json!({"tool_calls": [{"index": 1, "id": "k1", "type": "function", "function": {"name": "get_weather"}}]}), None),
-            chunk("a", json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Paris\"}"}}]}), None),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}),
+                None,
+            ),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 1, "id": "k1", "type": "function", "function": {"name": "get_weather"}}]}),
+                None,
+            ),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Paris\"}"}}]}),
+                None,
+            ),
             chunk("a", json!({}), Some("tool_calls")),
         ],
         true,
@@ -153,7 +186,11 @@ fn ordinary_streams_pass_through_byte_for_byte() {
         &[
             chunk("a", json!({"role": "assistant", "content": ""}), None),
             chunk("a", json!({"content": "hi"}), None),
-            chunk("a", json!({"tool_calls": [{"index": 0, "id": "k", "type": "function", "function": {"name": "client", "arguments": "{}"}}]}), None),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "k", "type": "function", "function": {"name": "client", "arguments": "{}"}}]}),
+                None,
+            ),
             chunk("a", json!({}), Some("tool_calls")),
         ],
         true,
@@ -168,10 +205,16 @@ fn ordinary_streams_pass_through_byte_for_byte() {
 #[test]
 fn a_stream_without_done_is_truncated_and_errors_are_reported() {
     let mut s = Splicer::new(RecallToolNames::default());
-    run_round(&mut s, &events(&[chunk("a", json!({"content": "x"}), None)], false));
+    run_round(
+        &mut s,
+        &events(&[chunk("a", json!({"content": "x"}), None)], false),
+    );
     assert_eq!(s.end_round(), RoundEnd::Truncated);
     let mut s = Splicer::new(RecallToolNames::default());
-    let out = run_round(&mut s, &events(&[json!({"error": {"message": "boom"}})], false));
+    let out = run_round(
+        &mut s,
+        &events(&[json!({"error": {"message": "boom"}})], false),
+    );
     assert_eq!(out.len(), 1);
     assert_eq!(s.end_round(), RoundEnd::UpstreamError);
     let e = Splicer::error_event("upstream failed", "upstream_unreachable");

@@ -1,0 +1,538 @@
+//! Recall inside the proxy: a scripted mock upstream calls the recall tools,
+//! then answers with what it read. Every round the mock received, and what
+//! the client got, is checked, non-streaming and streaming.
+
+use super::mock::{completion, Recorded, Reply, Script};
+use super::{big_json, chat_body, client, send, setup, setup_with, KEY};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn body_json(r: &Recorded) -> Value {
+    serde_json::from_slice(&r.body).expect("the mock got JSON")
+}
+
+/// The ref in the first stub of the conversation.
+fn stub_ref(request: &Value) -> Option<String> {
+    request["messages"].as_array()?.iter().find_map(|m| {
+        let content = m["content"].as_str()?;
+        content
+            .lines()
+            .find_map(|l| l.strip_prefix("ref: "))
+            .map(str::to_string)
+    })
+}
+
+fn offers(request: &Value, tool: &str) -> bool {
+    request["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == tool))
+}
+
+/// The last message, if it is a recall result (a tool message answering a
+/// call whose id starts with `rc_`).
+fn last_recall_result(request: &Value) -> Option<String> {
+    let last = request["messages"].as_array()?.last()?;
+    (last["role"] == "tool" && last["tool_call_id"].as_str()?.starts_with("rc_"))
+        .then(|| last["content"].as_str().unwrap_or_default().to_string())
+}
+
+fn tool_call_reply(calls: Vec<(String, &str, Value)>, content: Option<&str>) -> Reply {
+    let tool_calls: Vec<Value> = calls
+        .into_iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    let body = json!({
+        "id": "chatcmpl-round", "object": "chat.completion", "created": 1, "model": "mock-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    });
+    Reply::Full(
+        200,
+        vec![("content-type", "application/json".to_string())],
+        body.to_string(),
+    )
+}
+
+fn answer(content: &str) -> Reply {
+    Reply::Full(
+        200,
+        vec![("content-type", "application/json".to_string())],
+        completion(content),
+    )
+}
+
+/// A mock that, while the recall tools are offered and it has not read yet,
+/// calls `tool` with `args(ref)`; then answers `READ:<result>`.
+fn reader(tool: &'static str, args: fn(&str) -> Value) -> Script {
+    Arc::new(move |r: &Recorded| {
+        let request = body_json(r);
+        if let Some(result) = last_recall_result(&request) {
+            return answer(&format!("READ:{result}"));
+        }
+        match stub_ref(&request) {
+            Some(reference) if offers(&request, tool) => {
+                tool_call_reply(vec![("rc_1".to_string(), tool, args(&reference))], None)
+            }
+            _ => answer("no stub"),
+        }
+    })
+}
+
+async fn ask(s: &super::Setup, body: String, headers: &[(&str, &str)]) -> (u16, Value) {
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        headers,
+        body,
+    )
+    .await;
+    (
+        status.as_u16(),
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn read_result(got: &Value) -> Value {
+    let content = got["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    let json = content.strip_prefix("READ:").expect("the mock read");
+    serde_json::from_str(json).expect("the recall result is JSON")
+}
+
+#[tokio::test]
+async fn read_with_offset_and_limit_in_one_ordinary_response() {
+    let s = setup(reader(
+        "tool_result_read",
+        |r| json!({"ref": r, "offset": 5, "limit": 20}),
+    ))
+    .await;
+    let original = big_json(3000);
+    let (status, got) = ask(
+        &s,
+        chat_body(std::slice::from_ref(&original), ""),
+        &[("authorization", KEY)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let result = read_result(&got);
+    let expected: String = original.chars().skip(5).take(20).collect();
+    assert_eq!(result["content"], expected);
+    assert_eq!(result["offset"], 5);
+    assert_eq!(result["total_chars"], original.chars().count());
+    assert_eq!(result["has_more"], true);
+    assert_eq!(result["next_offset"], 25);
+    // One ordinary response: no recall calls, usage summed over both rounds.
+    assert!(got["choices"][0]["message"].get("tool_calls").is_none());
+    assert_eq!(got["usage"]["total_tokens"], 10);
+    // Round 2 carries the assistant's recall call and its result.
+    let rounds = s.mock.requests();
+    assert_eq!(rounds.len(), 2);
+    let second = body_json(&rounds[1]);
+    let messages = second["messages"].as_array().expect("messages");
+    let n = messages.len();
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert_eq!(
+        messages[n - 2]["tool_calls"][0]["function"]["name"],
+        "tool_result_read"
+    );
+    assert_eq!(messages[n - 1]["tool_call_id"], "rc_1");
+    // The first messages of round 2 are round 1's, unchanged.
+    let first = body_json(&rounds[0]);
+    assert_eq!(
+        &messages[..n - 2],
+        first["messages"].as_array().expect("messages").as_slice()
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn search_within_a_ref_and_across_the_session_and_list() {
+    let s = setup(reader(
+        "tool_result_search",
+        |r| json!({"ref": r, "query": "user 2999", "context_chars": 5}),
+    ))
+    .await;
+    let (_, got) = ask(
+        &s,
+        chat_body(&[big_json(3000)], ""),
+        &[("authorization", KEY)],
+    )
+    .await;
+    let result = read_result(&got);
+    assert_eq!(result["matches"].as_array().expect("matches").len(), 1);
+    assert!(result["matches"][0]["snippet"]
+        .as_str()
+        .expect("snippet")
+        .contains("user 2999"));
+    s.proxy.shutdown().await;
+
+    let s = setup(reader(
+        "tool_result_search",
+        |_| json!({"query": "user 1234"}),
+    ))
+    .await;
+    let (_, got) = ask(
+        &s,
+        chat_body(&[big_json(3000)], ""),
+        &[("authorization", KEY), ("x-toolstub-session", "s-search")],
+    )
+    .await;
+    let result = read_result(&got);
+    let hits = result["hits"].as_array().expect("hits");
+    assert!(!hits.is_empty(), "{result}");
+    assert!(hits[0]["ref"]
+        .as_str()
+        .expect("ref")
+        .starts_with("tr_call_0_"));
+    s.proxy.shutdown().await;
+
+    let s = setup(reader("tool_result_list", |_| json!({}))).await;
+    let (_, got) = ask(
+        &s,
+        chat_body(&[big_json(3000), big_json(3001)], ""),
+        &[("authorization", KEY)],
+    )
+    .await;
+    let result = read_result(&got);
+    let rows = result["results"].as_array().expect("results");
+    assert_eq!(rows.len(), 2, "{result}");
+    assert_eq!(rows[0]["tool_name"], "fetch");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_arguments_and_unknown_refs_are_results_not_failures() {
+    let s = setup(reader(
+        "tool_result_read",
+        |r| json!({"ref": r, "offset": -1}),
+    ))
+    .await;
+    let (status, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    assert_eq!(status, 200);
+    assert!(read_result(&got)["error"]
+        .as_str()
+        .expect("error")
+        .contains("offset"));
+    s.proxy.shutdown().await;
+
+    let s = setup(reader(
+        "tool_result_read",
+        |_| json!({"ref": "tr_call_x_0123456789abcdef"}),
+    ))
+    .await;
+    let (_, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    assert!(read_result(&got)["error"]
+        .as_str()
+        .expect("error")
+        .contains("unknown ref"));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn another_tenants_ref_is_unknown() {
+    // Tenant A stores an output; tenant B's model tries to read A's ref.
+    let stolen: Arc<Mutex<Option<String>>> = Arc::default();
+    let seen = stolen.clone();
+    let script: Script = Arc::new(move |r: &Recorded| {
+        let request = body_json(r);
+        if let Some(result) = last_recall_result(&request) {
+            return answer(&format!("READ:{result}"));
+        }
+        let mine = stub_ref(&request);
+        let mut slot = seen.lock().expect("lock");
+        match (slot.clone(), mine) {
+            (None, Some(reference)) => {
+                *slot = Some(reference);
+                answer("stored")
+            }
+            (Some(theirs), Some(_)) => tool_call_reply(
+                vec![(
+                    "rc_1".to_string(),
+                    "tool_result_read",
+                    json!({"ref": theirs}),
+                )],
+                None,
+            ),
+            _ => answer("no stub"),
+        }
+    });
+    let s = setup(script).await;
+    ask(
+        &s,
+        chat_body(&[big_json(3000)], ""),
+        &[("authorization", "Bearer tenant-a")],
+    )
+    .await;
+    let (_, got) = ask(
+        &s,
+        chat_body(&[big_json(3001)], ""),
+        &[("authorization", "Bearer tenant-b")],
+    )
+    .await;
+    let result = read_result(&got);
+    assert!(
+        result["error"]
+            .as_str()
+            .expect("error")
+            .contains("unknown ref"),
+        "{result}"
+    );
+    assert!(stolen.lock().expect("lock").is_some());
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_rounds_then_one_last_round_without_recall_tools() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        if offers(&request, "tool_result_read") {
+            let reference = stub_ref(&request).unwrap_or_default();
+            let n = request["messages"].as_array().map_or(0, Vec::len);
+            tool_call_reply(
+                vec![(
+                    format!("rc_{n}"),
+                    "tool_result_read",
+                    json!({"ref": reference, "limit": 3}),
+                )],
+                None,
+            )
+        } else {
+            answer("final without tools")
+        }
+    });
+    let s = setup_with(script, &[("TOOLSTUB_RECALL_MAX_ROUNDS", "2")]).await;
+    let (status, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        got["choices"][0]["message"]["content"],
+        "final without tools"
+    );
+    let rounds = s.mock.requests();
+    assert_eq!(
+        rounds.len(),
+        3,
+        "two recall rounds, then one without the tools"
+    );
+    assert!(offers(&body_json(&rounds[1]), "tool_result_read"));
+    let last = body_json(&rounds[2]);
+    assert!(!offers(&last, "tool_result_read"));
+    assert!(stub_ref(&last).is_some(), "the stubs stay");
+    assert_eq!(got["usage"]["total_tokens"], 15);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mixed_response_drops_the_client_call_until_the_model_has_read() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        if last_recall_result(&request).is_some() {
+            return tool_call_reply(
+                vec![(
+                    "client_2".to_string(),
+                    "get_weather",
+                    json!({"city": "Paris"}),
+                )],
+                None,
+            );
+        }
+        let reference = stub_ref(&request).unwrap_or_default();
+        tool_call_reply(
+            vec![
+                (
+                    "rc_1".to_string(),
+                    "tool_result_read",
+                    json!({"ref": reference, "limit": 10}),
+                ),
+                (
+                    "client_1".to_string(),
+                    "get_weather",
+                    json!({"city": "Lyon"}),
+                ),
+            ],
+            Some("checking"),
+        )
+    });
+    let s = setup(script).await;
+    let (_, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    let calls = got["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .expect("client calls");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["id"], "client_2");
+    assert_eq!(got["choices"][0]["finish_reason"], "tool_calls");
+    let second = body_json(&s.mock.requests()[1]);
+    let messages = second["messages"].as_array().expect("messages");
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["content"], "checking");
+    assert_eq!(
+        assistant["tool_calls"].as_array().expect("calls").len(),
+        1,
+        "only the recall call"
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_tool_calls_pass_through_untouched() {
+    let reply = json!({
+        "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "k", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}]
+    })
+    .to_string();
+    let raw = reply.clone();
+    let s = setup(Arc::new(move |_: &Recorded| {
+        Reply::Full(200, vec![], raw.clone())
+    }))
+    .await;
+    let (_, headers, bytes) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[],
+        chat_body(&[big_json(3000)], ""),
+    )
+    .await;
+    assert_eq!(bytes, Bytes::from(reply), "byte for byte");
+    assert_eq!(headers["x-toolstub-externalized"], "1");
+    s.proxy.shutdown().await;
+}
+
+fn sse(chunks: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    out.push("data: [DONE]\n\n".to_string());
+    out
+}
+
+fn delta(id: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": "mock-model",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+#[tokio::test]
+async fn streaming_with_a_recall_round_in_the_middle() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let sent = Arc::default();
+        let chunks = if let Some(result) = last_recall_result(&request) {
+            let result: Value = serde_json::from_str(&result).unwrap_or(Value::Null);
+            let text = format!(
+                " It starts with {}.",
+                result["content"].as_str().unwrap_or("?")
+            );
+            sse(&[
+                delta("b", json!({"role": "assistant", "content": ""}), None),
+                delta("b", json!({"content": text}), None),
+                delta("b", json!({}), Some("stop")),
+                json!({"id": "b", "object": "chat.completion.chunk", "model": "mock-model", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+            ])
+        } else {
+            let reference = stub_ref(&request).unwrap_or_default();
+            let args = json!({"ref": reference, "limit": 9}).to_string();
+            let (a, b) = args.split_at(10);
+            sse(&[
+                delta("a", json!({"role": "assistant", "content": ""}), None),
+                delta("a", json!({"content": "Let me look."}), None),
+                delta(
+                    "a",
+                    json!({"tool_calls": [{"index": 0, "id": "rc_1", "type": "function", "function": {"name": "tool_result_read", "arguments": a}}]}),
+                    None,
+                ),
+                delta(
+                    "a",
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+                    None,
+                ),
+                delta("a", json!({}), Some("tool_calls")),
+                json!({"id": "a", "object": "chat.completion.chunk", "model": "mock-model", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}),
+            ])
+        };
+        Reply::Stream {
+            chunks,
+            gap: Duration::from_millis(5),
+            sent,
+        }
+    });
+    let s = setup(script).await;
+    let body = chat_body(
+        &[big_json(3000)],
+        r#","stream":true,"stream_options":{"include_usage":true}"#,
+    );
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(s.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = client().request(request).await.expect("response");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-toolstub-externalized"], "1");
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let datas: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(datas.iter().filter(|d| **d == "[DONE]").count(), 1);
+    assert_eq!(datas.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = datas[..datas.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c.pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+        })
+        .collect();
+    assert_eq!(content, "Let me look. It starts with {\"users\":.");
+    assert!(chunks.iter().all(|c| c["id"] == "a"), "one id");
+    assert!(chunks
+        .iter()
+        .all(|c| c.pointer("/choices/0/delta/tool_calls").is_none()));
+    let usage: Vec<&Value> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0]["usage"]["total_tokens"], 17);
+    assert_eq!(s.mock.requests().len(), 2);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_client_tool_calls_pass_through() {
+    let script: Script = Arc::new(|_: &Recorded| Reply::Stream {
+        chunks: sse(&[
+            delta("a", json!({"role": "assistant", "content": null}), None),
+            delta(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "k", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}),
+                None,
+            ),
+            delta("a", json!({}), Some("tool_calls")),
+        ]),
+        gap: Duration::from_millis(1),
+        sent: Arc::default(),
+    });
+    let s = setup(script).await;
+    let body = chat_body(&[big_json(3000)], r#","stream":true"#);
+    let (_, _, bytes) = send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    let expected: String = sse(&[
+        delta("a", json!({"role": "assistant", "content": null}), None),
+        delta("a", json!({"tool_calls": [{"index": 0, "id": "k", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}), None),
+        delta("a", json!({}), Some("tool_calls")),
+    ])
+    .concat();
+    assert_eq!(String::from_utf8_lossy(&bytes), expected, "byte for byte");
+    s.proxy.shutdown().await;
+}

@@ -368,7 +368,7 @@ mod results {
                             .iter()
                             .map(|h| {
                                 vec![
-                                    format!("{:.3}", h.score),
+                                    score(h.score),
                                     h.result_ref.clone(),
                                     h.tool_name.clone().unwrap_or_else(|| "-".to_string()),
                                     h.offset.to_string(),
@@ -399,10 +399,29 @@ mod results {
         Ok(())
     }
 
-    /// A snippet on one table line: control characters escaped, at most 100 characters.
+    /// A snippet on one table line: control characters escaped (so a newline
+    /// cannot break the table), at most 100 characters.
     fn one_line(s: &str) -> String {
-        let escaped: String = s.chars().flat_map(char::escape_default).collect();
+        let mut escaped = String::with_capacity(s.len());
+        for c in s.chars() {
+            match c {
+                '\n' => escaped.push_str("\\n"),
+                '\r' => escaped.push_str("\\r"),
+                '\t' => escaped.push_str("\\t"),
+                c if c.is_control() => escaped.extend(c.escape_default()),
+                c => escaped.push(c),
+            }
+        }
         crate::synopsis::clip(&escaped, 100)
+    }
+
+    /// A BM25 score readable at any magnitude.
+    fn score(s: f64) -> String {
+        if s != 0.0 && s.abs() < 0.01 {
+            format!("{s:.2e}")
+        } else {
+            format!("{s:.3}")
+        }
     }
 
     /// Columns padded to their widest cell (in characters); `right` aligns numbers.
@@ -474,6 +493,13 @@ mod results {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn snippets_stay_on_one_line_and_keep_unicode() {
+            assert_eq!(one_line("a\nb\t日本😀\u{7}"), "a\\nb\\t日本😀\\u{7}");
+            assert_eq!(score(0.000_012_3), "1.23e-5");
+            assert_eq!(score(2.5), "2.500");
+        }
 
         #[test]
         fn utc_formats_known_instants() {

@@ -17,18 +17,46 @@ const LATENCY_BUCKETS: [f64; 14] = [
 /// Upper bounds of the recall-rounds buckets.
 const ROUND_BUCKETS: [f64; 6] = [0.0, 1.0, 2.0, 4.0, 8.0, 16.0];
 
-/// A labelled counter family.
-#[derive(Default)]
-struct Counters(Mutex<BTreeMap<Vec<String>, u64>>);
+/// Label values of a counter family; keys are small `Copy` tuples, so
+/// counting never allocates.
+trait Labels: Ord + Copy {
+    fn values(&self) -> Vec<String>;
+}
 
-impl Counters {
-    fn add(&self, labels: &[&str], n: u64) {
+impl Labels for &'static str {
+    fn values(&self) -> Vec<String> {
+        vec![self.to_string()]
+    }
+}
+
+impl Labels for (&'static str, &'static str) {
+    fn values(&self) -> Vec<String> {
+        vec![self.0.to_string(), self.1.to_string()]
+    }
+}
+
+impl Labels for (&'static str, u16) {
+    fn values(&self) -> Vec<String> {
+        vec![self.0.to_string(), self.1.to_string()]
+    }
+}
+
+/// A labelled counter family.
+struct Counters<K>(Mutex<BTreeMap<K, u64>>);
+
+impl<K> Default for Counters<K> {
+    fn default() -> Self {
+        Counters(Mutex::new(BTreeMap::new()))
+    }
+}
+
+impl<K: Labels> Counters<K> {
+    fn add(&self, labels: K, n: u64) {
         let mut map = match self.0.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
-        *map.entry(labels.iter().map(|s| s.to_string()).collect())
-            .or_insert(0) += n;
+        *map.entry(labels).or_insert(0) += n;
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str, label_names: &[&str]) {
@@ -40,8 +68,8 @@ impl Counters {
         for (labels, value) in map.iter() {
             let pairs: Vec<String> = label_names
                 .iter()
-                .zip(labels)
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .zip(labels.values())
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(&v)))
                 .collect();
             let _ = writeln!(out, "{name}{{{}}} {value}", pairs.join(","));
         }
@@ -96,14 +124,14 @@ impl Histogram {
 
 /// Every metric toolstub exports.
 pub struct Metrics {
-    requests: Counters,
+    requests: Counters<(&'static str, u16)>,
     upstream_latency: Histogram,
-    externalized: Counters,
-    unchanged: Counters,
+    externalized: Counters<(&'static str, &'static str)>,
+    unchanged: Counters<&'static str>,
     chars_saved: AtomicU64,
-    store_errors: Counters,
-    recall_calls: Counters,
-    recall_errors: Counters,
+    store_errors: Counters<&'static str>,
+    recall_calls: Counters<&'static str>,
+    recall_errors: Counters<&'static str>,
     recall_rounds: Histogram,
 }
 
@@ -124,8 +152,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn request(&self, route: &str, status: u16) {
-        self.requests.add(&[route, &status.to_string()], 1);
+    pub fn request(&self, route: &'static str, status: u16) {
+        self.requests.add((route, status), 1);
     }
 
     /// Time from sending the request upstream to its response headers.
@@ -133,29 +161,29 @@ impl Metrics {
         self.upstream_latency.observe(elapsed.as_secs_f64());
     }
 
-    pub fn externalized(&self, kind: &str, reason: &str) {
-        self.externalized.add(&[kind, reason], 1);
+    pub fn externalized(&self, kind: &'static str, reason: &'static str) {
+        self.externalized.add((kind, reason), 1);
     }
 
     /// A chat completion forwarded byte for byte, and why.
-    pub fn unchanged(&self, why: &str) {
-        self.unchanged.add(&[why], 1);
+    pub fn unchanged(&self, why: &'static str) {
+        self.unchanged.add(why, 1);
     }
 
     pub fn chars_saved(&self, n: u64) {
         self.chars_saved.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn store_error(&self, operation: &str) {
-        self.store_errors.add(&[operation], 1);
+    pub fn store_error(&self, operation: &'static str) {
+        self.store_errors.add(operation, 1);
     }
 
-    pub fn recall_call(&self, tool: &str) {
-        self.recall_calls.add(&[tool], 1);
+    pub fn recall_call(&self, tool: &'static str) {
+        self.recall_calls.add(tool, 1);
     }
 
-    pub fn recall_error(&self, tool: &str) {
-        self.recall_errors.add(&[tool], 1);
+    pub fn recall_error(&self, tool: &'static str) {
+        self.recall_errors.add(tool, 1);
     }
 
     pub fn recall_rounds(&self, rounds: usize) {

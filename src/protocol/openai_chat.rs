@@ -203,9 +203,13 @@ fn json_string(s: &str) -> String {
 fn content_text(raw: &str) -> Option<(Cow<'_, str>, ContentShape)> {
     match raw.as_bytes().first()? {
         b'"' => {
-            let text = match serde_json::from_str::<&str>(raw) {
-                Ok(borrowed) => Cow::Borrowed(borrowed),
-                Err(_) => Cow::Owned(serde_json::from_str::<String>(raw).ok()?),
+            // The body parsed, so this is a valid JSON string: without a
+            // backslash its text is exactly what lies between the quotes.
+            let inner = raw.get(1..raw.len().saturating_sub(1))?;
+            let text = if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
+                Cow::Borrowed(inner)
+            } else {
+                Cow::Owned(serde_json::from_str::<String>(raw).ok()?)
             };
             Some((text, ContentShape::String))
         }

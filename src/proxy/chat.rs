@@ -12,7 +12,7 @@ use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::recall::openai::is_streaming;
-use crate::rewrite::{derive_session, rewrite, Mode, Outcome};
+use crate::rewrite::{derive_session, rewrite_with, Mode, Outcome};
 use crate::store::NewOutput;
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -84,8 +84,10 @@ pub(super) async fn handle(
         }
     }
     for output in &rewritten.outputs {
-        app.metrics
-            .externalized(output.new.synopsis.kind.as_str(), &output.reason);
+        app.metrics.externalized(
+            output.new.synopsis.kind.as_str(),
+            reason_label(&output.reason),
+        );
     }
     app.metrics.chars_saved(rewritten.saved_chars as u64);
     let extra_headers = vec![
@@ -125,6 +127,17 @@ pub(super) async fn handle(
         response.headers_mut().insert(name, value);
     }
     Ok(response)
+}
+
+/// The metrics label of a reason (a closed set).
+fn reason_label(reason: &str) -> &'static str {
+    match reason {
+        "single_threshold" => "single_threshold",
+        "turn_budget" => "turn_budget",
+        "single_threshold:externalization_failed" => "single_threshold:externalization_failed",
+        "turn_budget:externalization_failed" => "turn_budget:externalization_failed",
+        _ => "other",
+    }
 }
 
 /// Why a chat completion is forwarded without reading its body, if it is.
@@ -184,7 +197,7 @@ async fn plan(app: &Arc<App>, body: Bytes, mode: Mode) -> Result<Plan, ProxyErro
 }
 
 fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
-    match rewrite(body, &app.config.policy, &app.protocol, mode) {
+    match rewrite_with(body, &app.config.policy, &app.protocol, mode, &app.memo) {
         Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
         Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
             body: Bytes::from(r.body),

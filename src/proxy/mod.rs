@@ -41,6 +41,10 @@ use std::time::Instant;
 use tokio::net::TcpListener;
 use upstream::{strip_hop_by_hop, upstream_headers, Upstream};
 
+/// Outputs whose digest and synopsis are remembered across requests. A
+/// synopsis is a few KB at most, so this bounds the memo to a few MB.
+const MEMO_ENTRIES: usize = 2048;
+
 /// Everything a request needs, shared by all connections.
 pub struct App {
     pub config: Config,
@@ -48,6 +52,8 @@ pub struct App {
     pub store: AsyncResultStore,
     upstream: Upstream,
     protocol: OpenAiChat,
+    /// Digests and synopses of outputs seen before (repeated turns).
+    memo: crate::rewrite::memo::Memo,
 }
 
 impl App {
@@ -67,6 +73,7 @@ impl App {
             store: AsyncResultStore::new(store),
             upstream,
             protocol: OpenAiChat,
+            memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
         })
     }
 }

@@ -52,7 +52,7 @@ use std::sync::Arc;
 /// Every operator path starts with this.
 const PREFIX: &str = "/toolstub/v1/";
 /// The request header carrying the admin token.
-pub const ADMIN_TOKEN_HEADER: &str = "x-toolstub-admin-token";
+const ADMIN_TOKEN_HEADER: &str = "x-toolstub-admin-token";
 
 /// Defaults, as for the recall tools (SPEC section 6).
 const LIST_LIMIT: i64 = 50;
@@ -111,8 +111,8 @@ impl Endpoint {
         match segments.as_slice() {
             ["results"] => Ok(Endpoint::List),
             ["search"] => Ok(Endpoint::Search),
-            ["results", r] => Ok(Endpoint::Read(parse_ref(r)?)),
-            ["results", r, "search"] => Ok(Endpoint::SearchRef(parse_ref(r)?)),
+            ["results", r] if !r.is_empty() => Ok(Endpoint::Read(parse_ref(r)?)),
+            ["results", r, "search"] if !r.is_empty() => Ok(Endpoint::SearchRef(parse_ref(r)?)),
             _ => Err(unknown()),
         }
     }
@@ -471,6 +471,11 @@ async fn search_session(
     let limit = query.count("limit", SEARCH_LIMIT)?;
     let context =
         usize::try_from(query.non_negative("context_chars", CONTEXT_CHARS)?).unwrap_or(usize::MAX);
+    // Ranked search sees what the background indexer has done: index what is
+    // pending first, so every committed output is searchable.
+    if let Err(e) = app.store.flush_index().await {
+        tracing::warn!(error = %e, "flushing the search index failed");
+    }
     let hits = app
         .store
         .search_session(tenant, session, q, limit, context)
@@ -517,6 +522,7 @@ mod tests {
         for p in [
             "/toolstub/v1/",
             "/toolstub/v1/results/",
+            "/toolstub/v1/results//search",
             "/toolstub/v1/results/tr_a/read",
             "/toolstub/v1/search/x",
             "/toolstub/v1/nope",
@@ -531,7 +537,6 @@ mod tests {
             "/toolstub/v1/results/tr_",
             "/toolstub/v1/results/tr_a%20b",
             "/toolstub/v1/results/tr_%zz",
-            "/toolstub/v1/results//search",
         ] {
             bad(Endpoint::parse(p));
         }
@@ -565,7 +570,11 @@ mod tests {
         assert!(bad(q("limit=ten").count("limit", 5)).contains("integer"));
         assert!(bad(q("limit=1.5").count("limit", 5)).contains("integer"));
         assert!(bad(q("context_chars=-1").non_negative("context_chars", 3)).contains("0 or more"));
-        assert_eq!(q("offset=+7").int("offset", 0).expect("int"), 7);
+        assert_eq!(q("offset=%2B7").int("offset", 0).expect("int"), 7);
+        assert!(
+            bad(q("offset=+7").int("offset", 0)).contains("\" 7\""),
+            "+ is a space"
+        );
         assert!(bad(q("q=").q()).contains("required"));
     }
 

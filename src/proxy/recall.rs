@@ -19,7 +19,7 @@ use crate::recall::openai::{
 use crate::recall::sse::SseParser;
 use crate::recall::stream::{RoundEnd, Splicer};
 use crate::recall::{execute, RecallCall, RecallScope};
-use crate::rewrite::{rewrite, Mode, Outcome, Policy};
+use crate::rewrite::{rewrite_with, Mode, Outcome, Policy};
 use crate::store::Tenant;
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -67,7 +67,13 @@ impl RecallRequest {
                 recall_enabled: false,
                 ..app.config.policy.clone()
             };
-            match rewrite(&self.original, &policy, &app.protocol, Mode::WithRefs) {
+            match rewrite_with(
+                &self.original,
+                &policy,
+                &app.protocol,
+                Mode::WithRefs,
+                &app.memo,
+            ) {
                 Outcome::Rewritten(r) => r.body,
                 Outcome::Unchanged(_) => String::from_utf8_lossy(&self.original).into_owned(),
             }

@@ -12,12 +12,14 @@
 //! Outputs that the proxy's own recall tools produced are never seen here:
 //! recall rounds append their results to an already rewritten body.
 
+pub mod memo;
 pub mod select;
 
 use crate::protocol::{ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::refs::{result_ref, sha256_hex};
 use crate::stub::{render, RecallToolNames, StubHeader};
 use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
+use memo::{Facts, Memo};
 use select::{select, Budget, Reason};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -123,6 +125,17 @@ pub fn rewrite<'b>(
     protocol: &impl Protocol,
     mode: Mode,
 ) -> Outcome<'b> {
+    rewrite_with(body, policy, protocol, mode, &Memo::new(0))
+}
+
+/// [`rewrite`], remembering digests and synopses across requests in `memo`.
+pub fn rewrite_with<'b>(
+    body: &'b [u8],
+    policy: &Policy,
+    protocol: &impl Protocol,
+    mode: Mode,
+    memo: &Memo,
+) -> Outcome<'b> {
     if !policy.enabled {
         return Outcome::Unchanged(Unchanged::Disabled);
     }
@@ -132,7 +145,7 @@ pub fn rewrite<'b>(
     let Some(parsed) = protocol.parse(text) else {
         return Outcome::Unchanged(Unchanged::NotUnderstood);
     };
-    rewrite_parsed(text, parsed, policy, protocol, mode)
+    rewrite_parsed(text, parsed, policy, protocol, mode, memo)
 }
 
 fn rewrite_parsed<'b>(
@@ -141,6 +154,7 @@ fn rewrite_parsed<'b>(
     policy: &Policy,
     protocol: &impl Protocol,
     mode: Mode,
+    memo: &Memo,
 ) -> Outcome<'b> {
     let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
     let mut outputs: Vec<Externalized<'b>> = Vec::new();
@@ -159,6 +173,7 @@ fn rewrite_parsed<'b>(
             &names,
             mode,
             protocol,
+            memo,
             &mut outputs,
             &mut splices,
         );
@@ -204,6 +219,7 @@ fn rewrite_group<'b>(
     names: &RecallToolNames,
     mode: Mode,
     protocol: &impl Protocol,
+    memo: &Memo,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) {
@@ -212,7 +228,7 @@ fn rewrite_group<'b>(
     // The reason line's length does not depend on which reason it is, so
     // measuring with single_threshold is exact for either.
     let selection = select(&policy.budget, &lengths, |i, preview| {
-        let p = prepared[i].get_or_insert_with(|| Prepared::new(&group[i], policy));
+        let p = prepared[i].get_or_insert_with(|| Prepared::new(&group[i], policy, memo));
         p.stub(
             &group[i],
             lengths[i],
@@ -227,7 +243,7 @@ fn rewrite_group<'b>(
     for (i, reason) in selection.reasons.iter().enumerate() {
         let Some(reason) = *reason else { continue };
         let output = &group[i];
-        let p = prepared[i].get_or_insert_with(|| Prepared::new(output, policy));
+        let p = prepared[i].get_or_insert_with(|| Prepared::new(output, policy, memo));
         let stub = p.stub(output, lengths[i], selection.preview, reason, mode, names);
         splices.push((
             output.content_span.clone(),
@@ -268,19 +284,39 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(output: &ToolOutput<'_>, policy: &Policy) -> Prepared {
-        let sha256 = sha256_hex(&output.text);
-        let result_ref = result_ref(output.tool_call_id.as_deref(), &sha256);
+    fn new(output: &ToolOutput<'_>, policy: &Policy, memo: &Memo) -> Prepared {
         let mime = output
             .tool_name
             .as_deref()
             .and_then(|name| policy.mime_by_tool.get(name))
             .cloned();
+        let key = Memo::key(&output.text, mime.as_deref());
+        let facts = match memo.get(&key) {
+            Some(facts) => facts,
+            None => {
+                let preview = policy.budget.preview_chars;
+                let facts = Facts {
+                    sha256: sha256_hex(&output.text),
+                    synopsis: (
+                        preview,
+                        synopsize(
+                            &output.text,
+                            Hints {
+                                mime: mime.as_deref(),
+                                preview_chars: preview,
+                            },
+                        ),
+                    ),
+                };
+                memo.put(key, facts.clone());
+                std::sync::Arc::new(facts)
+            }
+        };
         Prepared {
-            sha256,
-            result_ref,
+            result_ref: result_ref(output.tool_call_id.as_deref(), &facts.sha256),
+            sha256: facts.sha256.clone(),
             mime,
-            synopses: Vec::new(),
+            synopses: vec![facts.synopsis.clone()],
         }
     }
 

@@ -3,6 +3,7 @@
 //! what it received. No fixed ports, no network beyond loopback.
 
 mod mock;
+mod operator;
 mod recall;
 
 use bytes::Bytes;

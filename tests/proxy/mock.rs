@@ -48,7 +48,10 @@ impl Mock {
     }
 
     pub fn last(&self) -> Recorded {
-        self.requests().last().cloned().expect("the mock received a request")
+        self.requests()
+            .last()
+            .cloned()
+            .expect("the mock received a request")
     }
 }
 
@@ -108,7 +111,9 @@ pub async fn start_with(script: Script, tls: Option<tokio_rustls::TlsAcceptor>) 
                         }
                     }
                     None => {
-                        let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
                     }
                 }
             });
@@ -119,9 +124,17 @@ pub async fn start_with(script: Script, tls: Option<tokio_rustls::TlsAcceptor>) 
 
 type MockBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-async fn answer(req: Request<Incoming>, rec: &Mutex<Vec<Recorded>>, script: &Script) -> Response<MockBody> {
+async fn answer(
+    req: Request<Incoming>,
+    rec: &Mutex<Vec<Recorded>>,
+    script: &Script,
+) -> Response<MockBody> {
     let (parts, body) = req.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let recorded = Recorded {
         method: parts.method.to_string(),
         path_and_query: parts

@@ -1,0 +1,400 @@
+//! Load benchmark of `toolstub serve` against a direct-to-mock baseline,
+//! interleaved in one run (SPEC/issue 4 item 9). Run with `scripts/load`.
+//!
+//! - A mock upstream (in this process, its own runtime thread) answers chat
+//!   completions: a small JSON completion, or 10 SSE chunks for streams.
+//! - The proxy is the real release binary, a child process.
+//! - The load generator (this process) sends the same requests to the mock
+//!   directly and through the proxy, alternating batches, and reports the
+//!   medians over batches of p50/p99 latency and throughput, the added
+//!   latency, the cost of a request carrying a 1 MB JSON tool output (first
+//!   seen and repeated), and the proxy's RSS idle and under load.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 5;
+const BATCH: Duration = Duration::from_millis(1500);
+/// The open-loop rate of the paced runs: well under both paths' capacity, so
+/// latency is the proxy's cost, not queueing behind a saturated core.
+const PACED_RATE: u32 = 2000;
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock_addr = start_mock();
+    let dir = std::env::temp_dir().join(format!("toolstub-loadbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let proxy_port = free_port();
+    let bin =
+        std::env::var("TOOLSTUB_BIN").unwrap_or_else(|_| "target/release/toolstub".to_string());
+    let mut proxy = Command::new(&bin)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{proxy_port}"),
+            "--upstream",
+            &format!("http://{mock_addr}"),
+            "--db",
+            &dir.join("bench.db").to_string_lossy(),
+        ])
+        .env("TOOLSTUB_SERVER_LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the proxy (build it with cargo build --release)");
+    let proxy_addr: SocketAddr = format!("127.0.0.1:{proxy_port}").parse().expect("addr");
+    rt.block_on(async {
+        wait_healthy(proxy_addr).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let idle_rss = rss_kib(&proxy);
+        println!("## toolstub load benchmark\n");
+        println!("proxy: {bin}; mock upstream in-process; {ROUNDS} interleaved rounds of {} ms per configuration; medians over rounds.\n", BATCH.as_millis());
+        println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
+        let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
+        let mut loaded_rss = 0;
+        for (name, body) in [("non-streaming", &small), ("streaming", &small_stream)] {
+            for (concurrency, rate) in [(1usize, None), (32, None), (32, Some(PACED_RATE))] {
+                let row = compare(mock_addr, proxy_addr, body, concurrency, rate).await;
+                let name = match rate {
+                    Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
+                    None => format!("{name}, c={concurrency} saturating"),
+                };
+                loaded_rss = loaded_rss.max(rss_kib(&proxy));
+                println!(
+                    "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} |",
+                    ms(row.direct_p50), ms(row.proxy_p50), ms(row.proxy_p50 - row.direct_p50),
+                    ms(row.direct_p99), ms(row.proxy_p99), ms(row.proxy_p99 - row.direct_p99),
+                    row.direct_rps, row.proxy_rps
+                );
+            }
+        }
+        println!();
+        let one_mb = large_output_cost(mock_addr, proxy_addr).await;
+        loaded_rss = loaded_rss.max(rss_kib(&proxy));
+        println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", one_mb.samples);
+        println!("|---|---|");
+        println!("| first seen (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(one_mb.first_seen));
+        println!("| repeated turn (same content again) | **{}** ({:.2} ms per MB of body) |", ms(one_mb.repeated), one_mb.repeated * 1e3 / (one_mb.body_bytes as f64 / 1e6));
+        println!();
+        println!("| proxy RSS | MiB |");
+        println!("|---|---|");
+        println!("| idle, after start | {:.1} |", idle_rss as f64 / 1024.0);
+        println!("| peak seen under load | {:.1} |", loaded_rss as f64 / 1024.0);
+    });
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.3} ms", seconds * 1e3)
+}
+
+struct Row {
+    direct_p50: f64,
+    proxy_p50: f64,
+    direct_p99: f64,
+    proxy_p99: f64,
+    direct_rps: f64,
+    proxy_rps: f64,
+}
+
+async fn compare(
+    mock: SocketAddr,
+    proxy: SocketAddr,
+    body: &Bytes,
+    concurrency: usize,
+    rate: Option<u32>,
+) -> Row {
+    let client = client();
+    // Warm both paths (connections, pools).
+    batch(
+        &client,
+        mock,
+        body,
+        concurrency,
+        Duration::from_millis(300),
+        None,
+    )
+    .await;
+    batch(
+        &client,
+        proxy,
+        body,
+        concurrency,
+        Duration::from_millis(300),
+        None,
+    )
+    .await;
+    let mut d = (Vec::new(), Vec::new(), Vec::new());
+    let mut p = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for (target, out) in [(mock, &mut d), (proxy, &mut p)] {
+            let (mut lat, elapsed) = batch(&client, target, body, concurrency, BATCH, rate).await;
+            lat.sort_by(|a, b| a.total_cmp(b));
+            out.0.push(percentile(&lat, 0.50));
+            out.1.push(percentile(&lat, 0.99));
+            out.2.push(lat.len() as f64 / elapsed);
+        }
+    }
+    Row {
+        direct_p50: median(d.0),
+        proxy_p50: median(p.0),
+        direct_p99: median(d.1),
+        proxy_p99: median(p.1),
+        direct_rps: median(d.2),
+        proxy_rps: median(p.2),
+    }
+}
+
+type BenchClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+fn client() -> BenchClient {
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(64)
+        .build_http()
+}
+
+/// `concurrency` workers sending requests for `duration`: back to back, or
+/// (with `rate`) on an open-loop schedule, latency counted from the
+/// scheduled time so a stall is not hidden. Returns every latency (seconds)
+/// and the elapsed time.
+async fn batch(
+    client: &BenchClient,
+    target: SocketAddr,
+    body: &Bytes,
+    concurrency: usize,
+    duration: Duration,
+    rate: Option<u32>,
+) -> (Vec<f64>, f64) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..concurrency {
+        let client = client.clone();
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut k = 0u64;
+            while started.elapsed() < duration {
+                let t = match rate {
+                    Some(rate) => {
+                        let slot =
+                            (k * concurrency as u64 + worker as u64) as f64 / f64::from(rate);
+                        let at = started + Duration::from_secs_f64(slot);
+                        tokio::time::sleep_until(at.into()).await;
+                        k += 1;
+                        at
+                    }
+                    None => Instant::now(),
+                };
+                request(&client, target, body.clone()).await;
+                lat.push(t.elapsed().as_secs_f64());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("worker"));
+    }
+    (all, started.elapsed().as_secs_f64())
+}
+
+async fn request(client: &BenchClient, target: SocketAddr, body: Bytes) {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{target}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-bench")
+        .body(Full::new(body))
+        .expect("request");
+    let response = client.request(req).await.expect("response");
+    assert!(
+        response.status().is_success(),
+        "status {}",
+        response.status()
+    );
+    let _ = response.into_body().collect().await.expect("body");
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 0.5)
+}
+
+struct LargeCost {
+    first_seen: f64,
+    repeated: f64,
+    samples: usize,
+    body_bytes: usize,
+}
+
+/// A chat body with one ~1 MB JSON tool output; `salt` makes the content new.
+fn large_body(salt: u64) -> Bytes {
+    let mut items = Vec::new();
+    let mut len = 0;
+    let mut i = 0u64;
+    while len < 1_000_000 {
+        let item = format!("{{\"id\":{i},\"salt\":{salt},\"name\":\"user {i}\",\"email\":\"user{i}@example.com\",\"active\":true}}");
+        len += item.len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    let output = format!("[{}]", items.join(","));
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "list the users"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "list_users", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": output},
+        ]
+    });
+    Bytes::from(body.to_string())
+}
+
+async fn large_output_cost(mock: SocketAddr, proxy: SocketAddr) -> LargeCost {
+    let client = client();
+    let samples = 30;
+    let repeated_body = large_body(0);
+    let time = |target: SocketAddr, body: Bytes| {
+        let client = client.clone();
+        async move {
+            let t = Instant::now();
+            request(&client, target, body).await;
+            t.elapsed().as_secs_f64()
+        }
+    };
+    // Warm-up, and the repeated body's first sight.
+    time(proxy, repeated_body.clone()).await;
+    time(mock, repeated_body.clone()).await;
+    let (mut direct, mut first, mut repeat) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..samples {
+        let fresh = large_body(n as u64 + 1);
+        direct.push(time(mock, fresh.clone()).await);
+        first.push(time(proxy, fresh).await);
+        repeat.push(time(proxy, repeated_body.clone()).await);
+    }
+    let base = median(direct);
+    LargeCost {
+        first_seen: median(first) - base,
+        repeated: median(repeat) - base,
+        samples,
+        body_bytes: repeated_body.len(),
+    }
+}
+
+fn rss_kib(child: &Child) -> u64 {
+    std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn wait_healthy(addr: SocketAddr) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    for _ in 0..200 {
+        let req = http::Request::get(format!("http://{addr}/healthz"))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        if let Ok(r) = client.request(req).await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the proxy did not become healthy");
+}
+
+/// The mock upstream, on its own runtime thread.
+fn start_mock() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("mock runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            tx.send(listener.local_addr().expect("addr"))
+                .expect("send addr");
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(mock_answer))
+                        .await;
+                });
+            }
+        });
+    });
+    rx.recv().expect("mock address")
+}
+
+const COMPLETION: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"mock","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+
+async fn mock_answer(
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Full<Bytes>>, Infallible> {
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let streaming = memchr::memmem::find(&body, b"\"stream\":true").is_some();
+    let response = if streaming {
+        let mut s = String::new();
+        for i in 0..10 {
+            s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}}}}]}}\n\n"));
+        }
+        s.push_str("data: [DONE]\n\n");
+        http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Full::new(Bytes::from(s)))
+    } else {
+        http::Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(COMPLETION.as_bytes())))
+    };
+    Ok(response.expect("response"))
+}

@@ -1,0 +1,97 @@
+//! A bounded, process-wide memo of what the rewrite derives from one tool
+//! output's text: its SHA-256 and its synopsis.
+//!
+//! Every turn resends the whole history, so most outputs in a request were
+//! seen before. A cheap content key (xxh3-128 of the text, its length, and
+//! the MIME hint) finds them again without re-hashing or re-summarizing.
+//! Memoizing a pure function keeps the rewrite pure: a hit returns exactly
+//! what a miss would compute.
+
+use crate::synopsis::Synopsis;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// What the rewrite knows of one text.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub sha256: String,
+    /// The synopsis and the preview budget it was computed at.
+    pub synopsis: (usize, Synopsis),
+}
+
+type Key = (u128, usize, Option<String>);
+
+pub struct Memo {
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<Key, Arc<Facts>>,
+    /// Insertion order, for eviction (first in, first out).
+    order: VecDeque<Key>,
+}
+
+impl Memo {
+    /// A memo holding at most `capacity` entries (0: remembers nothing).
+    pub fn new(capacity: usize) -> Memo {
+        Memo {
+            capacity,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    pub fn key(text: &str, mime: Option<&str>) -> Key {
+        (
+            xxhash_rust::xxh3::xxh3_128(text.as_bytes()),
+            text.len(),
+            mime.map(str::to_string),
+        )
+    }
+
+    pub fn get(&self, key: &Key) -> Option<Arc<Facts>> {
+        if self.capacity == 0 {
+            return None;
+        }
+        let inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        inner.map.get(key).cloned()
+    }
+
+    pub fn put(&self, key: Key, facts: Facts) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if inner.map.contains_key(&key) {
+            return;
+        }
+        while inner.map.len() >= self.capacity {
+            match inner.order.pop_front() {
+                Some(old) => {
+                    inner.map.remove(&old);
+                }
+                None => break,
+            }
+        }
+        inner.order.push_back(key.clone());
+        inner.map.insert(key, Arc::new(facts));
+    }
+
+    pub fn len(&self) -> usize {
+        match self.inner.lock() {
+            Ok(i) => i.map.len(),
+            Err(poisoned) => poisoned.into_inner().map.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

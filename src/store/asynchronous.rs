@@ -1,0 +1,155 @@
+//! The store for async (tokio) code, without blocking the runtime: puts go
+//! to the writer thread through the bounded job channel and are awaited;
+//! reads run on tokio's blocking pool, at most `readers` at a time (a
+//! semaphore), so a burst of recall calls queues here instead of filling the
+//! blocking pool with threads waiting for a connection.
+
+use super::writer::{self, Job};
+use super::{
+    NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResultStore, SearchHit,
+    StoreError, Stored, Tenant,
+};
+use std::sync::Arc;
+use tokio::sync::{oneshot, Semaphore};
+
+/// Below this many bytes of text, hashing a put inline costs less than a
+/// hand-off to the blocking pool (SHA-256 runs at about 2 GB/s).
+const INLINE_PREPARE_BYTES: usize = 64 * 1024;
+
+/// A cheap-to-clone async handle on a [`ResultStore`].
+#[derive(Clone, Debug)]
+pub struct AsyncResultStore {
+    store: ResultStore,
+    permits: Arc<Semaphore>,
+}
+
+impl AsyncResultStore {
+    pub fn new(store: ResultStore) -> AsyncResultStore {
+        let permits = Arc::new(Semaphore::new(store.readers().size()));
+        AsyncResultStore { store, permits }
+    }
+
+    /// The sync store underneath (for code that already runs off the runtime).
+    pub fn sync(&self) -> &ResultStore {
+        &self.store
+    }
+
+    /// [`ResultStore::put`]: resolves once the outputs are committed.
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        outputs: Vec<NewOutput>,
+    ) -> Result<Vec<Stored>, StoreError> {
+        let bytes: usize = outputs.iter().map(|o| o.text.len()).sum();
+        let items = if bytes <= INLINE_PREPARE_BYTES {
+            writer::prepare(outputs)?
+        } else {
+            tokio::task::spawn_blocking(move || writer::prepare(outputs))
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))??
+        };
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::Put {
+                tenant: tenant.clone(),
+                items,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs a read on the blocking pool, bounded by the semaphore.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ResultStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// [`ResultStore::read`].
+    pub async fn read(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<ReadWindow, StoreError> {
+        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
+        self.blocking(move |s| s.read(&tenant, &result_ref, offset, limit))
+            .await
+    }
+
+    /// [`ResultStore::meta`].
+    pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
+        self.blocking(move |s| s.meta(&tenant, &result_ref)).await
+    }
+
+    /// [`ResultStore::search`].
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<RefSearch, StoreError> {
+        let (tenant, result_ref, query) =
+            (tenant.clone(), result_ref.to_string(), query.to_string());
+        self.blocking(move |s| s.search(&tenant, &result_ref, &query, limit, context_chars))
+            .await
+    }
+
+    /// [`ResultStore::search_session`].
+    pub async fn search_session(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let (tenant, session_id, query) =
+            (tenant.clone(), session_id.to_string(), query.to_string());
+        self.blocking(move |s| s.search_session(&tenant, &session_id, &query, limit, context_chars))
+            .await
+    }
+
+    /// [`ResultStore::list`].
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        session_id: Option<&str>,
+        tool_name: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutputSummary>, StoreError> {
+        let tenant = tenant.clone();
+        let session_id = session_id.map(str::to_string);
+        let tool_name = tool_name.map(str::to_string);
+        self.blocking(move |s| s.list(&tenant, session_id.as_deref(), tool_name.as_deref(), limit))
+            .await
+    }
+
+    /// [`ResultStore::flush_index`], off the runtime.
+    pub async fn flush_index(&self) -> Result<u64, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::FlushIndex { reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+}

@@ -1,0 +1,472 @@
+//! The read side: every query a recall or operator call makes, each on a
+//! pooled read connection inside one deferred transaction (one consistent
+//! snapshot, so retention cannot delete chunks between two statements).
+//!
+//! Offsets are code points. A read finds the chunk holding `offset` through
+//! the `(blob_id, start_char)` index and fetches only the chunks overlapping
+//! the window, so its cost depends on the window, not on the original's size.
+
+use super::error::SqlContext;
+use super::text::{self, CHUNK_BITS};
+use super::{
+    Match, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats,
+    Tenant, OFFSET_UNIT,
+};
+use crate::synopsis::{Kind, Synopsis};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Validates read arguments: returns the offset and the exclusive end
+/// (`None`: to the end).
+pub(crate) fn check_window(offset: i64, limit: i64) -> Result<(u64, Option<u64>), StoreError> {
+    let Ok(start) = u64::try_from(offset) else {
+        return Err(StoreError::InvalidArgument(format!(
+            "offset must be 0 or more, got {offset}"
+        )));
+    };
+    let end = match limit {
+        -1 => None,
+        l if l < -1 => {
+            return Err(StoreError::InvalidArgument(format!(
+                "limit must be -1 (to the end) or 0 or more, got {limit}"
+            )))
+        }
+        l => Some(start.saturating_add(l.unsigned_abs())),
+    };
+    Ok((start, end))
+}
+
+/// A live output's original.
+struct Live {
+    blob_id: i64,
+    total_chars: u64,
+}
+
+fn live(conn: &Connection, tenant: &Tenant, result_ref: &str) -> Result<Live, StoreError> {
+    let row: Option<(Option<i64>, Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT blob_id, expired_at, original_chars FROM outputs WHERE tenant = ?1 AND ref = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![tenant.as_str(), result_ref], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })
+        .ctx("looking up a ref")?;
+    match row {
+        None => Err(StoreError::NotFound {
+            result_ref: result_ref.to_string(),
+        }),
+        Some((None, expired_at, _)) => Err(StoreError::Expired {
+            result_ref: result_ref.to_string(),
+            expired_at: expired_at.unwrap_or(0),
+        }),
+        Some((Some(blob_id), _, chars)) => Ok(Live {
+            blob_id,
+            total_chars: u64::try_from(chars).unwrap_or(0),
+        }),
+    }
+}
+
+/// Characters `[start, end)` of an original (`end` within its length).
+fn read_range(conn: &Connection, blob_id: i64, start: u64, end: u64) -> Result<String, StoreError> {
+    let mut out = String::new();
+    if start >= end {
+        return Ok(out);
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT start_char, text FROM chunks WHERE blob_id = ?1 \
+             AND start_char >= (SELECT max(start_char) FROM chunks WHERE blob_id = ?1 AND start_char <= ?2) \
+             AND start_char < ?3 ORDER BY start_char",
+        )
+        .ctx("preparing a chunk read")?;
+    let mut rows = stmt
+        .query(params![blob_id, start as i64, end as i64])
+        .ctx("reading chunks")?;
+    let mut pos = None;
+    while let Some(row) = rows.next().ctx("reading a chunk")? {
+        let chunk_start =
+            u64::try_from(row.get::<_, i64>(0).ctx("reading a chunk offset")?).unwrap_or(0);
+        let chunk = row
+            .get_ref(1)
+            .ctx("reading a chunk")?
+            .as_str()
+            .map_err(|e| StoreError::Corrupt(format!("chunk text is not UTF-8: {e}")))?;
+        if pos.is_some_and(|p| p != chunk_start) || (pos.is_none() && chunk_start > start) {
+            return Err(StoreError::Corrupt(format!(
+                "original {blob_id} has a gap before character {chunk_start}"
+            )));
+        }
+        let from = text::byte_at_char(
+            chunk,
+            usize::try_from(start.saturating_sub(chunk_start)).unwrap_or(usize::MAX),
+        );
+        let want = usize::try_from(end - chunk_start.max(start)).unwrap_or(usize::MAX);
+        let to = text::fwd_chars(chunk, from, want);
+        out.push_str(&chunk[from..to]);
+        pos = Some(chunk_start + text::char_len(chunk));
+    }
+    let got = text::char_len(&out);
+    if got != end - start {
+        return Err(StoreError::Corrupt(format!(
+            "original {blob_id}: read {got} characters of {} at offset {start}",
+            end - start
+        )));
+    }
+    Ok(out)
+}
+
+pub(crate) fn read(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    result_ref: &str,
+    offset: u64,
+    end: Option<u64>,
+    limit: i64,
+) -> Result<ReadWindow, StoreError> {
+    let tx = conn.transaction().ctx("starting a read")?;
+    let live = live(&tx, tenant, result_ref)?;
+    let total = live.total_chars;
+    let start = offset.min(total);
+    let end = end.map_or(total, |e| e.min(total));
+    let content = read_range(&tx, live.blob_id, start, end)?;
+    let has_more = end < total && offset < total;
+    Ok(ReadWindow {
+        content,
+        offset,
+        limit,
+        total_chars: total,
+        has_more,
+        next_offset: has_more.then_some(end.max(start)),
+    })
+}
+
+pub(crate) fn meta(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    result_ref: &str,
+) -> Result<OutputMeta, StoreError> {
+    let tx = conn.transaction().ctx("starting a read")?;
+    live(&tx, tenant, result_ref)?;
+    tx.query_row(
+        "SELECT session_id, tool_call_id, tool_name, created_at, original_chars, preview_chars, \
+         sha256, mime_type, synopsis_kind, synopsis FROM outputs WHERE tenant = ?1 AND ref = ?2",
+        params![tenant.as_str(), result_ref],
+        |r| {
+            Ok((
+                (r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?),
+                (
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ),
+                (r.get::<_, String>(8)?, r.get::<_, String>(9)?),
+            ))
+        },
+    )
+    .ctx("reading an output's metadata")
+    .and_then(|(a, b, (kind, synopsis))| {
+        let synopsis: Synopsis =
+            serde_json::from_str(&synopsis).map_err(|source| StoreError::Synopsis {
+                result_ref: result_ref.to_string(),
+                source,
+            })?;
+        Ok(OutputMeta {
+            result_ref: result_ref.to_string(),
+            session_id: a.0,
+            tool_call_id: a.1,
+            tool_name: a.2,
+            created_at: a.3,
+            original_chars: u64::try_from(b.0).unwrap_or(0),
+            preview_chars: u64::try_from(b.1).unwrap_or(0),
+            sha256: b.2,
+            mime_type: b.3,
+            synopsis_kind: parse_kind(&kind)?,
+            synopsis,
+            offset_unit: OFFSET_UNIT,
+        })
+    })
+}
+
+fn parse_kind(kind: &str) -> Result<Kind, StoreError> {
+    Kind::parse(kind).ok_or_else(|| StoreError::Corrupt(format!("unknown synopsis kind {kind:?}")))
+}
+
+pub(crate) fn search_ref(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    result_ref: &str,
+    query: &str,
+    limit: usize,
+    context_chars: usize,
+) -> Result<RefSearch, StoreError> {
+    let tx = conn.transaction().ctx("starting a search")?;
+    let live = live(&tx, tenant, result_ref)?;
+    let text = read_range(&tx, live.blob_id, 0, live.total_chars)?;
+    drop(tx);
+    let mut matches = Vec::new();
+    let mut total = 0u64;
+    let (mut byte, mut chars) = (0usize, 0u64);
+    for pos in memchr::memmem::find_iter(text.as_bytes(), query.as_bytes()) {
+        total += 1;
+        if matches.len() < limit {
+            chars += text::char_len(&text[byte..pos]);
+            byte = pos;
+            matches.push(Match {
+                offset: chars,
+                snippet: text::snippet(&text, pos, query.len(), context_chars).to_string(),
+            });
+        }
+    }
+    Ok(RefSearch {
+        result_ref: result_ref.to_string(),
+        matches,
+        total_matches: total,
+    })
+}
+
+pub(crate) fn search_session(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    session_id: &str,
+    query: &str,
+    limit: usize,
+    context_chars: usize,
+) -> Result<Vec<SearchHit>, StoreError> {
+    let terms = text::query_terms(query);
+    if terms.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let tx = conn.transaction().ctx("starting a session search")?;
+    // Words the index has never seen cannot match: dropping them first keeps
+    // a typo from turning an AND query into the slower OR fallback.
+    let mut terms = terms;
+    {
+        let mut seen = tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?1)")
+            .ctx("preparing a term check")?;
+        let mut kept = Vec::with_capacity(terms.len());
+        for term in terms {
+            let expression = text::fts_expression(std::slice::from_ref(&term), "AND");
+            if seen
+                .query_row([expression], |r| r.get::<_, bool>(0))
+                .ctx("checking a search term")?
+            {
+                kept.push(term);
+            }
+        }
+        terms = kept;
+    }
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut ranked = rank(
+        &tx,
+        tenant,
+        session_id,
+        &text::fts_expression(&terms, "AND"),
+        limit,
+    )?;
+    if ranked.is_empty() && terms.len() > 1 {
+        ranked = rank(
+            &tx,
+            tenant,
+            session_id,
+            &text::fts_expression(&terms, "OR"),
+            limit,
+        )?;
+    }
+    let mut hits = Vec::with_capacity(ranked.len());
+    for (chunk_id, bm25) in ranked {
+        let blob_id = chunk_id >> CHUNK_BITS;
+        let (result_ref, tool_name, total): (String, Option<String>, i64) = tx
+            .prepare_cached(
+                "SELECT ref, tool_name, original_chars FROM outputs \
+                 WHERE blob_id = ?1 AND tenant = ?2 AND session_id = ?3 \
+                 ORDER BY created_at DESC, id DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![blob_id, tenant.as_str(), session_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+            })
+            .ctx("naming a search hit")?;
+        let (chunk_start, chunk): (i64, String) = tx
+            .prepare_cached("SELECT start_char, text FROM chunks WHERE id = ?1")
+            .and_then(|mut s| s.query_row([chunk_id], |r| Ok((r.get(0)?, r.get(1)?))))
+            .ctx("reading a search hit")?;
+        let chunk_start = u64::try_from(chunk_start).unwrap_or(0);
+        // The passage's first query word; the passage start if the tokenizer
+        // matched something this scan does not see (folded diacritics).
+        let (offset, len) = match text::first_term(&chunk, &terms) {
+            Some(b) => {
+                let word_len = chunk[b..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric())
+                    .count() as u64;
+                (chunk_start + text::char_len(&chunk[..b]), word_len)
+            }
+            None => (chunk_start, 0),
+        };
+        let ctx = context_chars as u64;
+        let total = u64::try_from(total).unwrap_or(0);
+        let snippet = read_range(
+            &tx,
+            blob_id,
+            offset.saturating_sub(ctx),
+            (offset + len).saturating_add(ctx).min(total),
+        )?;
+        hits.push(SearchHit {
+            result_ref,
+            tool_name,
+            offset,
+            snippet,
+            score: -bm25,
+        });
+    }
+    Ok(hits)
+}
+
+/// Chunk ids and BM25 ranks (lower is better) of the session's best passages.
+/// `rowid >> 20` is the chunk's original ([`CHUNK_BITS`]), so filtering by
+/// session needs no lookup per FTS row.
+fn rank(
+    conn: &Connection,
+    tenant: &Tenant,
+    session_id: &str,
+    expression: &str,
+    limit: i64,
+) -> Result<Vec<(i64, f64)>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ?1 \
+             AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
+                 WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
+             ORDER BY rank LIMIT ?4",
+        )
+        .ctx("preparing the ranked search")?;
+    let rows = stmt
+        .query_map(
+            params![expression, tenant.as_str(), session_id, limit],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .ctx("running the ranked search")?;
+    rows.collect::<Result<_, _>>().ctx("reading ranked hits")
+}
+
+pub(crate) fn list(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    session_id: Option<&str>,
+    tool_name: Option<&str>,
+    limit: usize,
+) -> Result<Vec<OutputSummary>, StoreError> {
+    let sql = match session_id {
+        Some(_) => {
+            "SELECT ref, session_id, tool_name, synopsis_kind, original_chars, created_at \
+             FROM outputs WHERE tenant = ?1 AND session_id = ?2 AND blob_id IS NOT NULL \
+             AND (?3 IS NULL OR tool_name = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4"
+        }
+        None => {
+            "SELECT ref, session_id, tool_name, synopsis_kind, original_chars, created_at \
+             FROM outputs WHERE tenant = ?1 AND ?2 IS NULL AND blob_id IS NOT NULL \
+             AND (?3 IS NULL OR tool_name = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql).ctx("preparing the list")?;
+    let rows = stmt
+        .query_map(
+            params![
+                tenant.as_str(),
+                session_id,
+                tool_name,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            },
+        )
+        .ctx("listing outputs")?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (result_ref, session_id, tool_name, kind, chars, created_at) =
+            row.ctx("reading a listed output")?;
+        out.push(OutputSummary {
+            result_ref,
+            session_id,
+            tool_name,
+            kind: parse_kind(&kind)?,
+            original_chars: u64::try_from(chars).unwrap_or(0),
+            created_at,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn stats(conn: &mut Connection) -> Result<StoreStats, StoreError> {
+    let tx = conn.transaction().ctx("starting a stats read")?;
+    let count = |sql: &str| -> Result<u64, StoreError> {
+        tx.query_row(sql, [], |r| r.get::<_, f64>(0))
+            .map(|v| v as u64)
+            .ctx("measuring the store")
+    };
+    Ok(StoreStats {
+        live_outputs: count("SELECT total(blob_id IS NOT NULL) FROM outputs")?,
+        expired_outputs: count("SELECT total(blob_id IS NULL) FROM outputs")?,
+        originals: count("SELECT count(*) FROM blobs")?,
+        original_bytes: count("SELECT total(byte_len) FROM blobs")?,
+        chunk_table_bytes: count(
+            "SELECT total(pgsize) FROM dbstat WHERE name IN ('chunks', 'chunks_by_offset', 'chunks_unindexed')",
+        )?,
+        fts_bytes: count("SELECT total(pgsize) FROM dbstat WHERE name LIKE 'chunks_fts%'")?,
+        unindexed_chunks: count("SELECT count(*) FROM chunks WHERE indexed = 0")?,
+        file_bytes: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_validated() {
+        assert_eq!(check_window(0, -1).unwrap(), (0, None));
+        assert_eq!(check_window(5, 0).unwrap(), (5, Some(5)));
+        assert_eq!(check_window(5, 10).unwrap(), (5, Some(15)));
+        assert_eq!(check_window(1, i64::MAX).unwrap(), (1, Some(1 << 63)));
+        assert!(check_window(-1, 5).is_err());
+        assert!(check_window(0, -2).is_err());
+        assert!(check_window(i64::MIN, i64::MIN).is_err());
+    }
+
+    #[test]
+    fn session_search_filters_through_indexes() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH 'x' \
+                 AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
+                 WHERE tenant = 't' AND session_id = 's' AND blob_id IS NOT NULL) \
+                 ORDER BY rank LIMIT 5",
+            )
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("outputs_by_session"), "{plan}");
+        assert!(!plan.contains("SCAN outputs"), "{plan}");
+    }
+}

@@ -1,0 +1,69 @@
+//! The schema and its migrations. `MIGRATIONS[i]` takes the database from
+//! version `i` to `i + 1`; the version lives in `PRAGMA user_version`. Each
+//! migration runs in its own immediate transaction, so two processes opening
+//! the same new file cannot both apply it.
+
+use super::error::SqlContext;
+use super::StoreError;
+use rusqlite::{Connection, TransactionBehavior};
+
+/// The migration list, oldest first. Append; never edit a released one.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn user_version(conn: &Connection) -> Result<i64, StoreError> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .ctx("reading the schema version")
+}
+
+/// Brings the database to [`SCHEMA_VERSION`].
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    if user_version(conn)? == 0 {
+        // Must precede the first table; lets retention give pages back.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .ctx("enabling incremental auto-vacuum")?;
+    }
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting a migration")?;
+        let version = user_version(&tx)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let Some(sql) = usize::try_from(version)
+            .ok()
+            .and_then(|v| MIGRATIONS.get(v))
+        else {
+            return Ok(());
+        };
+        tx.execute_batch(sql).ctx("applying a schema migration")?;
+        tx.pragma_update(None, "user_version", version + 1)
+            .ctx("recording the schema version")?;
+        tx.commit().ctx("committing a schema migration")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_once_and_refuses_newer_files() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
+        migrate(&mut conn).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(StoreError::SchemaTooNew { .. })
+        ));
+    }
+}

@@ -1,0 +1,280 @@
+//! Pure text helpers of the store: cutting an original into chunks, code-point
+//! arithmetic on byte slices, the FTS5 query builder and snippet cutting.
+//! No SQLite here; everything is unit-tested at the bottom.
+
+/// Target length of one stored chunk, in code points.
+pub const CHUNK_CHARS: usize = 4096;
+/// A chunk ends after the last whitespace within this many code points of the
+/// target, so words are not cut across two FTS rows.
+pub const BOUNDARY_WINDOW: usize = 256;
+/// Chunk ids are `(blob_id << CHUNK_BITS) | seq`. The ranked-search SQL in
+/// `reader.rs` spells this `rowid >> 20`: change both together.
+pub const CHUNK_BITS: u32 = 20;
+/// Most chunks one original may have.
+pub const MAX_CHUNKS: usize = 1 << CHUNK_BITS;
+/// Most query terms kept from a session-search query.
+pub const MAX_TERMS: usize = 32;
+
+/// One chunk of an original: its first code point's offset, its length in
+/// code points and its text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Chunk<'a> {
+    pub start_char: u64,
+    pub chars: u64,
+    pub text: &'a str,
+}
+
+/// Cuts `text` into chunks of [`CHUNK_CHARS`] code points, ending a chunk
+/// after ASCII whitespace when there is some in the last [`BOUNDARY_WINDOW`]
+/// code points. The chunks concatenate back to `text` exactly; empty text
+/// has none. Works on bytes (an all-ASCII window is skipped in one step), as
+/// it runs on the put path over every byte of every original.
+pub fn chunks(text: &str) -> Vec<Chunk<'_>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() / CHUNK_CHARS + 1);
+    let mut start = 0usize;
+    let mut start_char = 0u64;
+    while start < bytes.len() {
+        let (end, n) = advance(bytes, start, CHUNK_CHARS);
+        let (cut, k) = if end == bytes.len() {
+            (end, n)
+        } else {
+            let window = back(bytes, end, BOUNDARY_WINDOW).max(start);
+            match bytes[window..end].iter().rposition(u8::is_ascii_whitespace) {
+                Some(p) if window + p + 1 > start => {
+                    let cut = window + p + 1;
+                    (cut, n - count(&bytes[cut..end]))
+                }
+                _ => (end, n),
+            }
+        };
+        out.push(Chunk {
+            start_char,
+            chars: k as u64,
+            // `cut` and `start` are always on character boundaries.
+            text: &text[start..cut],
+        });
+        start = cut;
+        start_char += k as u64;
+    }
+    out
+}
+
+/// Width of the UTF-8 sequence starting with `lead`.
+fn width(lead: u8) -> usize {
+    match lead {
+        0..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        _ => 4,
+    }
+}
+
+/// Byte index `n` code points after `from` (or the end) and how many code
+/// points that is.
+fn advance(bytes: &[u8], from: usize, n: usize) -> (usize, usize) {
+    let fast = (from + n).min(bytes.len());
+    if bytes[from..fast].is_ascii() {
+        return (fast, fast - from);
+    }
+    let (mut i, mut k) = (from, 0);
+    while i < bytes.len() && k < n {
+        i += width(bytes[i]);
+        k += 1;
+    }
+    (i.min(bytes.len()), k)
+}
+
+/// Byte index `n` code points before `at` (or 0).
+fn back(bytes: &[u8], at: usize, n: usize) -> usize {
+    let (mut i, mut k) = (at, 0);
+    while i > 0 && k < n {
+        i -= 1;
+        if bytes[i] & 0xc0 != 0x80 {
+            k += 1;
+        }
+    }
+    i
+}
+
+/// Code points in valid UTF-8 bytes.
+fn count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xc0 != 0x80).count()
+}
+
+/// Byte index of the `n`-th code point of `s` (or `s.len()` past the end).
+pub fn byte_at_char(s: &str, n: usize) -> usize {
+    s.char_indices().nth(n).map_or(s.len(), |(i, _)| i)
+}
+
+/// Byte index `n` code points before `byte` (or 0).
+pub fn back_chars(s: &str, byte: usize, n: usize) -> usize {
+    if n == 0 {
+        return byte;
+    }
+    s[..byte]
+        .char_indices()
+        .rev()
+        .nth(n - 1)
+        .map_or(0, |(i, _)| i)
+}
+
+/// Byte index `n` code points after `byte` (or `s.len()`).
+pub fn fwd_chars(s: &str, byte: usize, n: usize) -> usize {
+    byte + byte_at_char(&s[byte..], n)
+}
+
+/// Code points in `s`.
+pub fn char_len(s: &str) -> u64 {
+    s.chars().count() as u64
+}
+
+/// The searchable terms of a free-text query: runs of letters and digits (as
+/// FTS5's unicode61 tokenizer sees them), lowercased, de-duplicated, at most
+/// [`MAX_TERMS`]. Operators, quotes, `*`, parentheses and the like vanish.
+pub fn query_terms(query: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in query.split(|c: char| !c.is_alphanumeric()) {
+        if word.is_empty() {
+            continue;
+        }
+        let word = word.to_lowercase();
+        if !terms.contains(&word) {
+            terms.push(word);
+            if terms.len() == MAX_TERMS {
+                break;
+            }
+        }
+    }
+    terms
+}
+
+/// An FTS5 MATCH expression made only of quoted strings joined by `op`
+/// (`AND` or `OR`): whatever the user typed cannot be FTS syntax.
+pub fn fts_expression(terms: &[String], op: &str) -> String {
+    let quoted: Vec<String> = terms
+        .iter()
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect();
+    quoted.join(&format!(" {op} "))
+}
+
+/// Byte index of the first token of `text` equal (case-insensitively) to one
+/// of `terms`, tokens being runs of letters and digits.
+pub fn first_term(text: &str, terms: &[String]) -> Option<usize> {
+    let mut start: Option<usize> = None;
+    for (i, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        if c.is_alphanumeric() && i < text.len() {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            let token = &text[s..i];
+            if terms.iter().any(|t| token.to_lowercase() == *t) {
+                return Some(s);
+            }
+        }
+    }
+    None
+}
+
+/// The snippet around a match at `[byte, byte + len)`: up to `context`
+/// code points on each side.
+pub fn snippet(text: &str, byte: usize, len: usize, context: usize) -> &str {
+    let start = back_chars(text, byte, context);
+    let end = fwd_chars(text, byte + len, context);
+    &text[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(cs: &[Chunk<'_>]) -> String {
+        cs.iter().map(|c| c.text).collect()
+    }
+
+    #[test]
+    fn chunks_concatenate_back_and_offsets_add_up() {
+        let words: String = (0..5000)
+            .map(|i| format!("wörd{i} 日本 {}", "x".repeat(i % 200)))
+            .collect();
+        let cs = chunks(&words);
+        assert!(cs.len() > 5);
+        assert_eq!(joined(&cs), words);
+        let mut expect = 0u64;
+        for (i, c) in cs.iter().enumerate() {
+            assert_eq!(c.start_char, expect);
+            let n = char_len(c.text) as usize;
+            assert_eq!(n as u64, c.chars);
+            assert!(n <= CHUNK_CHARS);
+            assert!(
+                i == cs.len() - 1 || n >= CHUNK_CHARS - BOUNDARY_WINDOW,
+                "chunk {i}: {n}"
+            );
+            expect += n as u64;
+        }
+        // Every chunk but the last ends right after whitespace.
+        for c in &cs[..cs.len() - 1] {
+            assert!(c.text.ends_with(' '), "{:?}", &c.text[c.text.len() - 10..]);
+        }
+    }
+
+    #[test]
+    fn chunks_without_whitespace_are_cut_hard() {
+        let s = "😀".repeat(CHUNK_CHARS * 2 + 3);
+        let cs = chunks(&s);
+        assert_eq!(cs.len(), 3);
+        assert_eq!(char_len(cs[0].text), CHUNK_CHARS as u64);
+        assert_eq!(cs[2].start_char, 2 * CHUNK_CHARS as u64);
+        assert_eq!(joined(&cs), s);
+        assert!(chunks("").is_empty());
+        assert_eq!(
+            chunks("abc"),
+            vec![Chunk {
+                start_char: 0,
+                chars: 3,
+                text: "abc"
+            }]
+        );
+    }
+
+    #[test]
+    fn whitespace_far_back_is_not_used() {
+        let s = format!("a {}", "b".repeat(CHUNK_CHARS * 2));
+        let cs = chunks(&s);
+        assert_eq!(char_len(cs[0].text), CHUNK_CHARS as u64);
+        assert_eq!(joined(&cs), s);
+    }
+
+    #[test]
+    fn char_arithmetic_on_multibyte_text() {
+        let s = "a日😀b";
+        assert_eq!(byte_at_char(s, 0), 0);
+        assert_eq!(byte_at_char(s, 2), 4);
+        assert_eq!(byte_at_char(s, 9), s.len());
+        assert_eq!(back_chars(s, 8, 2), 1);
+        assert_eq!(back_chars(s, 8, 9), 0);
+        assert_eq!(fwd_chars(s, 1, 2), 8);
+        assert_eq!(snippet(s, 4, 4, 1), "日😀b");
+    }
+
+    #[test]
+    fn queries_become_quoted_terms() {
+        let t = query_terms(r#"  "Foo bar" AND baz* NEAR(x y) -neg (( ) ' foo "#);
+        assert_eq!(t, ["foo", "bar", "and", "baz", "near", "x", "y", "neg"]);
+        assert_eq!(fts_expression(&t[..2], "AND"), r#""foo" AND "bar""#);
+        assert!(query_terms("*** () \" -").is_empty());
+        assert_eq!(query_terms(&"w ".repeat(100)).len(), 1);
+        assert_eq!(query_terms("東京 café").len(), 2);
+    }
+
+    #[test]
+    fn first_term_finds_whole_tokens_case_insensitively() {
+        let terms = vec!["error".to_string()];
+        assert_eq!(first_term("terror; Error here", &terms), Some(8));
+        assert_eq!(first_term("errors", &terms), None);
+        assert_eq!(first_term("x ERROR", &terms), Some(2));
+    }
+}

@@ -1,0 +1,186 @@
+//! The store's domain types: what callers hand in and get back. No SQLite
+//! row shapes leak out of `crate::store`.
+
+use super::StoreError;
+use crate::synopsis::{Kind, Synopsis};
+use serde::Serialize;
+use std::fmt;
+
+/// The unit every offset, limit and length in the store is counted in.
+pub const OFFSET_UNIT: &str = "unicode_code_point";
+
+/// Longest tenant id accepted (tenants are 16 hex digits or `anonymous`).
+const TENANT_MAX: usize = 128;
+
+/// Whose outputs these are: every query is scoped to one tenant, and one
+/// tenant can never see another's rows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Tenant(String);
+
+impl Tenant {
+    /// The tenant of requests without a credential.
+    pub const ANONYMOUS: &'static str = "anonymous";
+
+    /// A tenant id as given: non-empty, at most 128 characters, printable ASCII.
+    pub fn new(id: impl Into<String>) -> Result<Tenant, StoreError> {
+        let id = id.into();
+        if id.is_empty() || id.len() > TENANT_MAX || !id.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(StoreError::InvalidArgument(format!(
+                "tenant id must be 1 to {TENANT_MAX} printable ASCII characters, got {id:?}"
+            )));
+        }
+        Ok(Tenant(id))
+    }
+
+    /// The `anonymous` tenant.
+    pub fn anonymous() -> Tenant {
+        Tenant(Tenant::ANONYMOUS.to_string())
+    }
+
+    /// SPEC section 6: the first 16 hex digits of the SHA-256 of the
+    /// credential. The credential itself is never kept.
+    pub fn from_credential(credential: &str) -> Tenant {
+        let hex = crate::refs::sha256_hex(credential);
+        Tenant(hex.get(..16).unwrap_or(&hex).to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One tool output to store. The store derives the SHA-256, the ref and the
+/// character count from `text`, so they can never disagree with it.
+#[derive(Clone, Debug)]
+pub struct NewOutput {
+    pub session_id: String,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub mime_type: Option<String>,
+    /// The preview budget shown in the stub header.
+    pub preview_chars: u64,
+    /// The synopsis the stub was rendered from.
+    pub synopsis: Synopsis,
+    /// The original, exactly as the tool produced it.
+    pub text: String,
+}
+
+/// What `put` reports for one output, once it is committed durably.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Stored {
+    #[serde(rename = "ref")]
+    pub result_ref: String,
+    /// Full lowercase hex SHA-256 of the text.
+    pub sha256: String,
+    pub original_chars: u64,
+    /// `false` when this (tenant, ref) was already stored: the put was a no-op.
+    pub created: bool,
+}
+
+/// A row of `list`: what the model and the operator see per output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OutputSummary {
+    #[serde(rename = "ref")]
+    pub result_ref: String,
+    pub session_id: String,
+    pub tool_name: Option<String>,
+    pub kind: Kind,
+    pub original_chars: u64,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// Everything the store knows about one output (SPEC section 7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OutputMeta {
+    #[serde(rename = "ref")]
+    pub result_ref: String,
+    pub session_id: String,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub original_chars: u64,
+    pub preview_chars: u64,
+    /// Full lowercase hex SHA-256 of the text.
+    pub sha256: String,
+    pub mime_type: Option<String>,
+    pub synopsis_kind: Kind,
+    pub synopsis: Synopsis,
+    /// Always [`OFFSET_UNIT`].
+    pub offset_unit: &'static str,
+}
+
+/// A window of an original: characters `[offset, offset + limit)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadWindow {
+    pub content: String,
+    pub offset: u64,
+    /// The limit asked for (`-1`: to the end).
+    pub limit: i64,
+    pub total_chars: u64,
+    pub has_more: bool,
+    /// Where the next window starts, when there is more.
+    pub next_offset: Option<u64>,
+}
+
+/// One exact match inside one original.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Match {
+    /// Code-point offset of the match.
+    pub offset: u64,
+    /// The match with up to `context_chars` on each side.
+    pub snippet: String,
+}
+
+/// The result of an exact search inside one original.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RefSearch {
+    #[serde(rename = "ref")]
+    pub result_ref: String,
+    /// The first `limit` matches, in text order.
+    pub matches: Vec<Match>,
+    /// All non-overlapping matches in the original (may exceed `matches.len()`).
+    pub total_matches: u64,
+}
+
+/// One hit of the ranked session-wide search.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchHit {
+    #[serde(rename = "ref")]
+    pub result_ref: String,
+    pub tool_name: Option<String>,
+    /// Code-point offset of the first query term in the hit passage.
+    pub offset: u64,
+    pub snippet: String,
+    /// BM25 relevance, higher is better (SQLite's `bm25()` negated).
+    pub score: f64,
+}
+
+/// Sizes, for operators and the benchmark.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StoreStats {
+    /// Rows in `outputs` that can still be read.
+    pub live_outputs: u64,
+    /// Tombstones of expired outputs.
+    pub expired_outputs: u64,
+    /// Distinct originals.
+    pub originals: u64,
+    /// UTF-8 bytes of the distinct originals (what `max_bytes` caps).
+    pub original_bytes: u64,
+    /// Bytes of pages used by the original chunks table and its indexes.
+    pub chunk_table_bytes: u64,
+    /// Bytes of pages used by the FTS5 index.
+    pub fts_bytes: u64,
+    /// Chunks still waiting to be indexed.
+    pub unindexed_chunks: u64,
+    /// Size of the main database file (the WAL not included).
+    pub file_bytes: u64,
+}

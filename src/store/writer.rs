@@ -1,0 +1,591 @@
+//! The writer thread: the only connection that writes. It takes jobs from a
+//! bounded channel and
+//! - commits puts, several queued requests per transaction (group commit),
+//!   each request inside its own savepoint so one bad request cannot undo
+//!   another's outputs; a caller hears back only after the commit;
+//! - between jobs, indexes stored chunks into FTS5 in small batches (derived
+//!   data: it may lag by a few milliseconds and is rebuilt from `chunks` after
+//!   a crash, so it never sits on the put path);
+//! - runs retention sweeps in bounded batches.
+
+use super::error::SqlContext;
+use super::text::{self, CHUNK_BITS, MAX_CHUNKS};
+use super::{age_cutoff, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use serde::Serialize;
+use std::collections::VecDeque;
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
+
+/// Puts gathered into one transaction at most.
+const GROUP_COMMIT_JOBS: usize = 32;
+/// Most chunks indexed per background transaction.
+const INDEX_BATCH: i64 = 32;
+/// A background index transaction stops after this long (at least one
+/// chunk), so a put arriving meanwhile waits at most about this much.
+const INDEX_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+/// Outputs expired per sweep transaction.
+const SWEEP_BATCH: i64 = 256;
+/// Checkpoint even when busy once about this much went into the WAL.
+const WAL_FORCE_BYTES: u64 = 64 << 20;
+/// Pages given back to the file system per sweep.
+const VACUUM_PAGES: i64 = 4096;
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+pub(crate) enum Job {
+    Put {
+        tenant: Tenant,
+        items: Vec<Prepared>,
+        reply: Reply<Vec<Stored>>,
+    },
+    FlushIndex {
+        reply: Reply<u64>,
+    },
+    Sweep {
+        now_ms: i64,
+        reply: Reply<SweepReport>,
+    },
+}
+
+/// What one retention sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    /// Outputs turned into tombstones because of their age.
+    pub expired_by_age: u64,
+    /// Outputs turned into tombstones to get under `max_bytes`.
+    pub expired_by_size: u64,
+    /// Bytes of originals deleted.
+    pub freed_bytes: u64,
+    /// Tombstones forgotten.
+    pub purged_tombstones: u64,
+    /// Whether a batch was full (another sweep has work to do).
+    pub more: bool,
+}
+
+impl SweepReport {
+    pub(crate) fn add(&mut self, other: &SweepReport) {
+        self.expired_by_age += other.expired_by_age;
+        self.expired_by_size += other.expired_by_size;
+        self.freed_bytes += other.freed_bytes;
+        self.purged_tombstones += other.purged_tombstones;
+        self.more |= other.more;
+    }
+}
+
+/// An output with everything derived from its text, computed on the
+/// caller's thread so hashing runs in parallel and the writer only writes.
+pub(crate) struct Prepared {
+    output: NewOutput,
+    sha256: String,
+    result_ref: String,
+    chars: u64,
+    synopsis_json: String,
+    /// (start_char, start_byte, end_byte) of each chunk.
+    chunks: Vec<(u64, usize, usize)>,
+}
+
+/// Validates and derives (SHA-256, ref, length, chunks, synopsis JSON).
+pub(crate) fn prepare(outputs: Vec<NewOutput>) -> Result<Vec<Prepared>, StoreError> {
+    outputs.into_iter().map(prepare_one).collect()
+}
+
+fn prepare_one(output: NewOutput) -> Result<Prepared, StoreError> {
+    if output.session_id.is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "session_id must not be empty".to_string(),
+        ));
+    }
+    let sha256 = crate::refs::sha256_hex(&output.text);
+    let result_ref = crate::refs::result_ref(output.tool_call_id.as_deref(), &sha256);
+    let base = output.text.as_ptr() as usize;
+    let mut chars = 0;
+    let chunks: Vec<(u64, usize, usize)> = text::chunks(&output.text)
+        .into_iter()
+        .map(|c| {
+            let start = c.text.as_ptr() as usize - base;
+            chars = c.start_char + c.chars;
+            (c.start_char, start, start + c.text.len())
+        })
+        .collect();
+    if chunks.len() > MAX_CHUNKS {
+        return Err(StoreError::TooLarge {
+            chars,
+            limit: (MAX_CHUNKS * text::CHUNK_CHARS) as u64,
+        });
+    }
+    let synopsis_json =
+        serde_json::to_string(&output.synopsis).map_err(|source| StoreError::Synopsis {
+            result_ref: result_ref.clone(),
+            source,
+        })?;
+    Ok(Prepared {
+        output,
+        sha256,
+        result_ref,
+        chars,
+        synopsis_json,
+        chunks,
+    })
+}
+
+/// Starts the writer thread on `conn`.
+pub(crate) fn spawn(
+    conn: Connection,
+    jobs: mpsc::Receiver<Job>,
+    config: StoreConfig,
+) -> Result<std::thread::JoinHandle<()>, StoreError> {
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .ctx("turning off automatic checkpoints on the writer")?;
+    std::thread::Builder::new()
+        .name("toolstub-store-writer".to_string())
+        .spawn(move || Writer::new(conn, config).run(jobs))
+        .map_err(|source| StoreError::Io {
+            context: "starting the store writer thread".to_string(),
+            source,
+        })
+}
+
+struct Writer {
+    conn: Connection,
+    config: StoreConfig,
+    /// Whether chunks may be waiting for the FTS index.
+    index_pending: bool,
+    /// The `synchronous` level currently set on the connection.
+    synchronous: &'static str,
+    /// About how many bytes went into the WAL since the last checkpoint.
+    wal_dirty: u64,
+}
+
+impl Writer {
+    fn new(conn: Connection, config: StoreConfig) -> Writer {
+        Writer {
+            conn,
+            config,
+            index_pending: true,
+            synchronous: "",
+            wal_dirty: 0,
+        }
+    }
+
+    fn run(mut self, mut jobs: mpsc::Receiver<Job>) {
+        let mut backlog: VecDeque<Job> = VecDeque::new();
+        loop {
+            let job = match backlog.pop_front() {
+                Some(job) => job,
+                None if self.index_pending || self.wal_dirty > 0 => match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(TryRecvError::Empty) if self.index_pending => {
+                        // Idle: index one batch, then look at the queue again.
+                        // A failure stops background indexing until the next
+                        // put; `flush_index` reports it.
+                        self.index_pending = matches!(self.index_batch(), Ok(n) if n > 0);
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => {
+                        // Idle and indexed: move the WAL into the database
+                        // now rather than inside some later put's commit.
+                        self.checkpoint();
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => return,
+                },
+                None => match jobs.blocking_recv() {
+                    Some(job) => job,
+                    None => return,
+                },
+            };
+            match job {
+                Job::Put {
+                    tenant,
+                    items,
+                    reply,
+                } => {
+                    let mut group = vec![(tenant, items, reply)];
+                    while group.len() < GROUP_COMMIT_JOBS {
+                        match jobs.try_recv() {
+                            Ok(Job::Put {
+                                tenant,
+                                items,
+                                reply,
+                            }) => group.push((tenant, items, reply)),
+                            Ok(other) => {
+                                backlog.push_back(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.put_group(group);
+                    if self.wal_dirty > WAL_FORCE_BYTES {
+                        self.checkpoint();
+                    }
+                }
+                Job::FlushIndex { reply } => {
+                    let _ = reply.send(self.flush_index());
+                }
+                Job::Sweep { now_ms, reply } => {
+                    let _ = reply.send(self.sweep(now_ms));
+                }
+            }
+        }
+    }
+
+    /// A passive checkpoint (never waits for readers). Auto-checkpointing is
+    /// off on this connection so commits never pay for one.
+    fn checkpoint(&mut self) {
+        // A failed checkpoint is retried after the next write; the WAL stays valid.
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        self.wal_dirty = 0;
+    }
+
+    fn set_synchronous(&mut self, level: &'static str) -> Result<(), StoreError> {
+        if self.synchronous != level {
+            self.conn
+                .pragma_update(None, "synchronous", level)
+                .ctx("setting the synchronous level")?;
+            self.synchronous = level;
+        }
+        Ok(())
+    }
+
+    fn durable_level(&self) -> &'static str {
+        match self.config.durability {
+            super::Durability::Full => "FULL",
+            super::Durability::Normal => "NORMAL",
+        }
+    }
+
+    fn put_group(&mut self, group: Vec<(Tenant, Vec<Prepared>, Reply<Vec<Stored>>)>) {
+        let now = self.config.clock.now_ms();
+        let outcome = self.set_synchronous(self.durable_level()).and_then(|()| {
+            let mut tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .ctx("starting a put transaction")?;
+            let mut results = Vec::with_capacity(group.len());
+            for (tenant, items, _) in &group {
+                results.push(put_request(&mut tx, tenant, items, now));
+            }
+            tx.commit().ctx("committing stored outputs")?;
+            Ok(results)
+        });
+        self.wal_dirty += group
+            .iter()
+            .flat_map(|(_, items, _)| items)
+            .map(|i| i.output.text.len() as u64 + 1)
+            .sum::<u64>();
+        match outcome {
+            Ok(results) => {
+                if results
+                    .iter()
+                    .any(|r| matches!(r, Ok(s) if s.iter().any(|s| s.created)))
+                {
+                    self.index_pending = true;
+                }
+                for ((_, _, reply), result) in group.into_iter().zip(results) {
+                    let _ = reply.send(result);
+                }
+            }
+            Err(e) => {
+                // The transaction is rolled back: nobody's outputs are stored.
+                let message = e.to_string();
+                for (_, _, reply) in group {
+                    let _ = reply.send(Err(StoreError::CommitFailed(message.clone())));
+                }
+            }
+        }
+    }
+
+    fn flush_index(&mut self) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let n = self.index_batch()?;
+            total += n;
+            if n == 0 {
+                self.index_pending = false;
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Indexes up to [`INDEX_BATCH`] chunks; returns how many.
+    fn index_batch(&mut self) -> Result<u64, StoreError> {
+        // The index is derived: losing its last batches on power loss is
+        // harmless (they are redone from `chunks.indexed`).
+        self.set_synchronous("NORMAL")?;
+        let started = std::time::Instant::now();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting an index transaction")?;
+        let mut n = 0;
+        {
+            let mut pending = tx
+                .prepare_cached(
+                    "SELECT id, text FROM chunks WHERE indexed = 0 ORDER BY id LIMIT ?1",
+                )
+                .ctx("finding unindexed chunks")?;
+            let mut insert = tx
+                .prepare_cached("INSERT INTO chunks_fts(rowid, text) VALUES (?1, ?2)")
+                .ctx("preparing the FTS insert")?;
+            let mut mark = tx
+                .prepare_cached("UPDATE chunks SET indexed = 1 WHERE id = ?1")
+                .ctx("preparing the indexed mark")?;
+            let mut rows = pending
+                .query([INDEX_BATCH])
+                .ctx("finding unindexed chunks")?;
+            while let Some(row) = rows.next().ctx("reading an unindexed chunk")? {
+                let id: i64 = row.get(0).ctx("reading a chunk id")?;
+                let text =
+                    rusqlite::types::ToSqlOutput::Borrowed(row.get_ref(1).ctx("reading a chunk")?);
+                insert
+                    .execute(params![id, text])
+                    .ctx("adding a chunk to the FTS index")?;
+                mark.execute([id]).ctx("marking a chunk indexed")?;
+                n += 1;
+                if started.elapsed() >= INDEX_SLICE {
+                    break;
+                }
+            }
+        }
+        tx.commit().ctx("committing an index batch")?;
+        self.wal_dirty += n;
+        Ok(n)
+    }
+
+    fn sweep(&mut self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        self.set_synchronous(self.durable_level())?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting a retention sweep")?;
+        let mut report = SweepReport::default();
+        if let Some(cutoff) = age_cutoff(&self.config, now_ms) {
+            let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
+            report.more |= victims.len() as i64 == SWEEP_BATCH;
+            for (id, blob) in victims {
+                report.freed_bytes += expire(&tx, id, blob, now_ms)?;
+                report.expired_by_age += 1;
+            }
+        }
+        if let Some(max) = self.config.max_bytes {
+            let total: f64 = tx
+                .query_row("SELECT total(byte_len) FROM blobs", [], |r| r.get(0))
+                .ctx("measuring the stored originals")?;
+            let mut excess = total as i64 - i64::try_from(max).unwrap_or(i64::MAX);
+            if excess > 0 {
+                let victims = oldest_live(&tx, None, SWEEP_BATCH)?;
+                let full = victims.len() as i64 == SWEEP_BATCH;
+                for (id, blob) in victims {
+                    if excess <= 0 {
+                        break;
+                    }
+                    let freed = expire(&tx, id, blob, now_ms)?;
+                    excess -= freed as i64;
+                    report.freed_bytes += freed;
+                    report.expired_by_size += 1;
+                }
+                report.more |= full && excess > 0;
+            }
+        }
+        let forget_before = now_ms.saturating_sub(i64::from(self.config.tombstone_days) * DAY_MS);
+        let purged = tx
+            .execute(
+                "DELETE FROM outputs WHERE id IN (SELECT id FROM outputs \
+                 WHERE blob_id IS NULL AND expired_at < ?1 LIMIT ?2)",
+                params![forget_before, SWEEP_BATCH],
+            )
+            .ctx("forgetting old tombstones")?;
+        report.purged_tombstones = purged as u64;
+        report.more |= purged as i64 == SWEEP_BATCH;
+        tx.commit().ctx("committing a retention sweep")?;
+        self.wal_dirty += 1;
+        if report.freed_bytes > 0 {
+            // Give freed pages back to the file system, a bounded amount at a time.
+            self.conn
+                .execute_batch(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))
+                .ctx("returning free pages")?;
+        }
+        Ok(report)
+    }
+}
+
+/// One request's outputs, inside a savepoint of the group transaction.
+fn put_request(
+    tx: &mut Transaction<'_>,
+    tenant: &Tenant,
+    items: &[Prepared],
+    now: i64,
+) -> Result<Vec<Stored>, StoreError> {
+    let sp = tx.savepoint().ctx("starting a request savepoint")?;
+    let mut stored = Vec::with_capacity(items.len());
+    for item in items {
+        // On error `sp` is dropped and rolls back this request only.
+        stored.push(put_item(&sp, tenant, item, now)?);
+    }
+    sp.commit().ctx("releasing a request savepoint")?;
+    Ok(stored)
+}
+
+fn put_item(
+    conn: &Connection,
+    tenant: &Tenant,
+    item: &Prepared,
+    now: i64,
+) -> Result<Stored, StoreError> {
+    let existing: Option<(String, Option<i64>)> = conn
+        .prepare_cached("SELECT sha256, blob_id FROM outputs WHERE tenant = ?1 AND ref = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![tenant.as_str(), item.result_ref], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .ctx("looking up an existing output")?;
+    let stored = |created| Stored {
+        result_ref: item.result_ref.clone(),
+        sha256: item.sha256.clone(),
+        original_chars: item.chars,
+        created,
+    };
+    let tombstone = match existing {
+        Some((sha, Some(_))) if sha == item.sha256 => return Ok(stored(false)),
+        Some((sha, Some(_))) => {
+            return Err(StoreError::RefConflict {
+                result_ref: item.result_ref.clone(),
+                existing: sha,
+                new: item.sha256.clone(),
+            })
+        }
+        Some((_, None)) => true,
+        None => false,
+    };
+    let blob_id = ensure_blob(conn, item, now)?;
+    let o = &item.output;
+    let values = params![
+        tenant.as_str(),
+        item.result_ref,
+        o.session_id,
+        o.tool_call_id,
+        o.tool_name,
+        now,
+        item.chars as i64,
+        i64::try_from(o.preview_chars).unwrap_or(i64::MAX),
+        item.sha256,
+        o.mime_type,
+        o.synopsis.kind.as_str(),
+        item.synopsis_json,
+        blob_id,
+    ];
+    let sql = if tombstone {
+        "UPDATE outputs SET session_id = ?3, tool_call_id = ?4, tool_name = ?5, created_at = ?6, \
+         original_chars = ?7, preview_chars = ?8, sha256 = ?9, mime_type = ?10, \
+         synopsis_kind = ?11, synopsis = ?12, blob_id = ?13, expired_at = NULL \
+         WHERE tenant = ?1 AND ref = ?2"
+    } else {
+        "INSERT INTO outputs (tenant, ref, session_id, tool_call_id, tool_name, created_at, \
+         original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+    };
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute(values))
+        .ctx("recording an output")?;
+    Ok(stored(true))
+}
+
+/// The id of the blob holding `item`'s text, storing it if new.
+fn ensure_blob(conn: &Connection, item: &Prepared, now: i64) -> Result<i64, StoreError> {
+    let found: Option<i64> = conn
+        .prepare_cached("SELECT id FROM blobs WHERE sha256 = ?1")
+        .and_then(|mut s| s.query_row([&item.sha256], |r| r.get(0)).optional())
+        .ctx("looking up an original by hash")?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    let text = &item.output.text;
+    conn.prepare_cached(
+        "INSERT INTO blobs (sha256, byte_len, char_len, chunk_count, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            item.sha256,
+            text.len() as i64,
+            item.chars as i64,
+            item.chunks.len() as i64,
+            now
+        ])
+    })
+    .ctx("storing an original")?;
+    let blob_id = conn.last_insert_rowid();
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO chunks (id, blob_id, start_char, text) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .ctx("preparing the chunk insert")?;
+    for (seq, &(start_char, from, to)) in item.chunks.iter().enumerate() {
+        let id = (blob_id << CHUNK_BITS) | seq as i64;
+        insert
+            .execute(params![id, blob_id, start_char as i64, &text[from..to]])
+            .ctx("storing a chunk of an original")?;
+    }
+    Ok(blob_id)
+}
+
+/// The oldest live outputs (created before `cutoff`, if given).
+fn oldest_live(
+    tx: &Transaction<'_>,
+    cutoff: Option<i64>,
+    limit: i64,
+) -> Result<Vec<(i64, i64)>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT id, blob_id FROM outputs WHERE blob_id IS NOT NULL AND created_at < ?1 \
+             ORDER BY created_at, id LIMIT ?2",
+        )
+        .ctx("preparing the retention scan")?;
+    let rows = stmt
+        .query_map(params![cutoff.unwrap_or(i64::MAX), limit], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .ctx("finding outputs to expire")?;
+    rows.collect::<Result<_, _>>()
+        .ctx("reading outputs to expire")
+}
+
+/// Turns an output into a tombstone and deletes its original if no other
+/// output uses it. Returns the bytes freed.
+fn expire(tx: &Transaction<'_>, id: i64, blob_id: i64, now: i64) -> Result<u64, StoreError> {
+    tx.prepare_cached(
+        "UPDATE outputs SET blob_id = NULL, expired_at = ?2, synopsis = '' WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![id, now]))
+    .ctx("expiring an output")?;
+    let in_use: bool = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM outputs WHERE blob_id = ?1)")
+        .and_then(|mut s| s.query_row([blob_id], |r| r.get(0)))
+        .ctx("checking whether an original is still used")?;
+    if in_use {
+        return Ok(0);
+    }
+    let bytes: i64 = tx
+        .prepare_cached("SELECT byte_len FROM blobs WHERE id = ?1")
+        .and_then(|mut s| s.query_row([blob_id], |r| r.get(0)))
+        .ctx("reading the size of an original")?;
+    tx.prepare_cached(
+        "DELETE FROM chunks_fts WHERE rowid IN \
+         (SELECT id FROM chunks WHERE blob_id = ?1 AND indexed = 1)",
+    )
+    .and_then(|mut s| s.execute([blob_id]))
+    .ctx("removing an original from the FTS index")?;
+    tx.prepare_cached("DELETE FROM chunks WHERE blob_id = ?1")
+        .and_then(|mut s| s.execute([blob_id]))
+        .ctx("deleting an original's chunks")?;
+    tx.prepare_cached("DELETE FROM blobs WHERE id = ?1")
+        .and_then(|mut s| s.execute([blob_id]))
+        .ctx("deleting an original")?;
+    Ok(u64::try_from(bytes).unwrap_or(0))
+}

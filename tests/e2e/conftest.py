@@ -1,0 +1,185 @@
+"""Fixtures: the mock upstream, the real `toolstub serve` binary in front of
+it, and `openai` SDK clients pointed at the proxy.
+
+The binary is $TOOLSTUB_BIN, or target/debug/toolstub of this repository
+($CARGO_TARGET_DIR/debug/toolstub when that is set); `scripts/e2e` builds it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+import mock_upstream
+
+REPO = Path(__file__).resolve().parents[2]
+API_KEY = "sk-test"
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+
+
+def toolstub_bin() -> Path:
+    if os.environ.get("TOOLSTUB_BIN"):
+        return Path(os.environ["TOOLSTUB_BIN"]).resolve()
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    if not target.is_absolute():
+        target = REPO / target
+    return target / "debug" / "toolstub"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# No environment proxy may sit between the test, the proxy and the mock.
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with _NO_PROXY_OPENER.open(url + "/healthz", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class Proxy:
+    url: str
+    db: Path
+    log: Path
+    process: subprocess.Popen
+    binary: Path
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+
+def start_proxy(upstream: str, workdir: Path) -> Proxy:
+    binary = toolstub_bin()
+    if not binary.is_file():
+        pytest.fail(f"no toolstub binary at {binary}: run scripts/e2e, or set TOOLSTUB_BIN")
+    # A hermetic environment: no TOOLSTUB_* overrides, no HTTP proxies.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TOOLSTUB_") and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env.setdefault("RUST_LOG", "info")
+    db = workdir / "toolstub.db"
+    log = workdir / "toolstub.log"
+    last_error = ""
+    for _attempt in range(3):  # the free port can be taken between probe and bind
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--db", str(db)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=workdir,
+            )
+        proxy = Proxy(url=url, db=db, log=log, process=process, binary=binary)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and process.poll() is None:
+            if _healthy(url):
+                return proxy
+            time.sleep(0.05)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        last_error = proxy.log_tail()
+    pytest.fail(f"toolstub serve did not become healthy:\n{last_error}")
+
+
+def stop_proxy(proxy: Proxy) -> int | None:
+    """SIGTERM, then the exit code within STOP_TIMEOUT (None: still running, killed)."""
+    if proxy.process.poll() is not None:
+        return proxy.process.returncode
+    proxy.process.send_signal(signal.SIGTERM)
+    try:
+        return proxy.process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proxy.process.kill()
+        proxy.process.wait()
+        return None
+
+
+@pytest.fixture(scope="session")
+def mock() -> mock_upstream.MockUpstream:
+    m = mock_upstream.start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(mock, tmp_path_factory) -> Proxy:
+    p = start_proxy(mock.url, tmp_path_factory.mktemp("toolstub"))
+    yield p
+    # Graceful shutdown: the SDK's keep-alive connections are still open here.
+    code = stop_proxy(p)
+    assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_mock(mock):
+    mock.reset()
+    yield
+
+
+class SentRequests:
+    """What the SDK put on the wire, captured by an httpx request hook."""
+
+    def __init__(self) -> None:
+        self.requests: list = []  # httpx(2).Request, whichever the SDK uses
+
+    def hook(self, request) -> None:
+        request.read()
+        self.requests.append(request)
+
+    def last(self):
+        assert self.requests, "the SDK sent no request"
+        return self.requests[-1]
+
+
+@pytest.fixture
+def sent() -> SentRequests:
+    return SentRequests()
+
+
+@pytest.fixture
+def client(proxy, sent) -> openai.OpenAI:
+    http_client = openai.DefaultHttpxClient(trust_env=False, event_hooks={"request": [sent.hook]})
+    c = openai.OpenAI(base_url=proxy.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20.0, http_client=http_client)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def idle_client(proxy) -> openai.OpenAI:
+    """A client never closed: its pooled keep-alive connection is still open
+    when the session's proxy gets SIGTERM, and shutdown must not wait for it."""
+    c = openai.OpenAI(
+        base_url=proxy.url + "/v1",
+        api_key=API_KEY,
+        max_retries=0,
+        timeout=20.0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
+    yield c

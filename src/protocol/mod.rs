@@ -12,6 +12,7 @@
 //! I/O, hold no state across requests, and never re-serialize what they do not
 //! change: every span they report points into the original body.
 
+pub mod json_text;
 pub mod openai_chat;
 
 use crate::stub::RecallToolNames;
@@ -27,6 +28,35 @@ pub enum ContentShape {
     TextParts,
 }
 
+/// A tool output's text, decoded only when needed: a repeated turn finds
+/// its outputs in the memo by their raw bytes and never unescapes them.
+#[derive(Clone, Debug)]
+pub enum Content<'b> {
+    /// A JSON string literal (quotes included), validated but not decoded.
+    JsonString(&'b str),
+    /// Text already decoded (text parts joined in order).
+    Decoded(Cow<'b, str>),
+}
+
+impl<'b> Content<'b> {
+    /// The text; `None` when the literal cannot be decoded (a lone
+    /// surrogate), in which case the output stays inline.
+    pub fn decode(&self) -> Option<Cow<'b, str>> {
+        match self {
+            Content::JsonString(raw) => json_text::decode(raw),
+            Content::Decoded(text) => Some(text.clone()),
+        }
+    }
+
+    /// Bytes that identify the text (for the memo's content key).
+    pub fn identity(&self) -> &[u8] {
+        match self {
+            Content::JsonString(raw) => raw.as_bytes(),
+            Content::Decoded(text) => text.as_bytes(),
+        }
+    }
+}
+
 /// One tool output found in a request.
 #[derive(Clone, Debug)]
 pub struct ToolOutput<'b> {
@@ -34,8 +64,8 @@ pub struct ToolOutput<'b> {
     pub group: usize,
     pub tool_call_id: Option<Cow<'b, str>>,
     pub tool_name: Option<Cow<'b, str>>,
-    /// The output's text (unescaped; text parts joined in order).
-    pub text: Cow<'b, str>,
+    /// The output's text.
+    pub content: Content<'b>,
     /// Where the content value sits in the body, and its shape.
     pub content_span: Range<usize>,
     pub shape: ContentShape,
@@ -80,7 +110,7 @@ pub trait Protocol {
 
 /// The byte offset of `part` inside `whole`. `part` must be a subslice of
 /// `whole` (borrowed from it by the parser).
-pub(crate) fn span_in(whole: &str, part: &str) -> Option<Range<usize>> {
+pub fn span_in(whole: &str, part: &str) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
     let end = start.checked_add(part.len())?;
     (end <= whole.len()).then_some(start..end)

@@ -6,7 +6,7 @@
 //! preceding assistant message; a function message carries its own `name`.
 //! Consecutive tool messages form one assistant-turn group.
 
-use super::{span_in, ContentShape, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use super::{span_in, Content, ContentShape, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::stub::RecallToolNames;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -101,7 +101,7 @@ impl Protocol for OpenAiChat {
                     let Some(content) = message.content else {
                         continue;
                     };
-                    let Some((text, shape)) = content_text(content.get()) else {
+                    let Some((text, shape)) = content_of(content.get()) else {
                         continue;
                     };
                     let tool_name = if role == "function" {
@@ -116,7 +116,7 @@ impl Protocol for OpenAiChat {
                         group,
                         tool_call_id: message.tool_call_id,
                         tool_name,
-                        text,
+                        content: text,
                         content_span: span_in(body, content.get())?,
                         shape,
                     });
@@ -198,21 +198,12 @@ fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
 
-/// The text of a content value: a string, or text parts joined in order.
-/// `None` for anything else (null, numbers, parts that are not text).
-fn content_text(raw: &str) -> Option<(Cow<'_, str>, ContentShape)> {
+/// The text of a content value: a string (left encoded until needed), or
+/// text parts joined in order. `None` for anything else (null, numbers,
+/// parts that are not text).
+fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
     match raw.as_bytes().first()? {
-        b'"' => {
-            // The body parsed, so this is a valid JSON string: without a
-            // backslash its text is exactly what lies between the quotes.
-            let inner = raw.get(1..raw.len().saturating_sub(1))?;
-            let text = if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
-                Cow::Borrowed(inner)
-            } else {
-                Cow::Owned(serde_json::from_str::<String>(raw).ok()?)
-            };
-            Some((text, ContentShape::String))
-        }
+        b'"' => Some((Content::JsonString(raw), ContentShape::String)),
         b'[' => {
             let parts: Vec<Part<'_>> = serde_json::from_str(raw).ok()?;
             if parts.is_empty() {
@@ -225,7 +216,7 @@ fn content_text(raw: &str) -> Option<(Cow<'_, str>, ContentShape)> {
                 }
                 text.push_str(&part.text?);
             }
-            Some((Cow::Owned(text), ContentShape::TextParts))
+            Some((Content::Decoded(Cow::Owned(text)), ContentShape::TextParts))
         }
         _ => None,
     }
@@ -317,8 +308,8 @@ mod tests {
         assert_eq!(a.tool_name.as_deref(), Some("read_file"));
         assert_eq!(b.tool_name.as_deref(), Some("grep"));
         assert_eq!(c.tool_name.as_deref(), Some("legacy"));
-        assert_eq!(a.text, "one\ntwo");
-        assert_eq!(b.text, "ab");
+        assert_eq!(a.content.decode().as_deref(), Some("one\ntwo"));
+        assert_eq!(b.content.decode().as_deref(), Some("ab"));
         assert_eq!(b.shape, ContentShape::TextParts);
         assert_eq!(&body[a.content_span.clone()], "\"one\\ntwo\"");
         assert!(matches!(

@@ -95,6 +95,22 @@ where
     }
 }
 
+/// A response body fed by a bounded channel: the recall driver produces the
+/// frames, and a slow client slows the driver instead of growing a queue.
+pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,21 +130,5 @@ mod tests {
             }
             _ => panic!("too large"),
         }
-    }
-}
-
-/// A response body fed by a bounded channel: the recall driver produces the
-/// frames, and a slow client slows the driver instead of growing a queue.
-pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.0.poll_recv(cx)
     }
 }

@@ -11,6 +11,7 @@ use super::error::ProxyError;
 use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
+use crate::protocol::{json_text, span_in, Content};
 use crate::recall::openai::is_streaming;
 use crate::rewrite::{derive_session, rewrite_with, Mode, Outcome};
 use crate::store::NewOutput;
@@ -18,6 +19,7 @@ use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use hyper::body::Incoming;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Bodies larger than this are rewritten on the blocking pool, so a 10 MB
@@ -28,6 +30,7 @@ pub(super) async fn handle(
     app: &Arc<App>,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
+    let started = std::time::Instant::now();
     let (parts, body) = req.into_parts();
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);
@@ -48,6 +51,7 @@ pub(super) async fn handle(
         }
     };
 
+    let read_us = started.elapsed().as_micros() as u64;
     let tenant = tenant_of(&parts.headers);
     let session_header = parts
         .headers
@@ -68,8 +72,16 @@ pub(super) async fn handle(
     for output in &mut rewritten.outputs {
         output.new.session_id.clone_from(&session);
     }
-    let news: Vec<NewOutput> = rewritten.outputs.iter().map(|o| o.new.clone()).collect();
-    if let Err(e) = app.store.put(&tenant, news).await {
+    let rewritten_us = started.elapsed().as_micros() as u64;
+    let stored = store_outputs(app, &tenant, &rewritten, &original).await;
+    tracing::debug!(
+        read_us,
+        rewrite_us = rewritten_us - read_us,
+        store_us = started.elapsed().as_micros() as u64 - rewritten_us,
+        outputs = rewritten.outputs.len(),
+        "chat completion rewritten"
+    );
+    if let Err(e) = stored {
         app.metrics.store_error("put");
         tracing::error!(error = %e, "storing tool outputs failed");
         match app.config.failure_mode {
@@ -181,8 +193,64 @@ struct OwnedRewrite {
 }
 
 struct PlannedOutput {
+    /// Everything but the text, which is decoded only if the store needs it.
     new: NewOutput,
     reason: String,
+    result_ref: Option<String>,
+    text: TextSource,
+}
+
+/// Where an output's text is, so that it is decoded only when stored.
+enum TextSource {
+    /// A JSON string literal at this span of the client's body.
+    Literal(std::ops::Range<usize>),
+    Decoded(String),
+}
+
+/// Commits the outputs the store does not hold yet (a repeated turn resends
+/// outputs already stored: they are neither decoded nor written again).
+async fn store_outputs(
+    app: &App,
+    tenant: &crate::store::Tenant,
+    rewritten: &OwnedRewrite,
+    original: &Bytes,
+) -> Result<(), crate::store::StoreError> {
+    let refs: Vec<String> = rewritten
+        .outputs
+        .iter()
+        .filter_map(|o| o.result_ref.clone())
+        .collect();
+    let held = if refs.len() == rewritten.outputs.len() {
+        app.store.held(tenant, refs).await?
+    } else {
+        vec![false; rewritten.outputs.len()]
+    };
+    let mut news = Vec::new();
+    for (output, held) in rewritten.outputs.iter().zip(held) {
+        if held {
+            continue;
+        }
+        let text = match &output.text {
+            TextSource::Decoded(text) => text.clone(),
+            TextSource::Literal(span) => std::str::from_utf8(&original[span.clone()])
+                .ok()
+                .and_then(json_text::decode)
+                .map(Cow::into_owned)
+                .ok_or_else(|| {
+                    crate::store::StoreError::InvalidArgument(
+                        "a tool output's text could not be decoded".to_string(),
+                    )
+                })?,
+        };
+        news.push(NewOutput {
+            text,
+            ..output.new.clone()
+        });
+    }
+    if news.is_empty() {
+        return Ok(());
+    }
+    app.store.put(tenant, news).await.map(|_| ())
 }
 
 /// Runs the pure rewrite, on the blocking pool for large bodies.
@@ -197,6 +265,7 @@ async fn plan(app: &Arc<App>, body: Bytes, mode: Mode) -> Result<Plan, ProxyErro
 }
 
 fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
+    let text = std::str::from_utf8(body).unwrap_or_default();
     match rewrite_with(body, &app.config.policy, &app.protocol, mode, &app.memo) {
         Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
         Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
@@ -210,6 +279,16 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                 .into_iter()
                 .map(|o| PlannedOutput {
                     reason: o.reason,
+                    result_ref: o.result_ref,
+                    text: match &o.content {
+                        Content::JsonString(raw) => match span_in(text, raw) {
+                            Some(span) => TextSource::Literal(span),
+                            None => TextSource::Decoded(
+                                o.content.decode().map(Cow::into_owned).unwrap_or_default(),
+                            ),
+                        },
+                        Content::Decoded(t) => TextSource::Decoded(t.to_string()),
+                    },
                     new: NewOutput {
                         session_id: String::new(),
                         tool_call_id: o.tool_call_id,
@@ -217,7 +296,7 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                         mime_type: o.mime,
                         preview_chars: o.preview_chars as u64,
                         synopsis: o.synopsis,
-                        text: o.text.into_owned(),
+                        text: String::new(),
                     },
                 })
                 .collect(),

@@ -2,8 +2,9 @@
 //! output's text: its SHA-256 and its synopsis.
 //!
 //! Every turn resends the whole history, so most outputs in a request were
-//! seen before. A cheap content key (xxh3-128 of the text, its length, and
-//! the MIME hint) finds them again without re-hashing or re-summarizing.
+//! seen before. A cheap content key (xxh3-128 of the output's bytes as they
+//! came, their length, and the MIME hint) finds them again without decoding,
+//! re-hashing or re-summarizing.
 //! Memoizing a pure function keeps the rewrite pure: a hit returns exactly
 //! what a miss would compute.
 
@@ -15,6 +16,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug)]
 pub struct Facts {
     pub sha256: String,
+    /// The text's length in characters.
+    pub chars: usize,
     /// The synopsis and the preview budget it was computed at.
     pub synopsis: (usize, Synopsis),
 }
@@ -42,10 +45,11 @@ impl Memo {
         }
     }
 
-    pub fn key(text: &str, mime: Option<&str>) -> Key {
+    /// The content key of an output's bytes (as they came, encoded or not).
+    pub fn key(identity: &[u8], mime: Option<&str>) -> Key {
         (
-            xxhash_rust::xxh3::xxh3_128(text.as_bytes()),
-            text.len(),
+            xxhash_rust::xxh3::xxh3_128(identity),
+            identity.len(),
             mime.map(str::to_string),
         )
     }

@@ -15,7 +15,7 @@
 pub mod memo;
 pub mod select;
 
-use crate::protocol::{ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use crate::protocol::{Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::refs::{result_ref, sha256_hex};
 use crate::stub::{render, RecallToolNames, StubHeader};
 use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
@@ -88,7 +88,9 @@ pub struct Externalized<'b> {
     pub tool_call_id: Option<String>,
     pub tool_name: Option<String>,
     pub mime: Option<String>,
-    pub text: Cow<'b, str>,
+    /// The original; [`Content::decode`] gives its text (decoded on demand,
+    /// so outputs the store already holds are never unescaped).
+    pub content: Content<'b>,
     pub original_chars: usize,
     /// min(original_chars, effective preview budget), as in the stub header.
     pub preview_chars: usize,
@@ -213,6 +215,7 @@ fn rewrite_parsed<'b>(
 }
 
 /// Selects and renders the stubs of one assistant-turn group.
+#[allow(clippy::too_many_arguments)]
 fn rewrite_group<'b>(
     group: &[ToolOutput<'b>],
     policy: &Policy,
@@ -223,28 +226,32 @@ fn rewrite_group<'b>(
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) {
-    let lengths: Vec<usize> = group.iter().map(|o| o.text.chars().count()).collect();
-    let mut prepared: Vec<Option<Prepared>> = vec![None; group.len()];
+    // Outputs whose text cannot be decoded stay inline, whatever their size.
+    let mut prepared: Vec<Option<Prepared<'b>>> = group
+        .iter()
+        .map(|o| Prepared::new(o, policy, memo))
+        .collect();
+    let lengths: Vec<usize> = prepared
+        .iter()
+        .zip(group)
+        .map(|(p, o)| p.as_ref().map_or(o.content.identity().len(), |p| p.chars))
+        .collect();
+    let eligible: Vec<bool> = prepared.iter().map(Option::is_some).collect();
     // The reason line's length does not depend on which reason it is, so
     // measuring with single_threshold is exact for either.
-    let selection = select(&policy.budget, &lengths, |i, preview| {
-        let p = prepared[i].get_or_insert_with(|| Prepared::new(&group[i], policy, memo));
-        p.stub(
-            &group[i],
-            lengths[i],
-            preview,
-            Reason::SingleThreshold,
-            mode,
-            names,
-        )
-        .chars()
-        .count()
+    let selection = select(&policy.budget, &lengths, &eligible, |i, preview| {
+        prepared[i].as_mut().map_or(usize::MAX, |p| {
+            p.stub(&group[i], preview, Reason::SingleThreshold, mode, names)
+                .chars()
+                .count()
+        })
     });
     for (i, reason) in selection.reasons.iter().enumerate() {
-        let Some(reason) = *reason else { continue };
+        let (Some(reason), Some(p)) = (*reason, prepared[i].as_mut()) else {
+            continue;
+        };
         let output = &group[i];
-        let p = prepared[i].get_or_insert_with(|| Prepared::new(output, policy, memo));
-        let stub = p.stub(output, lengths[i], selection.preview, reason, mode, names);
+        let stub = p.stub(output, selection.preview, reason, mode, names);
         splices.push((
             output.content_span.clone(),
             protocol.encode_content(output.shape, &stub),
@@ -255,10 +262,10 @@ fn rewrite_group<'b>(
             tool_call_id: output.tool_call_id.as_deref().map(str::to_string),
             tool_name: output.tool_name.as_deref().map(str::to_string),
             mime: p.mime.clone(),
-            text: output.text.clone(),
-            original_chars: lengths[i],
-            preview_chars: lengths[i].min(selection.preview),
-            synopsis: p.synopsis_at(&output.text, selection.preview).clone(),
+            content: output.content.clone(),
+            original_chars: p.chars,
+            preview_chars: p.chars.min(selection.preview),
+            synopsis: p.synopsis_at(&output.content, selection.preview).clone(),
             reason: reason_text(reason, mode),
             stub,
         });
@@ -272,35 +279,40 @@ fn reason_text(reason: Reason, mode: Mode) -> String {
     }
 }
 
-/// What one output's stubs share, computed once per request: the digest, the
-/// ref, and the synopsis (per preview budget, which only the `unknown` kind's
-/// sample depends on).
-#[derive(Clone)]
-struct Prepared {
+/// What one output's stubs share, computed once per request (or found in
+/// the memo): the digest, the ref, the length, and the synopsis (per preview
+/// budget, which only the `unknown` kind's sample depends on).
+struct Prepared<'b> {
     sha256: String,
     result_ref: String,
+    chars: usize,
     mime: Option<String>,
     synopses: Vec<(usize, Synopsis)>,
+    /// The decoded text, once something needed it.
+    text: Option<Cow<'b, str>>,
 }
 
-impl Prepared {
-    fn new(output: &ToolOutput<'_>, policy: &Policy, memo: &Memo) -> Prepared {
+impl<'b> Prepared<'b> {
+    /// `None` when the output's text cannot be decoded.
+    fn new(output: &ToolOutput<'b>, policy: &Policy, memo: &Memo) -> Option<Prepared<'b>> {
         let mime = output
             .tool_name
             .as_deref()
             .and_then(|name| policy.mime_by_tool.get(name))
             .cloned();
-        let key = Memo::key(&output.text, mime.as_deref());
-        let facts = match memo.get(&key) {
-            Some(facts) => facts,
+        let key = Memo::key(output.content.identity(), mime.as_deref());
+        let (facts, text) = match memo.get(&key) {
+            Some(facts) => (facts, None),
             None => {
+                let text = output.content.decode()?;
                 let preview = policy.budget.preview_chars;
                 let facts = Facts {
-                    sha256: sha256_hex(&output.text),
+                    sha256: sha256_hex(&text),
+                    chars: text.chars().count(),
                     synopsis: (
                         preview,
                         synopsize(
-                            &output.text,
+                            &text,
                             Hints {
                                 mime: mime.as_deref(),
                                 preview_chars: preview,
@@ -309,22 +321,23 @@ impl Prepared {
                     ),
                 };
                 memo.put(key, facts.clone());
-                std::sync::Arc::new(facts)
+                (std::sync::Arc::new(facts), Some(text))
             }
         };
-        Prepared {
+        Some(Prepared {
             result_ref: result_ref(output.tool_call_id.as_deref(), &facts.sha256),
             sha256: facts.sha256.clone(),
+            chars: facts.chars,
             mime,
             synopses: vec![facts.synopsis.clone()],
-        }
+            text,
+        })
     }
 
     /// The stub of `output` at a preview budget.
     fn stub(
         &mut self,
-        output: &ToolOutput<'_>,
-        original_chars: usize,
+        output: &ToolOutput<'b>,
         preview: usize,
         reason: Reason,
         mode: Mode,
@@ -333,7 +346,8 @@ impl Prepared {
         let reason = reason_text(reason, mode);
         let result_ref = (mode == Mode::WithRefs).then(|| self.result_ref.clone());
         let sha256 = self.sha256.clone();
-        let synopsis = self.synopsis_at(&output.text, preview);
+        let original_chars = self.chars;
+        let synopsis = self.synopsis_at(&output.content, preview);
         render(
             synopsis,
             &StubHeader {
@@ -348,7 +362,7 @@ impl Prepared {
         )
     }
 
-    fn synopsis_at(&mut self, text: &str, preview: usize) -> &Synopsis {
+    fn synopsis_at(&mut self, content: &Content<'b>, preview: usize) -> &Synopsis {
         // Kinds other than `unknown` do not depend on the preview budget.
         let reusable = self
             .synopses
@@ -357,6 +371,10 @@ impl Prepared {
         let index = match reusable {
             Some(i) => i,
             None => {
+                if self.text.is_none() {
+                    self.text = content.decode();
+                }
+                let text = self.text.as_deref().unwrap_or_default();
                 let synopsis = synopsize(
                     text,
                     Hints {

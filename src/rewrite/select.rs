@@ -69,15 +69,18 @@ impl Selection {
 }
 
 /// Runs the selection for one group. `lengths[i]` is output `i`'s raw length;
-/// `stub_len(i, preview)` is the length of its stub at that preview budget.
+/// only `eligible` outputs may be selected; `stub_len(i, preview)` is the
+/// length of output `i`'s stub at that preview budget.
 pub fn select(
     budget: &Budget,
     lengths: &[usize],
+    eligible: &[bool],
     mut stub_len: impl FnMut(usize, usize) -> usize,
 ) -> Selection {
     let mut reasons: Vec<Option<Reason>> = lengths
         .iter()
-        .map(|&len| (len > budget.threshold_chars).then_some(Reason::SingleThreshold))
+        .zip(eligible)
+        .map(|(&len, &ok)| (ok && len > budget.threshold_chars).then_some(Reason::SingleThreshold))
         .collect();
     let projected = |reasons: &[Option<Reason>],
                      stub_len: &mut dyn FnMut(usize, usize) -> usize| {
@@ -100,7 +103,7 @@ pub fn select(
     while size >= budget.turn_inline_budget_chars {
         let mut chosen = None;
         for &i in &by_size {
-            if reasons[i].is_some() {
+            if reasons[i].is_some() || !eligible.get(i).copied().unwrap_or(false) {
                 continue;
             }
             reasons[i] = Some(Reason::TurnBudget);
@@ -150,7 +153,7 @@ mod tests {
     #[test]
     fn single_threshold_is_strictly_greater() {
         let b = Budget::default();
-        let s = select(&b, &[20_000, 20_001, 10], stub);
+        let s = select(&b, &[20_000, 20_001, 10], &[true; 3], stub);
         assert_eq!(s.reasons, [None, Some(Reason::SingleThreshold), None]);
     }
 
@@ -158,7 +161,7 @@ mod tests {
     fn turn_budget_takes_largest_first_until_under_budget() {
         let b = Budget::default();
         // 6 x 19,000 = 114,000 >= 100,000: one stub brings it to 95,000 + stub.
-        let s = select(&b, &[19_000; 6], stub);
+        let s = select(&b, &[19_000; 6], &[true; 6], stub);
         assert_eq!(
             s.reasons,
             [Some(Reason::TurnBudget), None, None, None, None, None]
@@ -168,6 +171,7 @@ mod tests {
         let s = select(
             &b,
             &[15_000, 19_000, 19_000, 19_000, 19_000, 19_000, 19_000],
+            &[true; 7],
             stub,
         );
         assert_eq!(s.reasons[1], Some(Reason::TurnBudget));
@@ -177,11 +181,25 @@ mod tests {
     #[test]
     fn exactly_at_budget_still_selects() {
         let b = Budget::default();
-        let s = select(&b, &[19_999, 80_001], stub);
+        let s = select(&b, &[19_999, 80_001], &[true; 2], stub);
         // 80,001 is over the threshold; the rest fits.
         assert_eq!(s.reasons, [None, Some(Reason::SingleThreshold)]);
-        let s = select(&b, &[20_000; 5], stub);
+        let s = select(&b, &[20_000; 5], &[true; 5], stub);
         assert_eq!(s.count(), 1, "100,000 is at the budget: one stub");
+    }
+
+    #[test]
+    fn ineligible_outputs_are_never_selected() {
+        let b = Budget::default();
+        let s = select(&b, &[90_000, 30_000, 19_000], &[false, true, true], stub);
+        assert_eq!(
+            s.reasons,
+            [
+                None,
+                Some(Reason::SingleThreshold),
+                Some(Reason::TurnBudget)
+            ]
+        );
     }
 
     #[test]
@@ -191,7 +209,7 @@ mod tests {
             ..Budget::default()
         };
         // Stubs longer than the outputs: selecting never shrinks the group.
-        let s = select(&b, &[100, 100], |_, _| 5000);
+        let s = select(&b, &[100, 100], &[true; 2], |_, _| 5000);
         assert_eq!(s.count(), 0);
     }
 }

@@ -83,7 +83,7 @@ fn a_large_json_output_becomes_a_json_stub() {
     let r = rewritten(&body);
     assert_eq!(r.outputs.len(), 1);
     let out = &r.outputs[0];
-    assert_eq!(out.text, original);
+    assert_eq!(out.content.decode().as_deref(), Some(original.as_str()));
     assert_eq!(out.reason, "single_threshold");
     assert_eq!(out.tool_name.as_deref(), Some("fetch"));
     let r_ref = out.result_ref.clone().expect("ref");

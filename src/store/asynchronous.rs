@@ -91,6 +91,12 @@ impl AsyncResultStore {
             .await
     }
 
+    /// [`ResultStore::held`].
+    pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
+        let tenant = tenant.clone();
+        self.blocking(move |s| s.held(&tenant, &refs)).await
+    }
+
     /// [`ResultStore::meta`].
     pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
         let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());

@@ -276,6 +276,12 @@ impl ResultStore {
             .with(|c| reader::read(c, tenant, result_ref, offset, end, limit))
     }
 
+    /// For each ref, whether `tenant` holds it readable (stored, not
+    /// expired): the proxy skips re-storing what a repeated turn resends.
+    pub fn held(&self, tenant: &Tenant, refs: &[String]) -> Result<Vec<bool>, StoreError> {
+        self.inner.readers.with(|c| reader::held(c, tenant, refs))
+    }
+
     /// Everything stored about one output.
     pub fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
         self.inner

@@ -142,6 +142,22 @@ pub(crate) fn read(
     })
 }
 
+/// For each ref, whether this tenant holds it, readable (not expired).
+pub(crate) fn held(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    refs: &[String],
+) -> Result<Vec<bool>, StoreError> {
+    let tx = conn.transaction().ctx("starting a read")?;
+    refs.iter()
+        .map(|r| match live(&tx, tenant, r) {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound { .. } | StoreError::Expired { .. }) => Ok(false),
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
 pub(crate) fn meta(
     conn: &mut Connection,
     tenant: &Tenant,

@@ -61,24 +61,24 @@ fn main() {
         let idle_rss = rss_kib(&proxy);
         println!("## toolstub load benchmark\n");
         println!("proxy: {bin}; mock upstream in-process; {ROUNDS} interleaved rounds of {} ms per configuration; medians over rounds.\n", BATCH.as_millis());
-        println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s |");
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s | proxy CPU per request |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
         let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
         let mut loaded_rss = 0;
         for (name, body) in [("non-streaming", &small), ("streaming", &small_stream)] {
             for (concurrency, rate) in [(1usize, None), (32, None), (32, Some(PACED_RATE))] {
-                let row = compare(mock_addr, proxy_addr, body, concurrency, rate).await;
+                let row = compare(mock_addr, proxy_addr, proxy.id(), body, concurrency, rate).await;
                 let name = match rate {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
                 };
                 loaded_rss = loaded_rss.max(rss_kib(&proxy));
                 println!(
-                    "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} |",
+                    "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} | {:.1} µs |",
                     ms(row.direct_p50), ms(row.proxy_p50), ms(row.proxy_p50 - row.direct_p50),
                     ms(row.direct_p99), ms(row.proxy_p99), ms(row.proxy_p99 - row.direct_p99),
-                    row.direct_rps, row.proxy_rps
+                    row.direct_rps, row.proxy_rps, row.proxy_cpu * 1e6
                 );
             }
         }
@@ -105,6 +105,8 @@ fn ms(seconds: f64) -> String {
 }
 
 struct Row {
+    /// The proxy's CPU time per proxied request (user + system), seconds.
+    proxy_cpu: f64,
     direct_p50: f64,
     proxy_p50: f64,
     direct_p99: f64,
@@ -116,6 +118,7 @@ struct Row {
 async fn compare(
     mock: SocketAddr,
     proxy: SocketAddr,
+    proxy_pid: u32,
     body: &Bytes,
     concurrency: usize,
     rate: Option<u32>,
@@ -142,9 +145,14 @@ async fn compare(
     .await;
     let mut d = (Vec::new(), Vec::new(), Vec::new());
     let mut p = (Vec::new(), Vec::new(), Vec::new());
+    let mut cpu = Vec::new();
     for _ in 0..ROUNDS {
         for (target, out) in [(mock, &mut d), (proxy, &mut p)] {
+            let cpu_before = cpu_seconds(proxy_pid);
             let (mut lat, elapsed) = batch(&client, target, body, concurrency, BATCH, rate).await;
+            if target == proxy {
+                cpu.push((cpu_seconds(proxy_pid) - cpu_before) / lat.len().max(1) as f64);
+            }
             lat.sort_by(|a, b| a.total_cmp(b));
             out.0.push(percentile(&lat, 0.50));
             out.1.push(percentile(&lat, 0.99));
@@ -152,6 +160,7 @@ async fn compare(
         }
     }
     Row {
+        proxy_cpu: median(cpu),
         direct_p50: median(d.0),
         proxy_p50: median(p.0),
         direct_p99: median(d.1),
@@ -314,6 +323,24 @@ fn rss_kib(child: &Child) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// User + system CPU time of a process, in seconds (from /proc).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the full line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn free_port() -> u16 {

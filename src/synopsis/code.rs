@@ -98,7 +98,7 @@ impl Scan {
         let mut scan = Scan::default();
         let mut in_fence = false;
         for (n, line) in split_lines(text).enumerate() {
-            let trimmed = line.trim();
+            let trimmed = line.trim_ascii();
             if trimmed.is_empty() {
                 continue;
             }
@@ -198,6 +198,7 @@ enum Found<'a> {
 }
 
 /// Words that may stand before the keyword of a definition.
+#[cfg(test)]
 const MODIFIERS: &[&str] = &[
     "pub",
     "pub(crate)",
@@ -230,6 +231,43 @@ const MODIFIERS: &[&str] = &[
     "strictfp",
 ];
 
+/// Whether `word` is one of [`MODIFIERS`]; a `match` compiles to a switch on
+/// length and first bytes, far cheaper per line than scanning the list.
+fn is_modifier(word: &str) -> bool {
+    matches!(
+        word,
+        "pub"
+            | "pub(crate)"
+            | "pub(super)"
+            | "pub(self)"
+            | "export"
+            | "default"
+            | "async"
+            | "public"
+            | "private"
+            | "protected"
+            | "internal"
+            | "static"
+            | "final"
+            | "abstract"
+            | "sealed"
+            | "partial"
+            | "override"
+            | "virtual"
+            | "readonly"
+            | "unsafe"
+            | "extern"
+            | "inline"
+            | "declare"
+            | "const"
+            | "open"
+            | "data"
+            | "synchronized"
+            | "native"
+            | "strictfp"
+    )
+}
+
 fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
     if let Some(found) = preprocessor(line) {
         return Some(found);
@@ -241,7 +279,7 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
     let mut is_async = false;
     let mut modifiers = 0;
     while let Some((word, after)) = split_word(rest) {
-        if !MODIFIERS.contains(&word) || after.is_empty() {
+        if !is_modifier(word) || after.is_empty() {
             break;
         }
         // `extern crate x;` is an import, not a modifier before `crate`.
@@ -608,6 +646,9 @@ fn binding(after: &str) -> bool {
 /// SQL statements, upper case (the usual style), or any case ending in `;` or `(`.
 fn sql(line: &str) -> Option<Found<'_>> {
     let ends_statement = line.ends_with(';') || line.ends_with('(');
+    if !ends_statement && !line.as_bytes().first().is_some_and(u8::is_ascii_uppercase) {
+        return None;
+    }
     let mut words = line.split_whitespace();
     let first = words.next()?;
     let upper = first.chars().all(|c| c.is_ascii_uppercase());
@@ -808,12 +849,14 @@ fn reads_like_prose(line: &str) -> bool {
 
 /// The first whitespace-delimited word and the rest (trimmed at its start).
 fn split_word(s: &str) -> Option<(&str, &str)> {
-    let s = s.trim_start();
+    // ASCII whitespace only: it separates every keyword this module knows,
+    // and a byte scan keeps the per-line cost low.
+    let s = s.trim_ascii_start();
     if s.is_empty() {
         return None;
     }
-    match s.find(char::is_whitespace) {
-        Some(i) => Some((&s[..i], s[i..].trim_start())),
+    match s.bytes().position(|b| b.is_ascii_whitespace()) {
+        Some(i) => Some((&s[..i], s[i..].trim_ascii_start())),
         None => Some((s, "")),
     }
 }
@@ -848,6 +891,14 @@ fn is_path(s: &str, separators: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modifier_matcher_agrees_with_the_list() {
+        for w in MODIFIERS {
+            assert!(is_modifier(w), "{w}");
+        }
+        assert!(!is_modifier("class"));
+    }
 
     fn code(text: &str) -> Option<Synopsis> {
         let input = Input::new(text, "", 100);

@@ -46,7 +46,7 @@ fn summarize_table(text: &str, delimiter: u8, kind: Kind) -> Option<Synopsis> {
         }
         if head.len() < REGULAR_ROWS {
             let width = head.first().map_or(record.len(), Vec::len);
-            if record.len() != width {
+            if record.len() != width || width < 2 {
                 return None;
             }
             head.push(
@@ -55,11 +55,16 @@ fn summarize_table(text: &str, delimiter: u8, kind: Kind) -> Option<Synopsis> {
                     .map(|cell| String::from_utf8_lossy(cell).into_owned())
                     .collect(),
             );
+            // Everything that decides "table or not" is in the first rows:
+            // refuse prose and code before reading the rest of the text.
+            if head.len() == REGULAR_ROWS && !plausible_table(&head, delimiter) {
+                return None;
+            }
         }
         rows += 1;
     }
     let header = head.first()?;
-    if rows < 2 || header.len() < 2 || !plausible_table(&head, delimiter) {
+    if rows < 2 || (head.len() < REGULAR_ROWS && !plausible_table(&head, delimiter)) {
         return None;
     }
 

@@ -67,6 +67,8 @@ fn parse(text: &str) -> Option<Document> {
     let mut children: Vec<(String, usize)> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut declares_entities = false;
+    let mut last_child: Option<usize> = None;
+    let mut last_name = String::new();
     loop {
         let event = reader.read_event().ok()?;
         match event {
@@ -81,13 +83,26 @@ fn parse(text: &str) -> Option<Document> {
                 } else if depth == 1 {
                     let name = e.name();
                     let name: &str = name.as_ref();
-                    match index.get(name) {
-                        Some(&i) => children[i].1 += 1,
-                        None => {
-                            index.insert(name.to_string(), children.len());
-                            children.push((tag_name(name), 1));
+                    // Siblings usually repeat one tag: compare with the last
+                    // one before hashing.
+                    let i = match last_child {
+                        Some(i) if last_name == name => i,
+                        _ => {
+                            let i = match index.get(name) {
+                                Some(&i) => i,
+                                None => {
+                                    index.insert(name.to_string(), children.len());
+                                    children.push((tag_name(name), 0));
+                                    children.len() - 1
+                                }
+                            };
+                            last_name.clear();
+                            last_name.push_str(name);
+                            last_child = Some(i);
+                            i
                         }
-                    }
+                    };
+                    children[i].1 += 1;
                 }
                 if !empty {
                     depth += 1;

@@ -61,6 +61,9 @@ class MockUpstream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stream_gate: threading.Event | None = None
     gate_opened: bool | None = None
+    # When set, a streamed request that offers the recall tools is answered
+    # with a recall call (tool_result_read on the first stub's ref) first.
+    recall_mode: bool = False
 
     @property
     def url(self) -> str:
@@ -80,6 +83,7 @@ class MockUpstream:
             self.received.clear()
         self.stream_gate = None
         self.gate_opened = None
+        self.recall_mode = False
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -103,6 +107,60 @@ def completion_body() -> dict:
         ],
         "usage": USAGE,
         "system_fingerprint": "fp_mock",
+    }
+
+
+RECALL_CALL_ID = "rc_e2e_1"
+
+
+def first_stub_ref(request: dict) -> str | None:
+    for message in request.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            for line in content.splitlines():
+                if line.startswith("ref: "):
+                    return line[len("ref: "):]
+    return None
+
+
+def recall_round_events(request: dict) -> list[dict] | None:
+    """The streamed answer in recall mode: round 1 calls tool_result_read;
+    round 2 (after the proxy appended the result) quotes what it read."""
+    messages = request.get("messages", [])
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool" and last.get("tool_call_id") == RECALL_CALL_ID:
+        read = json.loads(last["content"])
+        return [
+            stream_chunk({"role": "assistant", "content": ""}, stream_id="chatcmpl-round-2"),
+            stream_chunk({"content": "It begins with "}, stream_id="chatcmpl-round-2"),
+            stream_chunk({"content": json.dumps(read["content"])}, stream_id="chatcmpl-round-2"),
+            stream_chunk({}, "stop", stream_id="chatcmpl-round-2"),
+        ]
+    offered = [t.get("function", {}).get("name") for t in request.get("tools", [])]
+    ref = first_stub_ref(request)
+    if "tool_result_read" not in offered or ref is None:
+        return None
+    arguments = json.dumps({"ref": ref, "offset": 0, "limit": 12})
+    call = {"index": 0, "id": RECALL_CALL_ID, "type": "function",
+            "function": {"name": "tool_result_read", "arguments": arguments[:10]}}
+    more = {"index": 0, "function": {"arguments": arguments[10:]}}
+    return [
+        stream_chunk({"role": "assistant", "content": ""}),
+        stream_chunk({"content": "Let me check. "}),
+        stream_chunk({"tool_calls": [call]}),
+        stream_chunk({"tool_calls": [more]}),
+        stream_chunk({}, "tool_calls"),
+    ]
+
+
+def stream_chunk(delta: dict, finish: str | None = None, stream_id: str = STREAM_ID) -> dict:
+    return {
+        "id": stream_id,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": MODEL,
+        "system_fingerprint": "fp_mock",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
 
 
@@ -189,14 +247,15 @@ def start() -> MockUpstream:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
-        def _stream(self) -> None:
+        def _stream(self, request: dict) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             gate = mock.stream_gate
-            for i, event in enumerate(stream_events()):
+            events = (recall_round_events(request) if mock.recall_mode else None) or stream_events()
+            for i, event in enumerate(events):
                 self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
                 if i == 0 and gate is not None:
                     mock.gate_opened = gate.wait(GATE_TIMEOUT)
@@ -214,7 +273,7 @@ def start() -> MockUpstream:
             r = self._record()
             if r.path.split("?")[0].endswith("/chat/completions"):
                 if isinstance(r.json, dict) and r.json.get("stream") is True:
-                    self._stream()
+                    self._stream(r.json)
                 else:
                     self._json(200, completion_body())
             else:

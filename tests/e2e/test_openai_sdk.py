@@ -309,3 +309,31 @@ def test_sigterm_lets_a_stream_in_flight_finish(mock, tmp_path):
         if proxy.process.poll() is None:
             proxy.process.kill()
             proxy.process.wait()
+
+
+def test_streaming_with_a_recall_round_in_the_middle(client, mock):
+    """The model calls tool_result_read in the middle of a streamed answer:
+    the proxy answers it from the store and splices round 2 into the same
+    stream. The SDK sees one ordinary stream, no recall call, one id."""
+    mock.recall_mode = True
+    stream = client.chat.completions.create(
+        model=m.MODEL,
+        messages=conversation(BIG),
+        tools=[CLIENT_TOOL],
+        stream=True,
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Let me check. It begins with " + json.dumps(BIG[:12])
+    assert all(c.id == m.STREAM_ID for c in chunks), {c.id for c in chunks}
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    rounds = [r for r in mock.requests() if r.path.endswith("/chat/completions")]
+    assert len(rounds) == 2
+    second = rounds[1].json["messages"]
+    assert second[-2]["role"] == "assistant"
+    assert second[-2]["tool_calls"][0]["function"]["name"] == "tool_result_read"
+    assert second[-1]["tool_call_id"] == m.RECALL_CALL_ID
+    read = json.loads(second[-1]["content"])
+    assert read["content"] == BIG[:12] and read["offset"] == 0 and read["has_more"] is True

@@ -49,6 +49,7 @@ fn main() {
             "--db",
             &dir.join("bench.db").to_string_lossy(),
         ])
+        .env_remove("TOOLSTUB_BIN")
         .env("TOOLSTUB_SERVER_LOG_LEVEL", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

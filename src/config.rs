@@ -87,6 +87,8 @@ pub struct RawStore {
     pub path: PathBuf,
     pub retention_days: u32,
     pub max_bytes: u64,
+    /// How often the background retention sweep runs (at least 100 ms).
+    pub sweep_interval_ms: u64,
 }
 
 impl Default for RawStore {
@@ -95,6 +97,7 @@ impl Default for RawStore {
             path: PathBuf::from("toolstub.db"),
             retention_days: 30,
             max_bytes: 10 * 1024 * 1024 * 1024,
+            sweep_interval_ms: 60_000,
         }
     }
 }
@@ -371,13 +374,30 @@ fn validate(raw: RawConfig) -> Result<Config> {
     if names.read == names.search || names.read == names.list || names.search == names.list {
         bail!("recall tool names must differ");
     }
-    let operator_listen = match &raw.operator_api.listen {
+    let operator_listen: Option<SocketAddr> = match &raw.operator_api.listen {
         Some(addr) => Some(
             addr.parse()
                 .with_context(|| format!("operator_api.listen: not an address: {addr:?}"))?,
         ),
         None => None,
     };
+    if operator_listen.is_some_and(|a| a == listen && a.port() != 0) {
+        bail!("operator_api.listen must differ from server.listen ({listen})");
+    }
+    if raw
+        .operator_api
+        .admin_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        bail!("operator_api.admin_token must not be empty: remove the key to run without a token");
+    }
+    if raw.store.sweep_interval_ms < 100 {
+        bail!(
+            "store.sweep_interval_ms must be at least 100, got {}",
+            raw.store.sweep_interval_ms
+        );
+    }
     let ms = Duration::from_millis;
     Ok(Config {
         listen,
@@ -509,5 +529,62 @@ mod tests {
         };
         let err = load(None, no_env(), &bad).expect_err("bad scheme");
         assert!(format!("{err:#}").contains("http"));
+    }
+
+    #[test]
+    fn operator_api_settings_are_checked() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for token in ["\"\"", "\"  \""] {
+            let err = load(
+                None,
+                env(&[("TOOLSTUB_OPERATOR_API_ADMIN_TOKEN", token)]),
+                &Overrides::default(),
+            )
+            .expect_err("empty token");
+            assert!(format!("{err:#}").contains("admin_token"), "{err:#}");
+        }
+        let c = load(
+            None,
+            env(&[
+                ("TOOLSTUB_OPERATOR_API_ADMIN_TOKEN", "s3cret"),
+                ("TOOLSTUB_OPERATOR_API_LISTEN", "127.0.0.1:8791"),
+            ]),
+            &Overrides::default(),
+        )
+        .expect("token and listen");
+        assert_eq!(c.operator_api.admin_token.as_deref(), Some("s3cret"));
+        assert_eq!(
+            c.operator_api.listen.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:8791")
+        );
+        let err = load(
+            None,
+            env(&[("TOOLSTUB_OPERATOR_API_LISTEN", "127.0.0.1:8790")]),
+            &Overrides::default(),
+        )
+        .expect_err("same address");
+        assert!(format!("{err:#}").contains("differ"), "{err:#}");
+        let err = load(
+            None,
+            env(&[("TOOLSTUB_OPERATOR_API_LISTEN", "nowhere")]),
+            &Overrides::default(),
+        )
+        .expect_err("bad address");
+        assert!(
+            format!("{err:#}").contains("operator_api.listen"),
+            "{err:#}"
+        );
+        let err = load(
+            None,
+            env(&[("TOOLSTUB_STORE_SWEEP_INTERVAL_MS", "5")]),
+            &Overrides::default(),
+        )
+        .expect_err("too short");
+        assert!(format!("{err:#}").contains("sweep_interval_ms"), "{err:#}");
     }
 }

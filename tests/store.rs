@@ -871,6 +871,60 @@ mod retention {
     }
 
     #[test]
+    fn tombstones_are_capped_under_a_size_cap() {
+        // A 1-byte cap keeps at most 10,000 tombstones (the floor).
+        let cfg = StoreConfig {
+            max_bytes: Some(1),
+            ..config()
+        };
+        let (_d, store, now) = open_with_clock(cfg);
+        let mut refs = Vec::new();
+        for batch in 0..21 {
+            now.fetch_add(1, Ordering::SeqCst);
+            let outputs: Vec<NewOutput> = (0..500)
+                .map(|i| {
+                    output(
+                        "s",
+                        &format!("c{batch}_{i}"),
+                        "t",
+                        &format!("out {batch} {i}"),
+                    )
+                })
+                .collect();
+            refs.extend(
+                store
+                    .put(&alice(), outputs)
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| s.result_ref),
+            );
+        }
+        assert_eq!(refs.len(), 10_500);
+        store.flush_index().unwrap();
+        let mut purged = 0;
+        for _ in 0..200 {
+            let report = store.sweep().unwrap();
+            purged += report.purged_tombstones;
+            if !report.more {
+                break;
+            }
+        }
+        assert_eq!(
+            purged, 500,
+            "the oldest 500 tombstones over the cap are forgotten"
+        );
+        // The oldest ref now reads as unknown, the newest as expired.
+        assert!(matches!(
+            store.read(&alice(), &refs[0], 0, 1),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            store.read(&alice(), &refs[10_499], 0, 1),
+            Err(StoreError::Expired { .. })
+        ));
+    }
+
+    #[test]
     fn tombstones_are_forgotten_after_their_own_retention() {
         let (_d, store, now) = open_with_clock(StoreConfig {
             tombstone_days: 5,

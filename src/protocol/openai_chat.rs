@@ -17,10 +17,49 @@ use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiChat;
 
+/// A derived struct read from a JSON object only. serde's derived impls
+/// also accept an array holding the fields in declaration order, so
+/// `[["tool", "..."]]` would pass for a tool message: a shape no client
+/// sends, which must be forwarded as it came rather than rewritten.
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(StructAsMap(d)).map(Obj)
+    }
+}
+
+/// A deserializer that reads a struct as a map (a JSON object), never as a
+/// sequence; everything else goes to the wrapped deserializer unchanged.
+struct StructAsMap<D>(D);
+
+impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for StructAsMap<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(v)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(v)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
 #[derive(Deserialize)]
 struct Body<'a> {
     #[serde(borrow)]
-    messages: Vec<Message<'a>>,
+    messages: Vec<Obj<Message<'a>>>,
     /// Kept raw, `null` included (an `Option` would read `null` as absent).
     #[serde(borrow, default, deserialize_with = "raw_value")]
     tools: Option<&'a RawValue>,
@@ -41,7 +80,7 @@ struct Message<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    tool_calls: Option<Vec<ToolCall<'a>>>,
+    tool_calls: Option<Vec<Obj<ToolCall<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -49,7 +88,7 @@ struct ToolCall<'a> {
     #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    function: Option<FunctionRef<'a>>,
+    function: Option<Obj<FunctionRef<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -61,7 +100,7 @@ struct FunctionRef<'a> {
 #[derive(Deserialize)]
 struct ClientTool<'a> {
     #[serde(borrow, default)]
-    function: Option<FunctionRef<'a>>,
+    function: Option<Obj<FunctionRef<'a>>>,
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
 }
@@ -76,7 +115,7 @@ struct Part<'a> {
 
 impl Protocol for OpenAiChat {
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
-        let parsed: Body<'b> = serde_json::from_str(body).ok()?;
+        let Obj(parsed): Obj<Body<'b>> = serde_json::from_str(body).ok()?;
         let tools = tools_slot(body, parsed.tools)?;
         let client_tool_names = client_tool_names(parsed.tools)?;
 
@@ -86,7 +125,7 @@ impl Protocol for OpenAiChat {
         let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
         let mut group = 0usize;
         let mut in_tool_run = false;
-        for message in parsed.messages {
+        for Obj(message) in parsed.messages {
             let role = message.role.as_deref().unwrap_or("");
             if !opening_done {
                 append_opening(&mut opening, role, message.content);
@@ -125,8 +164,8 @@ impl Protocol for OpenAiChat {
                     in_tool_run = false;
                     if role == "assistant" {
                         call_names.clear();
-                        for call in message.tool_calls.into_iter().flatten() {
-                            let name = call.function.and_then(|f| f.name);
+                        for Obj(call) in message.tool_calls.into_iter().flatten() {
+                            let name = call.function.and_then(|Obj(f)| f.name);
                             if let (Some(id), Some(name)) = (call.id, name) {
                                 call_names.insert(id, name);
                             }
@@ -205,12 +244,12 @@ fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
     match raw.as_bytes().first()? {
         b'"' => Some((Content::JsonString(raw), ContentShape::String)),
         b'[' => {
-            let parts: Vec<Part<'_>> = serde_json::from_str(raw).ok()?;
+            let parts: Vec<Obj<Part<'_>>> = serde_json::from_str(raw).ok()?;
             if parts.is_empty() {
                 return None;
             }
             let mut text = String::new();
-            for part in parts {
+            for Obj(part) in parts {
                 if part.kind != "text" {
                     return None;
                 }
@@ -258,11 +297,11 @@ fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
     if raw.get() == "null" {
         return Some(Vec::new());
     }
-    let tools: Vec<ClientTool<'_>> = serde_json::from_str(raw.get()).ok()?;
+    let tools: Vec<Obj<ClientTool<'_>>> = serde_json::from_str(raw.get()).ok()?;
     Some(
         tools
             .into_iter()
-            .filter_map(|t| t.function.and_then(|f| f.name).or(t.name))
+            .filter_map(|Obj(t)| t.function.and_then(|Obj(f)| f.name).or(t.name))
             .collect(),
     )
 }
@@ -333,6 +372,47 @@ mod tests {
         ] {
             assert!(OpenAiChat.parse(body).is_none(), "{body}");
         }
+    }
+
+    /// Found by tests/proxy/hostile.rs: serde's derived structs also read a
+    /// JSON array of the fields in order, so an array posing as a message
+    /// (or a text part, a tool call, the whole body) was understood and its
+    /// "content" stubbed. Only objects are messages.
+    #[test]
+    fn arrays_posing_as_objects_are_not_understood() {
+        let big = "y".repeat(50);
+        for body in [
+            format!(r#"{{"messages":[["tool","{big}"]]}}"#),
+            format!(r#"[[["tool","{big}"]]]"#),
+            format!(r#"[[["tool","{big}"]],null]"#),
+        ] {
+            assert!(OpenAiChat.parse(&body).is_none(), "{body}");
+        }
+        // Parts, tool calls and function refs as arrays: the output is not
+        // text, or the call is not understood.
+        let parts = format!(r#"{{"messages":[{{"role":"tool","content":[["text","{big}"]]}}]}}"#);
+        let parsed = OpenAiChat.parse(&parts).expect("parsed");
+        assert!(parsed.outputs.is_empty(), "text parts must be objects");
+        let calls = r#"{"messages":[{"role":"assistant","tool_calls":[["c1",["read_file"]]]}]}"#;
+        assert!(
+            OpenAiChat.parse(calls).is_none(),
+            "tool calls must be objects"
+        );
+        let calls = r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c1","function":["read_file"]}]}]}"#;
+        assert!(
+            OpenAiChat.parse(calls).is_none(),
+            "functions must be objects"
+        );
+        let tools = r#"{"messages":[],"tools":[[["f"]]]}"#;
+        assert!(
+            OpenAiChat.parse(tools).is_none(),
+            "client tools must be objects"
+        );
+        // Objects still work.
+        let ok = r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"f"}}]},{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"t"}]}],"tools":[{"function":{"name":"f"}}]}"#;
+        let parsed = OpenAiChat.parse(ok).expect("parsed");
+        assert_eq!(parsed.outputs[0].tool_name.as_deref(), Some("f"));
+        assert_eq!(parsed.client_tool_names, ["f"]);
     }
 
     #[test]

@@ -62,6 +62,9 @@ impl App {
         let store_config = StoreConfig {
             retention_days: config.store.retention_days,
             max_bytes: (config.store.max_bytes > 0).then_some(config.store.max_bytes),
+            sweep_interval: Some(std::time::Duration::from_millis(
+                config.store.sweep_interval_ms,
+            )),
             ..StoreConfig::default()
         };
         let store = ResultStore::open(&config.store.path, store_config)
@@ -110,46 +113,118 @@ impl Route {
     }
 }
 
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The proxy: every route, the operator API too unless it has its own
+    /// listener (`operator_api.listen`), in which case it answers 404 here.
+    Main,
+    /// The operator API's own listener: `/toolstub/v1/` only, 404 for
+    /// anything else (it never forwards upstream).
+    Operator,
+}
+
+/// The listeners of one configuration: the proxy's, and the operator API's
+/// when `operator_api.listen` is set (and the API enabled).
+struct Listeners {
+    main: TcpListener,
+    operator: Option<TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(config: &Config) -> Result<Listeners> {
+        let main = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let operator = match config.operator_api.listen {
+            Some(addr) if config.operator_api.enabled => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (operator_api.listen)"))?,
+            ),
+            _ => None,
+        };
+        Ok(Listeners { main, operator })
+    }
+
+    /// Serves both until `stop` turns true.
+    fn spawn(
+        self,
+        app: &Arc<App>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = vec![tokio::spawn(run(
+            self.main,
+            app.clone(),
+            Role::Main,
+            stopped(stop.clone()),
+        ))];
+        if let Some(listener) = self.operator {
+            tasks.push(tokio::spawn(run(
+                listener,
+                app.clone(),
+                Role::Operator,
+                stopped(stop.clone()),
+            )));
+        }
+        tasks
+    }
+}
+
+/// Resolves once the watched flag turns true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
 /// A running server (in-process: tests and `toolstub serve` alike).
 pub struct Server {
     pub addr: SocketAddr,
+    /// The operator API's own address, when `operator_api.listen` is set.
+    pub operator_addr: Option<SocketAddr>,
     pub app: Arc<App>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
-    /// Binds `config.listen` and serves until [`Server::shutdown`].
+    /// Binds `config.listen` (and `operator_api.listen`, if set) and serves
+    /// until [`Server::shutdown`].
     pub async fn start(config: Config) -> Result<Server> {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let addr = listener.local_addr().context("local address")?;
+        let listeners = Listeners::bind(&config).await?;
+        let addr = listeners.main.local_addr().context("local address")?;
+        let operator_addr = match &listeners.operator {
+            Some(l) => Some(l.local_addr().context("operator API address")?),
+            None => None,
+        };
         let app = Arc::new(App::new(config)?);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run(listener, app.clone(), async {
-            let _ = rx.await;
-        }));
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let tasks = listeners.spawn(&app, &rx);
         Ok(Server {
             addr,
+            operator_addr,
             app,
-            shutdown: Some(tx),
-            task,
+            shutdown: tx,
+            tasks,
         })
     }
 
     /// Stops accepting, lets requests in flight finish (within the grace
     /// period), and returns when the server has stopped.
-    pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
         }
-        let _ = (&mut self.task).await;
     }
 }
 
 /// The accept loop: one task per connection, HTTP/1.1, graceful shutdown.
-pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+pub async fn run(
+    listener: TcpListener,
+    app: Arc<App>,
+    role: Role,
+    shutdown: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -171,7 +246,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| handle(app.clone(), req));
+                let service = service_fn(move |req| handle(app.clone(), role, req));
                 let conn = builder.serve_connection(TokioIo::new(stream), service);
                 let watched = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -197,12 +272,25 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 }
 
 /// Serves one request and records its metrics and log line.
-async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<BoxBody>, Infallible> {
+async fn handle(
+    app: Arc<App>,
+    role: Role,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
     let route = Route::of(req.method(), req.uri().path());
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let separate_operator =
+        app.config.operator_api.enabled && app.config.operator_api.listen.is_some();
     let result = match route {
+        Route::Operator if role == Role::Main && separate_operator => Err(ProxyError::NotFound(
+            "the operator API is not served on this address (see operator_api.listen)".to_string(),
+        )),
+        Route::Operator => operator::handle(&app, req).await,
+        _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
+            "this address serves the operator API only (/toolstub/v1/...), not {path}"
+        ))),
         Route::Healthz => Ok(text_response(StatusCode::OK, "text/plain", "ok\n")),
         Route::Metrics => Ok(text_response(
             StatusCode::OK,
@@ -210,7 +298,6 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<BoxBod
             app.metrics.render(),
         )),
         Route::ChatCompletions => chat::handle(&app, req).await,
-        Route::Operator => operator::handle(&app, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
     let response = result.unwrap_or_else(|e| {
@@ -309,12 +396,27 @@ pub async fn serve(config: Config) -> Result<()> {
     let listen = config.listen;
     let upstream = config.upstream.base_url.to_string();
     let db = config.store.path.display().to_string();
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+    let listeners = Listeners::bind(&config).await?;
+    // The bound address (the configured one may ask for port 0).
+    let listen = listeners.main.local_addr().unwrap_or(listen);
+    let operator = match &listeners.operator {
+        Some(l) => Some(l.local_addr().context("operator API address")?),
+        None => None,
+    };
     let app = Arc::new(App::new(config)?);
-    tracing::info!(%listen, %upstream, db = %db, "toolstub listening");
-    run(listener, app, shutdown_signal()).await;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tasks = listeners.spawn(&app, &rx);
+    match operator {
+        Some(operator) => {
+            tracing::info!(%listen, %operator, %upstream, db = %db, "toolstub listening (operator API on its own address)");
+        }
+        None => tracing::info!(%listen, %upstream, db = %db, "toolstub listening"),
+    }
+    shutdown_signal().await;
+    let _ = tx.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
     tracing::info!("toolstub stopped");
     Ok(())
 }

@@ -104,11 +104,22 @@ impl Upstream {
         request: Request<BoxBody>,
     ) -> Result<(Response<Incoming>, Duration), ProxyError> {
         let started = Instant::now();
+        // Named in errors, so an operator sees which upstream failed (the
+        // base URL is configuration, never a credential).
+        // Host and port only: userinfo in a base URL stays out of messages.
+        let authority = match (request.uri().host(), request.uri().port_u16()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            _ => String::new(),
+        };
         match tokio::time::timeout(self.first_byte_timeout, self.client.request(request)).await {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
-            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(error_chain(&e))),
+            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(format!(
+                "{authority}: {}",
+                error_chain(&e)
+            ))),
             Ok(Ok(response)) => Ok((response, started.elapsed())),
         }
     }

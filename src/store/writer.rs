@@ -137,6 +137,11 @@ pub(crate) fn spawn(
 ) -> Result<std::thread::JoinHandle<()>, StoreError> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)
         .ctx("turning off automatic checkpoints on the writer")?;
+    // A WAL that grew under load (checkpoints cannot reset it while readers
+    // hold old snapshots) is truncated back to this size when it is next
+    // reset, instead of keeping its high-water mark on disk for good.
+    conn.pragma_update(None, "journal_size_limit", WAL_FORCE_BYTES as i64)
+        .ctx("limiting the size the WAL keeps")?;
     std::thread::Builder::new()
         .name("toolstub-store-writer".to_string())
         .spawn(move || Writer::new(conn, config).run(jobs))
@@ -401,6 +406,31 @@ impl Writer {
             .ctx("forgetting old tombstones")?;
         report.purged_tombstones = purged as u64;
         report.more |= purged as i64 == SWEEP_BATCH;
+        // Tombstones are small but not free: under a size cap, keep at most
+        // one per 64 KiB of the cap (at least 10,000), forgetting the oldest
+        // first, so a busy store's file stays bounded. A forgotten tombstone
+        // reads as "not found" instead of "expired".
+        if let Some(max) = self.config.max_bytes {
+            let cap = i64::try_from(max / 65_536).unwrap_or(i64::MAX).max(10_000);
+            let count: i64 = tx
+                .query_row(
+                    "SELECT count(*) FROM outputs WHERE blob_id IS NULL",
+                    [],
+                    |r| r.get(0),
+                )
+                .ctx("counting tombstones")?;
+            if count > cap {
+                let purged = tx
+                    .execute(
+                        "DELETE FROM outputs WHERE id IN (SELECT id FROM outputs \
+                         WHERE blob_id IS NULL ORDER BY expired_at, id LIMIT ?1)",
+                        params![(count - cap).min(SWEEP_BATCH)],
+                    )
+                    .ctx("forgetting tombstones over the cap")?;
+                report.purged_tombstones += purged as u64;
+                report.more |= count - cap > SWEEP_BATCH;
+            }
+        }
         tx.commit().ctx("committing a retention sweep")?;
         self.wal_dirty += 1;
         if report.freed_bytes > 0 {

@@ -2,9 +2,12 @@
 //! real TCP port, in front of a mock upstream (also real TCP) that records
 //! what it received. No fixed ports, no network beyond loopback.
 
+mod faults;
+mod hostile;
 mod mock;
 mod operator;
 mod recall;
+mod security;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -33,6 +33,18 @@ pub enum Reply {
         gap: Duration,
         sent: Arc<Mutex<Vec<Instant>>>,
     },
+    /// Waits, then answers as the inner reply says (a slow first byte).
+    After(Duration, Box<Reply>),
+    /// Server-sent events: sends `chunks`, then fails the body, so the
+    /// connection is cut in the middle of the response (no final chunk).
+    StreamThenCut(Vec<String>),
+    /// Sends `chunk` every `gap` until the peer is gone, then notifies
+    /// `closed` (the proxy cancelled the upstream request).
+    Endless {
+        chunk: String,
+        gap: Duration,
+        closed: Arc<tokio::sync::Notify>,
+    },
 }
 
 pub type Script = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
@@ -122,7 +134,8 @@ pub async fn start_with(script: Script, tls: Option<tokio_rustls::TlsAcceptor>) 
     Mock { addr, received }
 }
 
-type MockBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type MockBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
 async fn answer(
     req: Request<Incoming>,
@@ -145,9 +158,31 @@ async fn answer(
         body,
     };
     rec.lock().expect("lock").push(recorded.clone());
-    match script(&recorded) {
+    let mut reply = script(&recorded);
+    while let Reply::After(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    respond(reply)
+}
+
+fn sse(body: MockBody) -> Response<MockBody> {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().expect("header"));
+    response
+}
+
+fn respond(reply: Reply) -> Response<MockBody> {
+    match reply {
+        Reply::After(_, inner) => respond(*inner),
         Reply::Full(status, headers, body) => {
-            let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+            let mut response = Response::new(
+                Full::new(Bytes::from(body))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            );
             *response.status_mut() = StatusCode::from_u16(status).expect("status");
             for (k, v) in headers {
                 response.headers_mut().insert(k, v.parse().expect("header"));
@@ -155,7 +190,7 @@ async fn answer(
             response
         }
         Reply::Stream { chunks, gap, sent } => {
-            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
             tokio::spawn(async move {
                 for (i, chunk) in chunks.into_iter().enumerate() {
                     if i > 0 {
@@ -167,25 +202,52 @@ async fn answer(
                     }
                 }
             });
-            let mut response = Response::new(ChannelBody(rx).boxed());
-            response
-                .headers_mut()
-                .insert("content-type", "text/event-stream".parse().expect("header"));
-            response
+            sse(ChannelBody(rx).boxed())
+        }
+        Reply::StreamThenCut(chunks) => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+            tokio::spawn(async move {
+                for chunk in chunks {
+                    if tx.send(Ok(Frame::data(Bytes::from(chunk)))).await.is_err() {
+                        return;
+                    }
+                }
+                // Let the chunks reach the wire first, then cut.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = tx.send(Err("the mock cuts the connection".into())).await;
+            });
+            sse(ChannelBody(rx).boxed())
+        }
+        Reply::Endless { chunk, gap, closed } => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+            tokio::spawn(async move {
+                loop {
+                    if tx
+                        .send(Ok(Frame::data(Bytes::from(chunk.clone()))))
+                        .await
+                        .is_err()
+                    {
+                        closed.notify_one();
+                        return;
+                    }
+                    tokio::time::sleep(gap).await;
+                }
+            });
+            sse(ChannelBody(rx).boxed())
         }
     }
 }
 
 /// A response body fed by a channel, one frame per message.
-struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = BoxError;
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.0.poll_recv(cx)
     }
 }

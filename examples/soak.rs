@@ -1,0 +1,484 @@
+//! Soak (issue 6 item 6). Run with `scripts/soak`.
+//!
+//! The real `toolstub` binary, a child process, serves mixed traffic at a
+//! fixed concurrency for a fixed time in front of a mock upstream, on
+//! loopback: passthrough GETs, small chat completions, rewriting chat
+//! completions with large outputs (new and repeated), streaming (plain and
+//! through the recall splice), and recall rounds (the mock calls
+//! `tool_result_read` once when it sees a stub in a request marked for
+//! recall). The store runs with a small `max_bytes` and a short sweep
+//! interval, so retention must hold the database size.
+//!
+//! Every few seconds it samples the proxy's RSS and the database and WAL
+//! sizes. It reports errors (must be 0), RSS first/last/max after warm-up
+//! (must stay within 10% of the first sample after warm-up) and the
+//! database size over time (must stay under a bound: `max_bytes` plus what
+//! one sweep interval of writes and the search index add). Exits 1 if a
+//! check fails.
+//!
+//! Environment: `TOOLSTUB_BIN` (default `target/release/toolstub`),
+//! `SOAK_SECONDS` (600), `SOAK_CONCURRENCY` (32), `SOAK_SAMPLE_SECONDS` (10),
+//! `SOAK_WARMUP_SECONDS` (60, at most a fifth of the run), `SOAK_MAX_BYTES`
+//! (64 MiB), `SOAK_SWEEP_MS` (2000), `SOAK_SEED` (1).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::{Rng, COMPLETION};
+
+const KEYS: [&str; 4] = [
+    "Bearer sk-soak-0001",
+    "Bearer sk-soak-0002",
+    "Bearer sk-soak-0003",
+    "Bearer sk-soak-0004",
+];
+
+/// Kinds of request, by share of the mix (out of 20).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Passthrough,
+    SmallChat,
+    RewriteNew,
+    RewriteRepeated,
+    Stream,
+    StreamStub,
+    Recall,
+}
+
+const KINDS: [Kind; 7] = [
+    Kind::Passthrough,
+    Kind::SmallChat,
+    Kind::RewriteNew,
+    Kind::RewriteRepeated,
+    Kind::Stream,
+    Kind::StreamStub,
+    Kind::Recall,
+];
+
+fn pick(n: u64) -> Kind {
+    match n % 20 {
+        0..=3 => Kind::Passthrough,
+        4..=7 => Kind::SmallChat,
+        8..=9 => Kind::RewriteNew,
+        10..=11 => Kind::RewriteRepeated,
+        12..=14 => Kind::Stream,
+        15..=16 => Kind::StreamStub,
+        _ => Kind::Recall,
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The mock upstream's answer.
+fn mock_answer(
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> http::Response<http_body_util::Full<Bytes>> {
+    if parts.method == http::Method::GET {
+        return support::json_response(
+            r#"{"object":"list","data":[{"id":"mock","object":"model","owned_by":"soak"}]}"#,
+        );
+    }
+    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
+    let streaming = has(br#""stream":true"#);
+    if streaming {
+        let mut s = String::new();
+        for i in 0..10 {
+            s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}},\"finish_reason\":null}}]}}\n\n"));
+        }
+        s.push_str("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+        s.push_str("data: [DONE]\n\n");
+        return support::sse_response(s);
+    }
+    if has(br#""tool_call_id":"rc_soak""#) {
+        return support::json_response(COMPLETION.replace("Done.", "READ ok"));
+    }
+    let wants_recall = has(br#""content":"recall""#) && has(br#""name":"tool_result_read""#);
+    if let (true, Some(r)) = (wants_recall, support::refs_in(body).first()) {
+        let args = serde_json::json!({"ref": r, "offset": 0, "limit": 2000}).to_string();
+        let reply = serde_json::json!({
+            "id": "chatcmpl-r", "object": "chat.completion", "created": 1, "model": "mock",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "rc_soak", "type": "function",
+                    "function": {"name": "tool_result_read", "arguments": args}}]},
+                "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        });
+        return support::json_response(reply.to_string());
+    }
+    support::json_response(COMPLETION)
+}
+
+struct Sample {
+    at: f64,
+    requests: u64,
+    rss_kib: u64,
+    db: u64,
+    wal: u64,
+}
+
+fn main() {
+    let seconds: u64 = env_or("SOAK_SECONDS", 600);
+    let concurrency: usize = env_or("SOAK_CONCURRENCY", 32);
+    let sample_every = Duration::from_secs(env_or("SOAK_SAMPLE_SECONDS", 10));
+    let warmup = Duration::from_secs(env_or("SOAK_WARMUP_SECONDS", 60).min(seconds / 5));
+    let max_bytes: u64 = env_or("SOAK_MAX_BYTES", 64 * 1024 * 1024);
+    let sweep_ms: u64 = env_or("SOAK_SWEEP_MS", 2000);
+    let seed: u64 = env_or("SOAK_SEED", 1);
+    let bin =
+        std::env::var("TOOLSTUB_BIN").unwrap_or_else(|_| "target/release/toolstub".to_string());
+    let duration = Duration::from_secs(seconds);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = support::start_mock(Arc::new(mock_answer), 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("soak.db");
+    let wal = dir.path().join("soak.db-wal");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", support::free_port())
+        .parse()
+        .expect("addr");
+    let env = vec![
+        ("TOOLSTUB_STORE_MAX_BYTES", max_bytes.to_string()),
+        ("TOOLSTUB_STORE_RETENTION_DAYS", "1".to_string()),
+        ("TOOLSTUB_STORE_SWEEP_INTERVAL_MS", sweep_ms.to_string()),
+    ];
+    let mut proxy = support::spawn_proxy(&bin, addr, mock, &db, &env);
+    let pid = proxy.id();
+
+    // A pool of repeated outputs (the same content every time it is sent).
+    let pool: Arc<Vec<String>> = Arc::new(
+        (0..16u64)
+            .map(|i| support::output_text(1_000_000 + i, 30_000 + (i as usize % 4) * 30_000))
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Vec<AtomicU64>> = Arc::new(KINDS.iter().map(|_| AtomicU64::new(0)).collect());
+    let errors = Arc::new(AtomicU64::new(0));
+    let first_errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let latency_max_ms = Arc::new(AtomicU64::new(0));
+
+    let (samples, elapsed, metrics) = rt.block_on(async {
+        support::wait_healthy(addr, Duration::from_secs(30)).await;
+        let started = Instant::now();
+        let mut workers = Vec::new();
+        for w in 0..concurrency {
+            let (stop, done, errors, first_errors, pool, latency_max_ms) = (
+                stop.clone(),
+                done.clone(),
+                errors.clone(),
+                first_errors.clone(),
+                pool.clone(),
+                latency_max_ms.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                let client = support::client();
+                let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(w as u64));
+                let mut seq = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    seq += 1;
+                    let kind = pick(rng.next());
+                    let key = KEYS[(rng.next() % KEYS.len() as u64) as usize];
+                    let repeated = || {
+                        let i = (rng.clone().next() % pool.len() as u64) as usize;
+                        (format!("call_pool_{i}"), pool[i].clone())
+                    };
+                    let (method, path, body) = match kind {
+                        Kind::Passthrough => ("GET", "/v1/models", String::new()),
+                        Kind::SmallChat => (
+                            "POST",
+                            "/v1/chat/completions",
+                            format!(r#"{{"model":"mock","messages":[{{"role":"user","content":"hello {seq}"}}]}}"#),
+                        ),
+                        Kind::Stream => (
+                            "POST",
+                            "/v1/chat/completions",
+                            format!(r#"{{"model":"mock","stream":true,"messages":[{{"role":"user","content":"hello {seq}"}}]}}"#),
+                        ),
+                        Kind::RewriteNew => {
+                            let chars = rng.range(25_000, 120_000) as usize;
+                            let text = support::output_text(
+                                seed << 48 ^ (w as u64) << 32 ^ seq,
+                                chars,
+                            );
+                            let id = format!("call_w{w}_{seq}");
+                            (
+                                "POST",
+                                "/v1/chat/completions",
+                                support::chat_body(&[id], &[&text], ""),
+                            )
+                        }
+                        Kind::RewriteRepeated | Kind::StreamStub | Kind::Recall => {
+                            let (id, text) = repeated();
+                            // Half the recall rounds read a brand-new output.
+                            let (id, text) = if kind == Kind::Recall && seq.is_multiple_of(2) {
+                                let chars = rng.range(25_000, 60_000) as usize;
+                                (
+                                    format!("call_r{w}_{seq}"),
+                                    support::output_text(
+                                        seed << 48 ^ (w as u64) << 32 ^ seq ^ 1 << 31,
+                                        chars,
+                                    ),
+                                )
+                            } else {
+                                (id, text)
+                            };
+                            let extra = if kind == Kind::StreamStub {
+                                r#","stream":true"#
+                            } else {
+                                ""
+                            };
+                            let mut body = support::chat_body(&[id], &[&text], extra);
+                            if kind == Kind::Recall {
+                                body = body.replacen(
+                                    r#""content":"go""#,
+                                    r#""content":"recall""#,
+                                    1,
+                                );
+                            }
+                            ("POST", "/v1/chat/completions", body)
+                        }
+                    };
+                    let t = Instant::now();
+                    let result = support::request(
+                        &client,
+                        method,
+                        format!("http://{addr}{path}"),
+                        &[("authorization", key), ("content-type", "application/json")],
+                        Bytes::from(body),
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                    latency_max_ms.fetch_max(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    let problem = match &result {
+                        Err(e) => Some(e.clone()),
+                        Ok((status, _)) if *status != 200 => Some(format!("status {status}")),
+                        Ok((_, body)) => {
+                            let text = String::from_utf8_lossy(body);
+                            let ok = match kind {
+                                Kind::Stream | Kind::StreamStub => {
+                                    text.ends_with("data: [DONE]\n\n") && !text.contains("\"error\"")
+                                }
+                                Kind::Recall => text.contains("READ ok"),
+                                Kind::Passthrough => text.contains("\"owned_by\":\"soak\""),
+                                _ => text.contains("Done."),
+                            };
+                            (!ok).then(|| format!("unexpected body: {}", &text[..text.len().min(300)]))
+                        }
+                    };
+                    match problem {
+                        None => {
+                            done[KINDS.iter().position(|k| *k == kind).unwrap_or(0)]
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some(p) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            let mut first = first_errors.lock().expect("lock");
+                            if first.len() < 10 {
+                                first.push(format!("{kind:?}: {p}"));
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut next = started;
+        while started.elapsed() < duration {
+            let total: u64 = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+            let s = Sample {
+                at: started.elapsed().as_secs_f64(),
+                requests: total,
+                rss_kib: support::rss_kib(pid),
+                db: support::file_len(&db),
+                wal: support::file_len(&wal),
+            };
+            eprintln!(
+                "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB errors={}",
+                s.at,
+                s.requests,
+                s.rss_kib as f64 / 1024.0,
+                support::mib(s.db),
+                support::mib(s.wal),
+                errors.load(Ordering::Relaxed)
+            );
+            samples.push(s);
+            next += sample_every;
+            tokio::time::sleep_until(next.into()).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            let _ = w.await;
+        }
+        let elapsed = started.elapsed();
+        samples.push(Sample {
+            at: elapsed.as_secs_f64(),
+            requests: done.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
+            rss_kib: support::rss_kib(pid),
+            db: support::file_len(&db),
+            wal: support::file_len(&wal),
+        });
+        let metrics = support::request(
+            &support::client(),
+            "GET",
+            format!("http://{addr}/metrics"),
+            &[],
+            Bytes::new(),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+        (samples, elapsed, metrics)
+    });
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+
+    // Figures.
+    let errors = errors.load(Ordering::Relaxed);
+    let total: u64 = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+    let after: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at >= warmup.as_secs_f64())
+        .collect();
+    let rss_first = after.first().map_or(0, |s| s.rss_kib);
+    let rss_last = after.last().map_or(0, |s| s.rss_kib);
+    let rss_max = after.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+    let rss_min = after.iter().map(|s| s.rss_kib).min().unwrap_or(0);
+    let rss_all_max = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+    let spread = (rss_max as f64 - rss_min as f64) / rss_first.max(1) as f64;
+    let db_max = samples.iter().map(|s| s.db + s.wal).max().unwrap_or(0);
+    let db_after_max = after.iter().map(|s| s.db + s.wal).max().unwrap_or(0);
+    let proxy_5xx: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("toolstub_requests_total") && l.contains("status=\"5"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let externalized: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("toolstub_outputs_externalized_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+
+    println!("## soak\n");
+    println!(
+        "binary {bin}; {}s at concurrency {concurrency} on loopback; store.max_bytes {:.0} MiB, sweep every {sweep_ms} ms; warm-up {} s; samples every {} s\n",
+        elapsed.as_secs(),
+        support::mib(max_bytes),
+        warmup.as_secs(),
+        sample_every.as_secs()
+    );
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| requests completed | {total} ({:.0} req/s) |",
+        total as f64 / elapsed.as_secs_f64()
+    );
+    for (i, k) in KINDS.iter().enumerate() {
+        println!("| {k:?} | {} |", done[i].load(Ordering::Relaxed));
+    }
+    println!("| errors (client side) | **{errors}** |");
+    println!("| 5xx in the proxy's metrics | {proxy_5xx} |");
+    println!("| tool outputs externalized (metrics) | {externalized} |");
+    println!(
+        "| slowest request | {} ms |",
+        latency_max_ms.load(Ordering::Relaxed)
+    );
+    println!(
+        "| RSS after warm-up: first / last / min / max | {:.1} / {:.1} / {:.1} / {:.1} MiB |",
+        rss_first as f64 / 1024.0,
+        rss_last as f64 / 1024.0,
+        rss_min as f64 / 1024.0,
+        rss_max as f64 / 1024.0
+    );
+    println!(
+        "| RSS spread after warm-up (max - min) / first | **{:.1}%** |",
+        spread * 100.0
+    );
+    println!(
+        "| RSS max over the whole run | {:.1} MiB |",
+        rss_all_max as f64 / 1024.0
+    );
+    println!(
+        "| database + WAL: max over the run / max after warm-up / at the end | {:.1} / {:.1} / {:.1} MiB |",
+        support::mib(db_max),
+        support::mib(db_after_max),
+        samples.last().map_or(0.0, |s| support::mib(s.db + s.wal))
+    );
+    println!();
+    println!("| t (s) | requests | RSS (MiB) | DB (MiB) | WAL (MiB) |");
+    println!("|---|---|---|---|---|");
+    let step = (samples.len() / 20).max(1);
+    for (i, s) in samples.iter().enumerate() {
+        if i % step == 0 || i + 1 == samples.len() {
+            println!(
+                "| {:.0} | {} | {:.1} | {:.1} | {:.1} |",
+                s.at,
+                s.requests,
+                s.rss_kib as f64 / 1024.0,
+                support::mib(s.db),
+                support::mib(s.wal)
+            );
+        }
+    }
+    for e in first_errors.lock().expect("lock").iter() {
+        println!("ERROR: {e}");
+    }
+    // Retention holds the database when it stops growing: the file's peak
+    // over the second half of the run is within 10% of its peak over the
+    // first half after warm-up (the file is about twice `max_bytes`: the
+    // cap counts the originals, not the chunk copies and the search index).
+    let half = warmup.as_secs_f64() + (elapsed.as_secs_f64() - warmup.as_secs_f64()) / 2.0;
+    let db_first_half = after
+        .iter()
+        .filter(|s| s.at < half)
+        .map(|s| s.db)
+        .max()
+        .unwrap_or(0);
+    let db_second_half = after
+        .iter()
+        .filter(|s| s.at >= half)
+        .map(|s| s.db)
+        .max()
+        .unwrap_or(0);
+    let wal_max = samples.iter().map(|s| s.wal).max().unwrap_or(0);
+    println!(
+        "\ndatabase file peak: first half after warm-up {:.1} MiB, second half {:.1} MiB; WAL peak {:.1} MiB",
+        support::mib(db_first_half),
+        support::mib(db_second_half),
+        support::mib(wal_max)
+    );
+    let mut failed = Vec::new();
+    if errors > 0 || proxy_5xx > 0 {
+        failed.push("errors".to_string());
+    }
+    if spread > 0.10 {
+        failed.push(format!("RSS spread {:.1}% > 10%", spread * 100.0));
+    }
+    if db_second_half as f64 > db_first_half as f64 * 1.10 {
+        failed.push(format!(
+            "the database kept growing: {:.1} MiB, then {:.1} MiB",
+            support::mib(db_first_half),
+            support::mib(db_second_half)
+        ));
+    }
+    if failed.is_empty() {
+        println!("\nPASS");
+    } else {
+        println!("\nFAIL: {}", failed.join("; "));
+        drop(dir); // exit skips destructors: remove the database first
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,218 @@
+//! Fuzz target: the request rewrite on any bytes as a chat-completion body,
+//! under any configuration within its bounds, in both modes.
+//!
+//! Input layout: the first [`CONFIG_BYTES`] bytes derive the [`Policy`]
+//! (switches, MIME hint, and the five budgets of SPEC section 2 within sane
+//! bounds, small values as likely as large ones); the rest is the body.
+//!
+//! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`; when
+//! rewritten, the new body is valid JSON with the same number of messages,
+//! and it is the original byte for byte except for (a) the contents of the
+//! externalized outputs, each replaced by its encoded stub, in order, and
+//! (b) one insertion of the recall tools (when recall is on and refs exist).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::collections::BTreeMap;
+use toolstub::protocol::openai_chat::OpenAiChat;
+use toolstub::protocol::Protocol;
+use toolstub::rewrite::select::Budget;
+use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
+use toolstub::stub::RecallToolNames;
+
+const CONFIG_BYTES: usize = 7;
+
+const MIMES: [&str; 8] = [
+    "application/json",
+    "text/csv",
+    "text/tab-separated-values",
+    "application/xml",
+    "application/yaml",
+    "text/x-python",
+    "text/plain",
+    "application/octet-stream",
+];
+
+fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
+    let mut mime_by_tool = BTreeMap::new();
+    if c[0] & 0b10 != 0 {
+        let mime = MIMES[usize::from((c[0] >> 2) & 0b111)];
+        for tool in ["fetch", "read_file"] {
+            mime_by_tool.insert(tool.to_string(), mime.to_string());
+        }
+    }
+    let b = |i: usize| usize::from(c[i]);
+    Policy {
+        enabled: c[0] != 0xff,
+        budget: Budget {
+            // 1..=65026, quadratic so that small thresholds are common.
+            threshold_chars: 1 + b(1) * b(1),
+            preview_chars: b(2) * 16,
+            min_preview_chars: b(3) * 8,
+            turn_preview_budget_chars: b(4) * 80,
+            turn_inline_budget_chars: b(5) * b(5) * 4 + b(6),
+        },
+        recall_enabled: c[0] & 1 != 0,
+        recall_names: RecallToolNames::default(),
+        mime_by_tool,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < CONFIG_BYTES {
+        return;
+    }
+    let (config, body) = data.split_at(CONFIG_BYTES);
+    let mut c = [0u8; CONFIG_BYTES];
+    c.copy_from_slice(config);
+    let policy = policy(&c);
+    let is_json = std::str::from_utf8(body)
+        .ok()
+        .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok());
+
+    for mode in [Mode::WithRefs, Mode::PreviewOnly] {
+        match rewrite(body, &policy, &OpenAiChat, mode) {
+            Outcome::Unchanged(why) => {
+                if !policy.enabled {
+                    assert_eq!(why, Unchanged::Disabled);
+                } else if !is_json {
+                    assert_eq!(why, Unchanged::NotUnderstood);
+                }
+            }
+            Outcome::Rewritten(r) => {
+                assert!(policy.enabled, "rewritten while disabled");
+                assert!(is_json, "rewrote a body that is not JSON");
+                check_rewritten(body, &r, &policy, mode);
+            }
+        }
+    }
+});
+
+fn check_rewritten(body: &[u8], r: &Rewritten<'_>, policy: &Policy, mode: Mode) {
+    assert!(!r.outputs.is_empty(), "rewritten without outputs");
+    let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
+
+    // The new body is JSON with as many messages as the original.
+    let old = message_count(original).expect("the original has messages");
+    let new = match message_count(&r.body) {
+        Ok(n) => n,
+        Err(e) => panic!("rewritten body is not a JSON chat body: {e}\n{}", r.body),
+    };
+    assert_eq!(old, new, "message count changed");
+
+    // Byte for byte: walk the original's gaps and contents along the new body.
+    let parsed = OpenAiChat
+        .parse(original)
+        .expect("rewritten implies parsed");
+    let insertions: Vec<(String, String)> = if policy.recall_enabled && mode == Mode::WithRefs {
+        let tools = OpenAiChat.recall_tools(&r.recall_names).join(",");
+        vec![
+            (String::new(), format!(",{tools}")),
+            (String::new(), tools.clone()),
+            (String::new(), format!(",\"tools\":[{tools}]")),
+            (String::new(), format!("\"tools\":[{tools}]")),
+            ("null".to_string(), format!("[{tools}]")),
+        ]
+    } else {
+        Vec::new()
+    };
+    let mut inserted = false;
+    let mut stubs = r.outputs.iter().peekable();
+    let old_bytes = original.as_bytes();
+    let new_body = r.body.as_bytes();
+    let mut at = 0; // in the original
+    let mut p = 0; // in the new body
+    for output in &parsed.outputs {
+        let span = output.content_span.clone();
+        p = walk_gap(
+            &old_bytes[at..span.start],
+            new_body,
+            p,
+            &insertions,
+            &mut inserted,
+        );
+        // The content: the next stub, or unchanged.
+        let stub = stubs
+            .peek()
+            .map(|o| OpenAiChat.encode_content(output.shape, &o.stub))
+            .filter(|s| new_body[p..].starts_with(s.as_bytes()));
+        match stub {
+            Some(s) => {
+                p += s.len();
+                stubs.next();
+            }
+            None => {
+                let content = &old_bytes[span.clone()];
+                assert!(
+                    new_body[p..].starts_with(content),
+                    "content at {span:?} neither kept nor stubbed"
+                );
+                p += content.len();
+            }
+        }
+        at = span.end;
+    }
+    p = walk_gap(&old_bytes[at..], new_body, p, &insertions, &mut inserted);
+    assert_eq!(p, new_body.len(), "extra bytes at the end of the new body");
+    assert!(
+        stubs.next().is_none(),
+        "a stub is missing from the new body"
+    );
+    assert_eq!(
+        inserted,
+        policy.recall_enabled && mode == Mode::WithRefs,
+        "recall tools inserted: {inserted}"
+    );
+}
+
+/// The number of messages, read without decoding strings (`serde_json::Value`
+/// refuses lone surrogate escapes, which JSON allows and clients send).
+fn message_count(body: &str) -> Result<usize, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Shape<'a> {
+        #[serde(borrow)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_str::<Shape<'_>>(body).map(|s| s.messages.len())
+}
+
+/// Matches one gap of the original (bytes outside every tool content) at
+/// `p` in the new body, allowing the one recall-tools insertion; returns the
+/// new position.
+fn walk_gap(
+    mut gap: &[u8],
+    new_body: &[u8],
+    mut p: usize,
+    insertions: &[(String, String)],
+    inserted: &mut bool,
+) -> usize {
+    loop {
+        let common = gap
+            .iter()
+            .zip(&new_body[p..])
+            .take_while(|(x, y)| x == y)
+            .count();
+        gap = &gap[common..];
+        p += common;
+        if gap.is_empty() {
+            return p;
+        }
+        let hit = insertions.iter().find(|(old, new)| {
+            !*inserted
+                && gap.starts_with(old.as_bytes())
+                && new_body[p..].starts_with(new.as_bytes())
+        });
+        match hit {
+            Some((old, new)) => {
+                gap = &gap[old.len()..];
+                p += new.len();
+                *inserted = true;
+            }
+            None => panic!(
+                "the original changed: {:?} became {:?}",
+                String::from_utf8_lossy(&gap[..gap.len().min(60)]),
+                String::from_utf8_lossy(&new_body[p..new_body.len().min(p + 60)])
+            ),
+        }
+    }
+}

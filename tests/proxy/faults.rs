@@ -1,0 +1,384 @@
+//! Upstream faults (issue 6 item 4): whatever the upstream does (refuses,
+//! does not resolve, presents a certificate nobody trusts, answers late,
+//! cuts a stream half-way, rate-limits), the client gets a well-formed
+//! answer in bounded time, never a hang; and a client that goes away
+//! cancels the upstream request.
+
+use super::mock::{self, Recorded, Reply, Script};
+use super::{big_json, chat_body, client, config_for, send, setup_with, KEY};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolstub::proxy::Server;
+
+/// Everything a fault test must finish within.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// The request shapes that take different paths through the proxy.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    /// `GET /v1/models`: passthrough.
+    Passthrough,
+    /// A chat completion without stubs: forwarded as it is.
+    PlainChat,
+    /// The same, streaming.
+    PlainStream,
+    /// A chat completion with a stub: the non-streaming recall loop.
+    RecallChat,
+    /// A streaming chat completion with a stub: the recall splice.
+    RecallStream,
+}
+
+const PATHS: [Path; 4] = [
+    Path::Passthrough,
+    Path::PlainChat,
+    Path::RecallChat,
+    Path::RecallStream,
+];
+
+fn request_for(path: Path) -> (&'static str, &'static str, String) {
+    match path {
+        Path::Passthrough => ("GET", "/v1/models", String::new()),
+        Path::PlainChat => (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.to_string(),
+        ),
+        Path::PlainStream => (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
+                .to_string(),
+        ),
+        Path::RecallChat => (
+            "POST",
+            "/v1/chat/completions",
+            chat_body(&[big_json(3000)], ""),
+        ),
+        Path::RecallStream => (
+            "POST",
+            "/v1/chat/completions",
+            chat_body(&[big_json(3000)], r#","stream":true"#),
+        ),
+    }
+}
+
+/// Sends `path`'s request to the proxy at `base`, within [`BOUND`].
+async fn ask(base: &str, path: Path) -> (u16, http::HeaderMap, Bytes) {
+    let (method, route, body) = request_for(path);
+    let (status, headers, body) = tokio::time::timeout(
+        BOUND,
+        send(
+            &client(),
+            method,
+            format!("{base}{route}"),
+            &[("authorization", KEY)],
+            body,
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{path:?}: no answer within {BOUND:?}"));
+    (status.as_u16(), headers, body)
+}
+
+/// The OpenAI-format error of a proxy failure.
+fn error_of(path: Path, status: u16, headers: &http::HeaderMap, body: &[u8]) -> (String, String) {
+    assert_eq!(
+        headers["content-type"], "application/json",
+        "{path:?} {status}"
+    );
+    let v: Value = serde_json::from_slice(body).expect("a JSON error body");
+    assert!(v["error"]["type"].is_string(), "{v}");
+    (
+        v["error"]["code"].as_str().expect("code").to_string(),
+        v["error"]["message"].as_str().expect("message").to_string(),
+    )
+}
+
+async fn proxy_in_front_of(upstream: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = Server::start(config_for(upstream, dir.path(), env))
+        .await
+        .expect("proxy");
+    (proxy, dir)
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_502_on_every_path() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = listener.local_addr().expect("addr");
+    drop(listener);
+    let (proxy, _dir) = proxy_in_front_of(&format!("http://{dead}"), &[]).await;
+    let base = format!("http://{}", proxy.addr);
+    for path in PATHS {
+        let (status, headers, body) = ask(&base, path).await;
+        assert_eq!(status, 502, "{path:?}: {}", String::from_utf8_lossy(&body));
+        let (code, message) = error_of(path, status, &headers, &body);
+        assert_eq!(code, "upstream_unreachable");
+        assert!(
+            message.to_lowercase().contains("connection refused"),
+            "{path:?}: {message}"
+        );
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_a_502_naming_dns() {
+    let (proxy, _dir) = proxy_in_front_of(
+        "http://does-not-exist.invalid",
+        &[("TOOLSTUB_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "8000")],
+    )
+    .await;
+    let base = format!("http://{}", proxy.addr);
+    for path in [Path::Passthrough, Path::RecallChat] {
+        let (status, headers, body) = ask(&base, path).await;
+        let (code, message) = error_of(path, status, &headers, &body);
+        assert_eq!((status, code.as_str()), (502, "upstream_unreachable"));
+        assert!(message.contains("dns error"), "{path:?}: {message}");
+        assert!(message.contains("does-not-exist.invalid"), "{message}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_a_502_naming_the_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+    let key =
+        rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).expect("key");
+    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+    let always: Script = Arc::new(|_: &Recorded| mock::ok_json("never"));
+    let upstream = mock::start_with(always, Some(acceptor)).await;
+    let (proxy, _dir) =
+        proxy_in_front_of(&format!("https://localhost:{}", upstream.addr.port()), &[]).await;
+    let base = format!("http://{}", proxy.addr);
+    for path in PATHS {
+        let (status, headers, body) = ask(&base, path).await;
+        let (code, message) = error_of(path, status, &headers, &body);
+        assert_eq!((status, code.as_str()), (502, "upstream_unreachable"));
+        assert!(
+            message.to_lowercase().contains("certificate"),
+            "{path:?}: {message}"
+        );
+    }
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing crossed the failed handshake"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_late_first_byte_is_a_504_within_the_timeout() {
+    let late: Script = Arc::new(|_: &Recorded| {
+        Reply::After(Duration::from_secs(30), Box::new(mock::ok_json("too late")))
+    });
+    let s = setup_with(late, &[("TOOLSTUB_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "300")]).await;
+    let base = s.url("");
+    for path in PATHS {
+        let started = Instant::now();
+        let (status, headers, body) = ask(&base, path).await;
+        let took = started.elapsed();
+        let (code, message) = error_of(path, status, &headers, &body);
+        assert_eq!(
+            (status, code.as_str()),
+            (504, "upstream_timeout"),
+            "{path:?}"
+        );
+        assert!(message.contains("300 ms"), "{message}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+            "{path:?}: {took:?}"
+        );
+    }
+    s.proxy.shutdown().await;
+}
+
+/// Reads a streamed response to its end: the bytes, and whether it ended
+/// with an error (the connection cut) rather than a clean end.
+async fn read_stream(base: &str, path: Path) -> (u16, String, Option<String>) {
+    let (method, route, body) = request_for(path);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("{base}{route}"))
+        .header("authorization", KEY)
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    tokio::time::timeout(BOUND, async {
+        let response = client().request(request).await.expect("response head");
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut text = String::new();
+        loop {
+            match body.frame().await {
+                None => return (status, text, None),
+                Some(Err(e)) => return (status, text, Some(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        text.push_str(&String::from_utf8_lossy(&data));
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{path:?}: the stream hung"))
+}
+
+fn half_a_stream() -> Vec<String> {
+    (0..2)
+        .map(|i| {
+            format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"part{i} \"}}}}]}}\n\n")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_way_ends_the_passthrough_stream_with_an_error() {
+    let cut: Script = Arc::new(|_: &Recorded| Reply::StreamThenCut(half_a_stream()));
+    let s = setup_with(cut, &[]).await;
+    for path in [Path::PlainStream, Path::Passthrough] {
+        let (status, text, error) = read_stream(&s.url(""), path).await;
+        assert_eq!(status, 200, "{path:?}");
+        assert!(text.contains("part0") && text.contains("part1"), "{text}");
+        // The cut reaches the client as a cut (an incomplete chunked body),
+        // so no client mistakes the truncated stream for a complete one.
+        assert!(
+            error.is_some(),
+            "{path:?}: a truncated stream must not end cleanly: {text}"
+        );
+    }
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_way_ends_the_recall_splice_with_an_sse_error_event() {
+    let cut: Script = Arc::new(|_: &Recorded| Reply::StreamThenCut(half_a_stream()));
+    let s = setup_with(cut, &[]).await;
+    let (status, text, error) = read_stream(&s.url(""), Path::RecallStream).await;
+    assert_eq!(status, 200);
+    assert_eq!(error, None, "the splice ends its stream cleanly: {text}");
+    assert!(text.contains("part0") && text.contains("part1"), "{text}");
+    let last = text
+        .trim_end()
+        .rsplit("\n\n")
+        .next()
+        .expect("an event")
+        .to_string();
+    let data = last.strip_prefix("data: ").expect("an SSE data event");
+    let v: Value = serde_json::from_str(data).expect("the error event is JSON");
+    assert_eq!(v["error"]["code"], "upstream_stream_failed", "{v}");
+    assert!(v["error"]["message"].is_string());
+    assert!(!text.contains("[DONE]"), "an error is not a completion");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_response_cut_mid_way_in_the_recall_loop_is_a_502() {
+    let cut: Script = Arc::new(|_: &Recorded| {
+        Reply::StreamThenCut(vec![r#"{"id":"chatcmpl-1","choices":[{"#.to_string()])
+    });
+    let s = setup_with(cut, &[]).await;
+    let (status, headers, body) = ask(&s.url(""), Path::RecallChat).await;
+    let (code, message) = error_of(Path::RecallChat, status, &headers, &body);
+    assert_eq!((status, code.as_str()), (502, "upstream_unreachable"));
+    assert!(message.contains("reading the response"), "{message}");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_pass_through_with_their_headers() {
+    for status in [429u16, 500, 502, 503] {
+        let script: Script = Arc::new(move |_: &Recorded| {
+            Reply::Full(
+                status,
+                vec![
+                    ("retry-after", "17".to_string()),
+                    ("x-ratelimit-remaining-requests", "0".to_string()),
+                    ("content-type", "application/json".to_string()),
+                ],
+                format!(
+                    r#"{{"error":{{"message":"upstream says {status}","type":"server_error","code":null}}}}"#
+                ),
+            )
+        });
+        let s = setup_with(script, &[]).await;
+        for path in PATHS {
+            let (got, headers, body) = ask(&s.url(""), path).await;
+            assert_eq!(got, status, "{path:?}");
+            assert_eq!(headers["retry-after"], "17", "{path:?} {status}");
+            assert_eq!(headers["x-ratelimit-remaining-requests"], "0");
+            assert_eq!(
+                body,
+                Bytes::from(format!(
+                    r#"{{"error":{{"message":"upstream says {status}","type":"server_error","code":null}}}}"#
+                )),
+                "{path:?} {status}: the body as the upstream sent it"
+            );
+        }
+        // Exactly one upstream request per client request: no retries.
+        assert_eq!(s.mock.requests().len(), PATHS.len());
+        s.proxy.shutdown().await;
+    }
+}
+
+/// A client that reads the first event of an endless stream and goes away:
+/// the proxy must drop its upstream request, which the mock sees.
+async fn disconnect_cancels(path: Path) {
+    let closed = Arc::new(tokio::sync::Notify::new());
+    let by_mock = closed.clone();
+    let script: Script = Arc::new(move |_: &Recorded| {
+        Reply::Endless {
+        chunk: "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"}}]}\n\n".to_string(),
+        gap: Duration::from_millis(20),
+        closed: by_mock.clone(),
+    }
+    });
+    let s = setup_with(script, &[]).await;
+    let (method, route, body) = request_for(path);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(s.url(route))
+        .header("authorization", KEY)
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = tokio::time::timeout(BOUND, client().request(request))
+        .await
+        .expect("response head in time")
+        .expect("response");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("a first event in time");
+    assert!(first.is_some());
+    let gone = Instant::now();
+    drop(body); // the client goes away mid-stream
+    tokio::time::timeout(Duration::from_secs(5), closed.notified())
+        .await
+        .unwrap_or_else(|_| panic!("{path:?}: the upstream request was not cancelled"));
+    assert!(gone.elapsed() < Duration::from_secs(5));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_leaving_a_passthrough_stream_cancels_the_upstream_request() {
+    disconnect_cancels(Path::PlainStream).await;
+    disconnect_cancels(Path::Passthrough).await;
+}
+
+#[tokio::test]
+async fn a_client_leaving_a_recall_splice_cancels_the_upstream_request() {
+    disconnect_cancels(Path::RecallStream).await;
+}

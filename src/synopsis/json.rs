@@ -17,7 +17,6 @@ use super::lines::{clip, clip_line, one_line, split_lines};
 use super::unknown;
 use super::{Input, Kind, Synopsis};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use std::fmt::{self, Write};
 
 /// Shapes are shown to this depth (the root is depth 0).
@@ -39,7 +38,7 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     if !(mime_json || trimmed.starts_with('{') || trimmed.starts_with('[')) {
         return None;
     }
-    let Some((first, end)) = first_value(trimmed) else {
+    let Some((walked, end)) = walk_first(trimmed) else {
         return mime_json.then(|| unknown::unparsed(input, "JSON"));
     };
     let rest = trimmed[end..].trim();
@@ -55,18 +54,30 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
             return None;
         }
     }
-    let summary = walk(first)?;
-    Some(describe_value(&summary, rest.chars().count()))
+    Some(describe_value(&walked, rest.chars().count()))
 }
 
-/// Parses the first JSON value of `text`; returns it raw and the byte offset
-/// where it ends.
-fn first_value(text: &str) -> Option<(&str, usize)> {
-    let mut values = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
-    match values.next() {
-        Some(Ok(raw)) => Some((raw.get(), values.byte_offset())),
-        _ => None,
+/// Walks the first JSON value of `text` in one pass; returns what the walker
+/// kept and the byte offset where the value ends.
+fn walk_first(text: &str) -> Option<(Walked, usize)> {
+    let mut ctx = Ctx::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let info = Walk {
+        depth: 0,
+        on_example_path: true,
+        ctx: &mut ctx,
     }
+    .deserialize(&mut de)
+    .ok()?;
+    // A stream deserializer starts where the first value ended.
+    let end = de.into_iter::<IgnoredAny>().byte_offset();
+    Some((
+        Walked {
+            info,
+            examples: ctx.examples,
+        },
+        end,
+    ))
 }
 
 /// Everything the walker kept of one value.

@@ -10,15 +10,15 @@
 //!   latency, the cost of a request carrying a 1 MB JSON tool output (first
 //!   seen and repeated), and the proxy's RSS idle and under load.
 
+mod support;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::convert::Infallible;
+use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 5;
@@ -33,10 +33,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mock_addr = start_mock();
+    let mock_addr = support::start_mock(Arc::new(mock_answer), 1);
     let dir = std::env::temp_dir().join(format!("toolstub-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let proxy_port = free_port();
+    let proxy_port = support::free_port();
     let bin =
         std::env::var("TOOLSTUB_BIN").unwrap_or_else(|_| "target/release/toolstub".to_string());
     let mut proxy = Command::new(&bin)
@@ -59,7 +59,7 @@ fn main() {
     rt.block_on(async {
         wait_healthy(proxy_addr).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let idle_rss = rss_kib(&proxy);
+        let idle_rss = support::rss_kib(proxy.id());
         println!("## toolstub load benchmark\n");
         println!("proxy: {bin}; mock upstream in-process; {ROUNDS} interleaved rounds of {} ms per configuration; medians over rounds.\n", BATCH.as_millis());
         println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s | proxy CPU per request |");
@@ -74,7 +74,7 @@ fn main() {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
                 };
-                loaded_rss = loaded_rss.max(rss_kib(&proxy));
+                loaded_rss = loaded_rss.max(support::rss_kib(proxy.id()));
                 println!(
                     "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} | {:.1} µs |",
                     ms(row.direct_p50), ms(row.proxy_p50), ms(row.proxy_p50 - row.direct_p50),
@@ -85,7 +85,7 @@ fn main() {
         }
         println!();
         let one_mb = large_output_cost(mock_addr, proxy_addr).await;
-        loaded_rss = loaded_rss.max(rss_kib(&proxy));
+        loaded_rss = loaded_rss.max(support::rss_kib(proxy.id()));
         println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", one_mb.samples);
         println!("|---|---|");
         println!("| first seen (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(one_mb.first_seen));
@@ -124,7 +124,7 @@ async fn compare(
     concurrency: usize,
     rate: Option<u32>,
 ) -> Row {
-    let client = client();
+    let client = support::client();
     // Warm both paths (connections, pools).
     batch(
         &client,
@@ -171,13 +171,7 @@ async fn compare(
     }
 }
 
-type BenchClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-fn client() -> BenchClient {
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(64)
-        .build_http()
-}
+type BenchClient = support::HttpClient;
 
 /// `concurrency` workers sending requests for `duration`: back to back, or
 /// (with `rate`) on an open-loop schedule, latency counted from the
@@ -285,7 +279,7 @@ fn large_body(salt: u64) -> Bytes {
 }
 
 async fn large_output_cost(mock: SocketAddr, proxy: SocketAddr) -> LargeCost {
-    let client = client();
+    let client = support::client();
     let samples = 30;
     let repeated_body = large_body(0);
     let time = |target: SocketAddr, body: Bytes| {
@@ -315,17 +309,6 @@ async fn large_output_cost(mock: SocketAddr, proxy: SocketAddr) -> LargeCost {
     }
 }
 
-fn rss_kib(child: &Child) -> u64 {
-    std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// User + system CPU time of a process, in seconds (from /proc).
 fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -344,13 +327,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 async fn wait_healthy(addr: SocketAddr) {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     for _ in 0..200 {
@@ -367,62 +343,16 @@ async fn wait_healthy(addr: SocketAddr) {
     panic!("the proxy did not become healthy");
 }
 
-/// The mock upstream, on its own runtime thread.
-fn start_mock() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("mock runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().expect("addr"))
-                .expect("send addr");
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service_fn(mock_answer))
-                        .await;
-                });
-            }
-        });
-    });
-    rx.recv().expect("mock address")
-}
-
-const COMPLETION: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"mock","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
-
-async fn mock_answer(
-    req: http::Request<Incoming>,
-) -> Result<http::Response<Full<Bytes>>, Infallible> {
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let streaming = memchr::memmem::find(&body, b"\"stream\":true").is_some();
-    let response = if streaming {
+/// The mock upstream's answer: a small completion, or 10 SSE chunks.
+fn mock_answer(_parts: &http::request::Parts, body: &Bytes) -> http::Response<Full<Bytes>> {
+    if memchr::memmem::find(body, b"\"stream\":true").is_some() {
         let mut s = String::new();
         for i in 0..10 {
             s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}}}}]}}\n\n"));
         }
         s.push_str("data: [DONE]\n\n");
-        http::Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Full::new(Bytes::from(s)))
+        support::sse_response(s)
     } else {
-        http::Response::builder()
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from_static(COMPLETION.as_bytes())))
-    };
-    Ok(response.expect("response"))
+        support::json_response(support::COMPLETION)
+    }
 }

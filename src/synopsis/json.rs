@@ -86,22 +86,6 @@ struct Walked {
     examples: Vec<String>,
 }
 
-fn walk(raw: &str) -> Option<Walked> {
-    let mut ctx = Ctx::default();
-    let mut de = serde_json::Deserializer::from_str(raw);
-    let info = Walk {
-        depth: 0,
-        on_example_path: true,
-        ctx: &mut ctx,
-    }
-    .deserialize(&mut de)
-    .ok()?;
-    Some(Walked {
-        info,
-        examples: ctx.examples,
-    })
-}
-
 fn describe_value(walked: &Walked, trailing_chars: usize) -> Synopsis {
     let mut s = Synopsis::new(Kind::Json, "JSON output");
     let info = &walked.info;
@@ -164,7 +148,7 @@ fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
     if records < 2 || bad * JSONL_MAX_BAD_SHARE > records + bad {
         return None;
     }
-    let walked = walk(first_record?)?;
+    let (walked, _) = walk_first(first_record?)?;
     let mut s = Synopsis::new(Kind::Json, "JSON Lines output");
     s.summary.push(format!("JSON Lines: {records} records."));
     match &walked.info {

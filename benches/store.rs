@@ -67,6 +67,7 @@ fn output(session: &str, call: &str, text: String) -> NewOutput {
             },
         ),
         text,
+        sha256: None,
     }
 }
 

@@ -50,7 +50,10 @@ fn main() {
             &dir.join("bench.db").to_string_lossy(),
         ])
         .env_remove("TOOLSTUB_BIN")
-        .env("TOOLSTUB_SERVER_LOG_LEVEL", "warn")
+        .env(
+            "TOOLSTUB_SERVER_LOG_LEVEL",
+            std::env::var("LOADBENCH_PROXY_LOG").unwrap_or_else(|_| "warn".to_string()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -67,7 +70,14 @@ fn main() {
         let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
         let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
         let mut loaded_rss = 0;
-        for (name, body) in [("non-streaming", &small), ("streaming", &small_stream)] {
+        // LOADBENCH_ONLY=large measures only the 1 MB tool-output rows.
+        let only_large = std::env::var("LOADBENCH_ONLY").is_ok_and(|v| v == "large");
+        let scenarios: &[(&str, &Bytes)] = if only_large {
+            &[]
+        } else {
+            &[("non-streaming", &small), ("streaming", &small_stream)]
+        };
+        for &(name, body) in scenarios {
             for (concurrency, rate) in [(1usize, None), (32, None), (32, Some(PACED_RATE))] {
                 let row = compare(mock_addr, proxy_addr, proxy.id(), body, concurrency, rate).await;
                 let name = match rate {

@@ -50,6 +50,7 @@ fn output(session: &str, call: &str, tool: &str, text: &str) -> NewOutput {
             },
         ),
         text: text.to_string(),
+        sha256: None,
     }
 }
 
@@ -431,6 +432,27 @@ mod search {
 
 mod session_search {
     use super::*;
+
+    #[test]
+    fn the_writer_indexes_in_the_background_once_puts_stop() {
+        // Puts come first; the index fills in the writer's quiet time, with
+        // no search or flush asking for it.
+        let (_d, store) = open();
+        for i in 0..3 {
+            store
+                .put_one(
+                    &alice(),
+                    output("s", &format!("c{i}"), "t", &words(i, 30_000)),
+                )
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while store.stats().unwrap().unindexed_chunks > 0 {
+            assert!(std::time::Instant::now() < deadline, "never indexed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(store.flush_index().unwrap(), 0, "nothing was left to index");
+    }
 
     fn fill(store: &ResultStore) -> Vec<String> {
         let texts = [

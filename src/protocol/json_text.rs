@@ -2,8 +2,8 @@
 //!
 //! serde_json unescapes escape-dense strings (a JSON document embedded in a
 //! JSON message has a backslash before every quote) at a fraction of memory
-//! speed; this decoder copies the runs between escapes with `memchr` and is
-//! several times faster. It follows serde_json exactly, including refusing a
+//! speed; this decoder copies the runs between escapes a word at a time and
+//! is several times faster. It follows serde_json exactly, including refusing a
 //! lone surrogate (`\ud800` not followed by a low surrogate), so a text that
 //! serde_json would not decode is not decoded here either.
 
@@ -18,29 +18,60 @@ pub fn decode(raw: &str) -> Option<Cow<'_, str>> {
     let Some(first) = memchr::memchr(b'\\', bytes) else {
         return Some(Cow::Borrowed(inner));
     };
-    // One pass, byte by byte: escape-dense text (a JSON document inside a
-    // JSON string has an escape every few bytes) makes per-run copies slow.
-    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
-    out.extend_from_slice(&bytes[..first]);
-    let mut i = first;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b != b'\\' {
-            out.push(b);
-            i += 1;
-            continue;
+    // Escapes only ever shrink the text, so the output fits in the input's
+    // length; the 8 spare bytes let a run be copied a word at a time. A JSON
+    // document inside a JSON string has an escape every few bytes, too often
+    // for per-run `memchr` calls to pay off: runs are copied eight bytes at a
+    // time, and the first backslash in a word is found arithmetically.
+    let mut out = vec![0u8; bytes.len() + WORD];
+    out.get_mut(..first)?.copy_from_slice(bytes.get(..first)?);
+    let (mut i, mut w) = (first, first);
+    loop {
+        while let Some(word) = bytes.get(i..i + WORD) {
+            out.get_mut(w..w + WORD)?.copy_from_slice(word);
+            match first_backslash(word) {
+                Some(k) => {
+                    i += k;
+                    w += k;
+                    break;
+                }
+                None => {
+                    i += WORD;
+                    w += WORD;
+                }
+            }
         }
+        while let Some(&b) = bytes
+            .get(i)
+            .filter(|&&b| b != b'\\' && i + WORD > bytes.len())
+        {
+            *out.get_mut(w)? = b;
+            i += 1;
+            w += 1;
+        }
+        if i >= bytes.len() {
+            break;
+        }
+        // `bytes[i]` is a backslash.
         let escape = *bytes.get(i + 1)?;
         i += 2;
+        let single = match escape {
+            b'"' => Some(b'"'),
+            b'\\' => Some(b'\\'),
+            b'/' => Some(b'/'),
+            b'b' => Some(0x08),
+            b'f' => Some(0x0c),
+            b'n' => Some(b'\n'),
+            b'r' => Some(b'\r'),
+            b't' => Some(b'\t'),
+            _ => None,
+        };
+        if let Some(byte) = single {
+            *out.get_mut(w)? = byte;
+            w += 1;
+            continue;
+        }
         let c = match escape {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
             b'u' => {
                 let high = hex4(bytes.get(i..i + 4)?)?;
                 i += 4;
@@ -62,10 +93,25 @@ pub fn decode(raw: &str) -> Option<Cow<'_, str>> {
             }
             _ => return None,
         };
-        let mut utf8 = [0u8; 4];
-        out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+        let n = c.len_utf8();
+        c.encode_utf8(out.get_mut(w..w + n)?);
+        w += n;
     }
+    out.truncate(w);
     String::from_utf8(out).ok().map(Cow::Owned)
+}
+
+/// Bytes handled at a time when copying runs.
+const WORD: usize = 8;
+
+/// The index of the first backslash in an 8-byte word, if any (the classic
+/// "has a zero byte" bit trick on the word XOR backslashes; exact for the
+/// lowest match, which is the only one used).
+fn first_backslash(word: &[u8]) -> Option<usize> {
+    let word = u64::from_le_bytes(word.try_into().ok()?);
+    let x = word ^ u64::from_le_bytes([b'\\'; WORD]);
+    let found = x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080;
+    (found != 0).then(|| (found.trailing_zeros() / 8) as usize)
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {
@@ -94,6 +140,12 @@ mod tests {
         assert_eq!(decode(r#""\ud800\u0041""#), None);
         assert_eq!(decode(r#""\x""#), None);
         assert_eq!(decode("\"unterminated\\"), None);
+        // Escapes at every alignment of the word-at-a-time copy.
+        for pad in 0..20 {
+            let text = format!("{}\"q\"\\{}\u{e9}\n", "x".repeat(pad), "y".repeat(pad));
+            let raw = serde_json::to_string(&text).unwrap();
+            assert_eq!(decode(&raw).as_deref(), Some(text.as_str()), "pad {pad}");
+        }
     }
 
     proptest! {

@@ -73,7 +73,7 @@ pub(super) async fn handle(
         output.new.session_id.clone_from(&session);
     }
     let rewritten_us = started.elapsed().as_micros() as u64;
-    let stored = store_outputs(app, &tenant, &rewritten, &original).await;
+    let stored = store_outputs(app, &tenant, &mut rewritten, &original).await;
     tracing::debug!(
         read_us,
         rewrite_us = rewritten_us - read_us,
@@ -209,10 +209,11 @@ enum TextSource {
 
 /// Commits the outputs the store does not hold yet (a repeated turn resends
 /// outputs already stored: they are neither decoded nor written again).
+/// Decoded texts are moved into the store, not copied.
 async fn store_outputs(
     app: &App,
     tenant: &crate::store::Tenant,
-    rewritten: &OwnedRewrite,
+    rewritten: &mut OwnedRewrite,
     original: &Bytes,
 ) -> Result<(), crate::store::StoreError> {
     let refs: Vec<String> = rewritten
@@ -226,12 +227,13 @@ async fn store_outputs(
         vec![false; rewritten.outputs.len()]
     };
     let mut news = Vec::new();
-    for (output, held) in rewritten.outputs.iter().zip(held) {
+    for (output, held) in rewritten.outputs.iter_mut().zip(held) {
         if held {
             continue;
         }
-        let text = match &output.text {
-            TextSource::Decoded(text) => text.clone(),
+        let text = match &mut output.text {
+            // Moved out: the text is not needed once stored.
+            TextSource::Decoded(text) => std::mem::take(text),
             TextSource::Literal(span) => std::str::from_utf8(&original[span.clone()])
                 .ok()
                 .and_then(json_text::decode)
@@ -280,14 +282,16 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                 .map(|o| PlannedOutput {
                     reason: o.reason,
                     result_ref: o.result_ref,
-                    text: match &o.content {
-                        Content::JsonString(raw) => match span_in(text, raw) {
+                    text: match (o.text, &o.content) {
+                        // Decoded by the rewrite already (first seen): keep it.
+                        (Some(decoded), _) => TextSource::Decoded(decoded.into_owned()),
+                        (None, Content::JsonString(raw)) => match span_in(text, raw) {
                             Some(span) => TextSource::Literal(span),
                             None => TextSource::Decoded(
                                 o.content.decode().map(Cow::into_owned).unwrap_or_default(),
                             ),
                         },
-                        Content::Decoded(t) => TextSource::Decoded(t.to_string()),
+                        (None, Content::Decoded(t)) => TextSource::Decoded(t.to_string()),
                     },
                     new: NewOutput {
                         session_id: String::new(),
@@ -297,6 +301,7 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                         preview_chars: o.preview_chars as u64,
                         synopsis: o.synopsis,
                         text: String::new(),
+                        sha256: Some(o.sha256),
                     },
                 })
                 .collect(),

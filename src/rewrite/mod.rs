@@ -91,6 +91,9 @@ pub struct Externalized<'b> {
     /// The original; [`Content::decode`] gives its text (decoded on demand,
     /// so outputs the store already holds are never unescaped).
     pub content: Content<'b>,
+    /// The decoded text, when the rewrite had to decode it (a memo miss), so
+    /// that storing it does not decode it a second time.
+    pub text: Option<Cow<'b, str>>,
     pub original_chars: usize,
     /// min(original_chars, effective preview budget), as in the stub header.
     pub preview_chars: usize,
@@ -252,6 +255,7 @@ fn rewrite_group<'b>(
         };
         let output = &group[i];
         let stub = p.stub(output, selection.preview, reason, mode, names);
+        let synopsis = p.synopsis_at(&output.content, selection.preview).clone();
         splices.push((
             output.content_span.clone(),
             protocol.encode_content(output.shape, &stub),
@@ -263,9 +267,10 @@ fn rewrite_group<'b>(
             tool_name: output.tool_name.as_deref().map(str::to_string),
             mime: p.mime.clone(),
             content: output.content.clone(),
+            text: p.text.take(),
             original_chars: p.chars,
             preview_chars: p.chars.min(selection.preview),
-            synopsis: p.synopsis_at(&output.content, selection.preview).clone(),
+            synopsis,
             reason: reason_text(reason, mode),
             stub,
         });
@@ -306,19 +311,15 @@ impl<'b> Prepared<'b> {
             None => {
                 let text = output.content.decode()?;
                 let preview = policy.budget.preview_chars;
+                let hints = Hints {
+                    mime: mime.as_deref(),
+                    preview_chars: preview,
+                };
+                let (sha256, synopsis) = digest_and_synopsis(&text, hints);
                 let facts = Facts {
-                    sha256: sha256_hex(&text),
+                    sha256,
                     chars: text.chars().count(),
-                    synopsis: (
-                        preview,
-                        synopsize(
-                            &text,
-                            Hints {
-                                mime: mime.as_deref(),
-                                preview_chars: preview,
-                            },
-                        ),
-                    ),
+                    synopsis: (preview, synopsis),
                 };
                 memo.put(key, facts.clone());
                 (std::sync::Arc::new(facts), Some(text))
@@ -388,6 +389,31 @@ impl<'b> Prepared<'b> {
         };
         &self.synopses[index].1
     }
+}
+
+/// Texts at least this long are hashed on a second thread while the
+/// synopsis is computed (a thread costs tens of microseconds; hashing 1 MB
+/// costs about 0.7 ms).
+const PARALLEL_DIGEST_BYTES: usize = 128 * 1024;
+
+/// The text's SHA-256 and synopsis, side by side on two threads for large
+/// texts. Deterministic either way: only where the work runs changes.
+fn digest_and_synopsis(text: &str, hints: Hints<'_>) -> (String, Synopsis) {
+    if text.len() < PARALLEL_DIGEST_BYTES {
+        return (sha256_hex(text), synopsize(text, hints));
+    }
+    std::thread::scope(|scope| {
+        let digest = std::thread::Builder::new()
+            .name("toolstub-digest".to_string())
+            .spawn_scoped(scope, || sha256_hex(text));
+        let synopsis = synopsize(text, hints);
+        // If no thread could be started (or it died), hash here.
+        let sha256 = digest
+            .ok()
+            .and_then(|handle| handle.join().ok())
+            .unwrap_or_else(|| sha256_hex(text));
+        (sha256, synopsis)
+    })
 }
 
 /// The recall tool names for a request: the configured ones, unless the

@@ -56,8 +56,9 @@ impl fmt::Display for Tenant {
     }
 }
 
-/// One tool output to store. The store derives the SHA-256, the ref and the
-/// character count from `text`, so they can never disagree with it.
+/// One tool output to store. The store derives the ref and the character
+/// count from `text` (and the SHA-256, unless the caller vouches for it), so
+/// they can never disagree with it.
 #[derive(Clone, Debug)]
 pub struct NewOutput {
     pub session_id: String,
@@ -70,6 +71,10 @@ pub struct NewOutput {
     pub synopsis: Synopsis,
     /// The original, exactly as the tool produced it.
     pub text: String,
+    /// The text's SHA-256 (lowercase hex) when the caller has computed it
+    /// already (the proxy's rewrite does), so a 1 MB output is not hashed
+    /// twice; `None` to have the store compute it. Verified in debug builds.
+    pub sha256: Option<String>,
 }
 
 /// What `put` reports for one output, once it is committed durably.

@@ -3,9 +3,10 @@
 //! - commits puts, several queued requests per transaction (group commit),
 //!   each request inside its own savepoint so one bad request cannot undo
 //!   another's outputs; a caller hears back only after the commit;
-//! - between jobs, indexes stored chunks into FTS5 in small batches (derived
-//!   data: it may lag by a few milliseconds and is rebuilt from `chunks` after
-//!   a crash, so it never sits on the put path);
+//! - once puts pause (25 ms without one, or at once when 32 MiB wait),
+//!   indexes stored chunks into FTS5 in small batches, then checkpoints
+//!   (derived data: it may lag and is rebuilt from `chunks` after a crash,
+//!   so it never sits on the put path; searches flush it first);
 //! - runs retention sweeps in bounded batches.
 
 use super::error::SqlContext;
@@ -24,6 +25,14 @@ const INDEX_BATCH: i64 = 32;
 /// A background index transaction stops after this long (at least one
 /// chunk), so a put arriving meanwhile waits at most about this much.
 const INDEX_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+/// Background work (indexing, checkpoints) starts once no put came for this
+/// long: a put arriving during an index batch waits for its commit, so
+/// puts in a burst (an agent's turn) go first and indexing fills the gaps.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(25);
+/// Index at once, quiet or not, when this much text waits for the index, so
+/// that steady traffic cannot grow the backlog (and a search's flush) without
+/// bound.
+const INDEX_BACKLOG_BYTES: u64 = 32 << 20;
 /// Outputs expired per sweep transaction.
 const SWEEP_BATCH: i64 = 256;
 /// Checkpoint even when busy once about this much went into the WAL.
@@ -96,7 +105,13 @@ fn prepare_one(output: NewOutput) -> Result<Prepared, StoreError> {
             "session_id must not be empty".to_string(),
         ));
     }
-    let sha256 = crate::refs::sha256_hex(&output.text);
+    let sha256 = match &output.sha256 {
+        Some(known) => {
+            debug_assert_eq!(*known, crate::refs::sha256_hex(&output.text));
+            known.clone()
+        }
+        None => crate::refs::sha256_hex(&output.text),
+    };
     let result_ref = crate::refs::result_ref(output.tool_call_id.as_deref(), &sha256);
     let base = output.text.as_ptr() as usize;
     let mut chars = 0;
@@ -160,6 +175,10 @@ struct Writer {
     synchronous: &'static str,
     /// About how many bytes went into the WAL since the last checkpoint.
     wal_dirty: u64,
+    /// About how many bytes of stored text wait for the FTS index.
+    unindexed_bytes: u64,
+    /// When the last put was committed: background work waits for [`QUIET`].
+    last_put: std::time::Instant,
 }
 
 impl Writer {
@@ -170,34 +189,58 @@ impl Writer {
             index_pending: true,
             synchronous: "",
             wal_dirty: 0,
+            unindexed_bytes: 0,
+            last_put: std::time::Instant::now(),
         }
     }
 
     fn run(mut self, mut jobs: mpsc::Receiver<Job>) {
         let mut backlog: VecDeque<Job> = VecDeque::new();
+        // Only to wait for a job with a deadline; jobs run outside it.
+        let timer = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(timer) => Some(timer),
+            Err(e) => {
+                tracing::warn!(error = %e, "store writer: no timer; background work runs without waiting for quiet");
+                None
+            }
+        };
         loop {
             let job = match backlog.pop_front() {
                 Some(job) => job,
-                None if self.index_pending || self.wal_dirty > 0 => match jobs.try_recv() {
+                None => match jobs.try_recv() {
                     Ok(job) => job,
-                    Err(TryRecvError::Empty) if self.index_pending => {
-                        // Idle: index one batch, then look at the queue again.
-                        // A failure stops background indexing until the next
-                        // put; `flush_index` reports it.
-                        self.index_pending = matches!(self.index_batch(), Ok(n) if n > 0);
-                        continue;
-                    }
-                    Err(TryRecvError::Empty) => {
-                        // Idle and indexed: move the WAL into the database
-                        // now rather than inside some later put's commit.
-                        self.checkpoint();
-                        continue;
-                    }
                     Err(TryRecvError::Disconnected) => return,
-                },
-                None => match jobs.blocking_recv() {
-                    Some(job) => job,
-                    None => return,
+                    Err(TryRecvError::Empty) => {
+                        let background = self.index_pending || self.wal_dirty > 0;
+                        let quiet_left = QUIET.saturating_sub(self.last_put.elapsed());
+                        let urgent = self.unindexed_bytes > INDEX_BACKLOG_BYTES;
+                        if background && (quiet_left.is_zero() || urgent || timer.is_none()) {
+                            self.background_step();
+                            continue;
+                        }
+                        if !background {
+                            match jobs.blocking_recv() {
+                                Some(job) => job,
+                                None => return,
+                            }
+                        } else {
+                            // Wait for a job, or for the quiet period to end.
+                            let waited = timer.as_ref().map(|t| {
+                                // The timer must be created inside the runtime.
+                                t.block_on(async {
+                                    tokio::time::timeout(quiet_left, jobs.recv()).await
+                                })
+                            });
+                            match waited {
+                                Some(Ok(Some(job))) => job,
+                                Some(Ok(None)) => return,
+                                _ => continue,
+                            }
+                        }
+                    }
                 },
             };
             match job {
@@ -222,6 +265,7 @@ impl Writer {
                         }
                     }
                     self.put_group(group);
+                    self.last_put = std::time::Instant::now();
                     if self.wal_dirty > WAL_FORCE_BYTES {
                         self.checkpoint();
                     }
@@ -233,6 +277,23 @@ impl Writer {
                     let _ = reply.send(self.sweep(now_ms));
                 }
             }
+        }
+    }
+
+    /// One slice of background work: an index batch while chunks wait for
+    /// the index, then a checkpoint.
+    fn background_step(&mut self) {
+        if self.index_pending {
+            // A failure stops background indexing until the next put;
+            // `flush_index` reports it.
+            self.index_pending = matches!(self.index_batch(), Ok(n) if n > 0);
+            if !self.index_pending {
+                self.unindexed_bytes = 0;
+            }
+        } else {
+            // Indexed: move the WAL into the database now rather than
+            // inside some later put's commit.
+            self.checkpoint();
         }
     }
 
@@ -270,11 +331,19 @@ impl Writer {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .ctx("starting a put transaction")?;
+            let started = std::time::Instant::now();
             let mut results = Vec::with_capacity(group.len());
             for (tenant, items, _) in &group {
                 results.push(put_request(&mut tx, tenant, items, now));
             }
+            let written = started.elapsed();
             tx.commit().ctx("committing stored outputs")?;
+            tracing::debug!(
+                requests = group.len(),
+                write_us = written.as_micros() as u64,
+                commit_us = (started.elapsed() - written).as_micros() as u64,
+                "store put committed"
+            );
             Ok(results)
         });
         self.wal_dirty += group
@@ -284,10 +353,16 @@ impl Writer {
             .sum::<u64>();
         match outcome {
             Ok(results) => {
-                if results
+                let created: u64 = group
                     .iter()
-                    .any(|r| matches!(r, Ok(s) if s.iter().any(|s| s.created)))
-                {
+                    .zip(&results)
+                    .filter_map(|((_, items, _), r)| Some(items.iter().zip(r.as_ref().ok()?)))
+                    .flatten()
+                    .filter(|(_, stored)| stored.created)
+                    .map(|(item, _)| item.output.text.len() as u64)
+                    .sum();
+                if created > 0 {
+                    self.unindexed_bytes = self.unindexed_bytes.saturating_add(created);
                     self.index_pending = true;
                 }
                 for ((_, _, reply), result) in group.into_iter().zip(results) {
@@ -311,6 +386,7 @@ impl Writer {
             total += n;
             if n == 0 {
                 self.index_pending = false;
+                self.unindexed_bytes = 0;
                 return Ok(total);
             }
         }

@@ -39,7 +39,20 @@ fn main() {
     let proxy_port = support::free_port();
     let bin =
         std::env::var("TOOLSTUB_BIN").unwrap_or_else(|_| "target/release/toolstub".to_string());
-    let mut proxy = Command::new(&bin)
+    // With LOADBENCH_PROXY_CPU (set by scripts/load), the proxy runs on its
+    // own core, as it would in production, while this process (load
+    // generator and mock) keeps to the other: the added latency is then the
+    // proxy's work and hops, not its fight with the load generator for CPU.
+    let pinned = std::env::var("LOADBENCH_PROXY_CPU").ok();
+    let mut proxy = match &pinned {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu, &bin]);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    let mut proxy = proxy
         .args([
             "serve",
             "--listen",
@@ -65,6 +78,10 @@ fn main() {
         let idle_rss = support::rss_kib(proxy.id());
         println!("## toolstub load benchmark\n");
         println!("proxy: {bin}; mock upstream in-process; {ROUNDS} interleaved rounds of {} ms per configuration; medians over rounds.\n", BATCH.as_millis());
+        match &pinned {
+            Some(cpu) => println!("CPU placement: proxy pinned to CPU {cpu}; load generator and mock share the other CPU(s).\n"),
+            None => println!("CPU placement: none (proxy, load generator and mock share every CPU).\n"),
+        }
         println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s | proxy CPU per request |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
         let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);

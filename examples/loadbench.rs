@@ -202,7 +202,7 @@ type BenchClient = support::HttpClient;
 
 /// `concurrency` workers sending requests for `duration`: back to back, or
 /// (with `rate`) on an open-loop schedule, latency counted from the
-/// scheduled time so a stall is not hidden. Returns every latency (seconds)
+/// scheduled time when a worker falls behind, so a stall is not hidden. Returns every latency (seconds)
 /// and the elapsed time.
 async fn batch(
     client: &BenchClient,
@@ -226,9 +226,19 @@ async fn batch(
                         let slot =
                             (k * concurrency as u64 + worker as u64) as f64 / f64::from(rate);
                         let at = started + Duration::from_secs_f64(slot);
-                        tokio::time::sleep_until(at.into()).await;
                         k += 1;
-                        at
+                        if Instant::now() < at {
+                            // On time: the timer's own lateness (tokio's
+                            // wheel ticks per millisecond) is the generator's,
+                            // not the target's; count from the wake-up.
+                            tokio::time::sleep_until(at.into()).await;
+                            Instant::now()
+                        } else {
+                            // Behind schedule (the last response was late):
+                            // count from when this request should have gone,
+                            // so a stall is not hidden.
+                            at
+                        }
                     }
                     None => Instant::now(),
                 };

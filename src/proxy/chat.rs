@@ -198,6 +198,8 @@ struct PlannedOutput {
     reason: String,
     result_ref: Option<String>,
     text: TextSource,
+    /// Whether the rewrite met this text for the first time (not in the memo).
+    first_seen: bool,
 }
 
 /// Where an output's text is, so that it is decoded only when stored.
@@ -216,16 +218,24 @@ async fn store_outputs(
     rewritten: &mut OwnedRewrite,
     original: &Bytes,
 ) -> Result<(), crate::store::StoreError> {
-    let refs: Vec<String> = rewritten
-        .outputs
-        .iter()
-        .filter_map(|o| o.result_ref.clone())
+    // Outputs this rewrite saw first (a memo miss) are almost never stored
+    // yet: they skip the lookup, and `put` is a no-op for one that is.
+    let seen_before: Vec<usize> = (0..rewritten.outputs.len())
+        .filter(|&i| !rewritten.outputs[i].first_seen)
         .collect();
-    let held = if refs.len() == rewritten.outputs.len() {
-        app.store.held(tenant, refs).await?
-    } else {
-        vec![false; rewritten.outputs.len()]
-    };
+    let refs: Option<Vec<String>> = seen_before
+        .iter()
+        .map(|&i| rewritten.outputs[i].result_ref.clone())
+        .collect();
+    let mut held = vec![false; rewritten.outputs.len()];
+    if let Some(refs) = refs.filter(|r| !r.is_empty()) {
+        for (i, is_held) in seen_before
+            .into_iter()
+            .zip(app.store.held(tenant, refs).await?)
+        {
+            held[i] = is_held;
+        }
+    }
     let mut news = Vec::new();
     for (output, held) in rewritten.outputs.iter_mut().zip(held) {
         if held {
@@ -280,6 +290,7 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                 .outputs
                 .into_iter()
                 .map(|o| PlannedOutput {
+                    first_seen: o.text.is_some(),
                     reason: o.reason,
                     result_ref: o.result_ref,
                     text: match (o.text, &o.content) {

@@ -315,10 +315,10 @@ impl<'b> Prepared<'b> {
                     mime: mime.as_deref(),
                     preview_chars: preview,
                 };
-                let (sha256, synopsis) = digest_and_synopsis(&text, hints);
+                let ((sha256, chars), synopsis) = digest_and_synopsis(&text, hints);
                 let facts = Facts {
                     sha256,
-                    chars: text.chars().count(),
+                    chars,
                     synopsis: (preview, synopsis),
                 };
                 memo.put(key, facts.clone());
@@ -396,23 +396,25 @@ impl<'b> Prepared<'b> {
 /// costs about 0.7 ms).
 const PARALLEL_DIGEST_BYTES: usize = 128 * 1024;
 
-/// The text's SHA-256 and synopsis, side by side on two threads for large
-/// texts. Deterministic either way: only where the work runs changes.
-fn digest_and_synopsis(text: &str, hints: Hints<'_>) -> (String, Synopsis) {
+/// The text's (SHA-256, length in characters) and synopsis, side by side on
+/// two threads for large texts. Deterministic either way: only where the
+/// work runs changes.
+fn digest_and_synopsis(text: &str, hints: Hints<'_>) -> ((String, usize), Synopsis) {
+    let digest = || (sha256_hex(text), text.chars().count());
     if text.len() < PARALLEL_DIGEST_BYTES {
-        return (sha256_hex(text), synopsize(text, hints));
+        return (digest(), synopsize(text, hints));
     }
     std::thread::scope(|scope| {
-        let digest = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("toolstub-digest".to_string())
-            .spawn_scoped(scope, || sha256_hex(text));
+            .spawn_scoped(scope, digest);
         let synopsis = synopsize(text, hints);
         // If no thread could be started (or it died), hash here.
-        let sha256 = digest
+        let digest = spawned
             .ok()
             .and_then(|handle| handle.join().ok())
-            .unwrap_or_else(|| sha256_hex(text));
-        (sha256, synopsis)
+            .unwrap_or_else(digest);
+        (digest, synopsis)
     })
 }
 

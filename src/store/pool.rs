@@ -8,6 +8,9 @@ use rusqlite::Connection;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+/// Page cache per read connection, in KiB (a negative `cache_size`).
+const READER_CACHE_KIB: i64 = -1024;
+
 pub(crate) struct Pool {
     path: PathBuf,
     size: usize,
@@ -82,6 +85,12 @@ impl Pool {
         let conn = open_connection(&self.path)?;
         conn.pragma_update(None, "query_only", "ON")
             .ctx("making a read connection read-only")?;
+        // Reads are window reads and searches over chunks, with little reuse
+        // between requests: 1 MiB of page cache per reader (SQLite's default
+        // is 2 MiB) keeps the proxy's memory from creeping up as every
+        // reader's cache fills under long-running traffic.
+        conn.pragma_update(None, "cache_size", READER_CACHE_KIB)
+            .ctx("sizing a read connection's page cache")?;
         Ok(conn)
     }
 }

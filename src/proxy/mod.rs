@@ -15,6 +15,7 @@
 mod body;
 mod chat;
 mod error;
+pub mod memory;
 mod operator;
 mod recall;
 mod upstream;
@@ -406,6 +407,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let app = Arc::new(App::new(config)?);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = listeners.spawn(&app, &rx);
+    memory::spawn_trimmer();
     match operator {
         Some(operator) => {
             tracing::info!(%listen, %operator, %upstream, db = %db, "toolstub listening (operator API on its own address)");

@@ -30,8 +30,9 @@ const INDEX_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
 /// puts in a burst (an agent's turn) go first and indexing fills the gaps.
 const QUIET: std::time::Duration = std::time::Duration::from_millis(25);
 /// Index at once, quiet or not, when this much text waits for the index, so
-/// that steady traffic cannot grow the backlog (and a search's flush) without
-/// bound.
+/// that steady traffic cannot grow the backlog without bound (a ranked
+/// search flushes the backlog first: 32 MiB is about two seconds of
+/// indexing; 8 MiB made back-to-back 1 MB puts wait behind index batches).
 const INDEX_BACKLOG_BYTES: u64 = 32 << 20;
 /// Outputs expired per sweep transaction.
 const SWEEP_BATCH: i64 = 256;

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod metrics;
+pub mod parallel;
 pub mod protocol;
 pub mod proxy;
 pub mod recall;

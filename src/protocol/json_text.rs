@@ -33,19 +33,11 @@ fn decode_split(raw: &str, parallel_bytes: usize) -> Option<Cow<'_, str>> {
     let out = match split {
         Some(mid) => {
             let (head, tail) = bytes.split_at(mid);
-            std::thread::scope(|scope| {
-                let spawned = std::thread::Builder::new()
-                    .name("toolstub-decode".to_string())
-                    .spawn_scoped(scope, || unescape(tail));
-                let mut out = unescape(head)?;
-                // If no thread could be started (or it died), decode here.
-                let tail = match spawned.ok().and_then(|h| h.join().ok()) {
-                    Some(decoded) => decoded?,
-                    None => unescape(tail)?,
-                };
-                out.extend_from_slice(&tail);
-                Some(out)
-            })?
+            let (tail, head) =
+                crate::parallel::beside("toolstub-decode", || unescape(tail), || unescape(head));
+            let mut out = head?;
+            out.extend_from_slice(&tail?);
+            out
         }
         None => unescape(bytes)?,
     };

@@ -404,18 +404,7 @@ fn digest_and_synopsis(text: &str, hints: Hints<'_>) -> ((String, usize), Synops
     if text.len() < PARALLEL_DIGEST_BYTES {
         return (digest(), synopsize(text, hints));
     }
-    std::thread::scope(|scope| {
-        let spawned = std::thread::Builder::new()
-            .name("toolstub-digest".to_string())
-            .spawn_scoped(scope, digest);
-        let synopsis = synopsize(text, hints);
-        // If no thread could be started (or it died), hash here.
-        let digest = spawned
-            .ok()
-            .and_then(|handle| handle.join().ok())
-            .unwrap_or_else(digest);
-        (digest, synopsis)
-    })
+    crate::parallel::beside("toolstub-digest", digest, || synopsize(text, hints))
 }
 
 /// The recall tool names for a request: the configured ones, unless the

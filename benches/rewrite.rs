@@ -71,6 +71,11 @@ fn rewrite(c: &mut Criterion) {
     group.bench_function("parse_1MB", |b| {
         b.iter(|| black_box(OpenAiChat.parse(black_box(&body))).map(|p| p.outputs.len()))
     });
+    // serde_json skipping the same body without building anything: what the
+    // adapter's parse cost when it was built on serde_json.
+    group.bench_function("serde_json_skip_1MB", |b| {
+        b.iter(|| serde_json::from_str::<serde::de::IgnoredAny>(black_box(&body)).is_ok())
+    });
     let parsed = OpenAiChat.parse(&body).expect("the bench body parses");
     let Content::JsonString(raw) = parsed.outputs[0].content.clone() else {
         panic!("the tool output is a JSON string");

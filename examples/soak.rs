@@ -124,6 +124,37 @@ struct Sample {
     rss_kib: u64,
     db: u64,
     wal: u64,
+    /// The proxy's memory gauges (`toolstub_memory_bytes`), in bytes:
+    /// heap in use, heap held free, SQLite, memo.
+    parts: [u64; 4],
+}
+
+/// The proxy's `toolstub_memory_bytes` gauges, in `Sample::parts` order
+/// (0 for a part it does not report).
+async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) -> [u64; 4] {
+    let metrics = support::request(
+        client,
+        "GET",
+        format!("http://{addr}/metrics"),
+        &[],
+        Bytes::new(),
+        Duration::from_secs(5),
+    )
+    .await
+    .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+    .unwrap_or_default();
+    let mut parts = [0; 4];
+    for (i, part) in ["heap_in_use", "heap_free", "sqlite", "memo"]
+        .iter()
+        .enumerate()
+    {
+        let prefix = format!("toolstub_memory_bytes{{part=\"{part}\"}} ");
+        parts[i] = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or(0);
+    }
+    parts
 }
 
 fn main() {
@@ -170,7 +201,7 @@ fn main() {
     let first_errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let latency_max_ms = Arc::new(AtomicU64::new(0));
 
-    let (samples, elapsed, metrics) = rt.block_on(async {
+    let (samples, idle, elapsed, metrics) = rt.block_on(async {
         support::wait_healthy(addr, Duration::from_secs(30)).await;
         let started = Instant::now();
         let mut workers = Vec::new();
@@ -296,6 +327,7 @@ fn main() {
         }
         let mut samples: Vec<Sample> = Vec::new();
         let mut next = started;
+        let gauges = support::client();
         while started.elapsed() < duration {
             let total: u64 = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
             let s = Sample {
@@ -304,14 +336,19 @@ fn main() {
                 rss_kib: support::rss_kib(pid),
                 db: support::file_len(&db),
                 wal: support::file_len(&wal),
+                parts: memory_parts(&gauges, addr).await,
             };
             eprintln!(
-                "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB errors={}",
+                "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB heap={:>5.1}+{:>5.1} free sqlite={:>5.1} memo={:>5.1} MiB errors={}",
                 s.at,
                 s.requests,
                 s.rss_kib as f64 / 1024.0,
                 support::mib(s.db),
                 support::mib(s.wal),
+                support::mib(s.parts[0]),
+                support::mib(s.parts[1]),
+                support::mib(s.parts[2]),
+                support::mib(s.parts[3]),
                 errors.load(Ordering::Relaxed)
             );
             samples.push(s);
@@ -323,13 +360,16 @@ fn main() {
             let _ = w.await;
         }
         let elapsed = started.elapsed();
-        samples.push(Sample {
+        // The figures after the load stopped are reported on their own: the
+        // flatness check is about memory under load.
+        let idle = Sample {
             at: elapsed.as_secs_f64(),
             requests: done.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
             rss_kib: support::rss_kib(pid),
             db: support::file_len(&db),
             wal: support::file_len(&wal),
-        });
+            parts: memory_parts(&gauges, addr).await,
+        };
         let metrics = support::request(
             &support::client(),
             "GET",
@@ -341,7 +381,7 @@ fn main() {
         .await
         .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
-        (samples, elapsed, metrics)
+        (samples, idle, elapsed, metrics)
     });
     let _ = proxy.kill();
     let _ = proxy.wait();
@@ -415,19 +455,29 @@ fn main() {
         "| database + WAL: max over the run / max after warm-up / at the end | {:.1} / {:.1} / {:.1} MiB |",
         support::mib(db_max),
         support::mib(db_after_max),
-        samples.last().map_or(0.0, |s| support::mib(s.db + s.wal))
+        support::mib(idle.db + idle.wal)
+    );
+    println!(
+        "| RSS once the load stopped (not in the spread) | {:.1} MiB |",
+        idle.rss_kib as f64 / 1024.0
     );
     println!();
-    println!("| t (s) | requests | RSS (MiB) | DB (MiB) | WAL (MiB) |");
-    println!("|---|---|---|---|---|");
+    println!("Memory parts are the proxy's `toolstub_memory_bytes` gauges (heap in use and held free by malloc, SQLite's allocations, the memo).\n");
+    println!("| t (s) | requests | RSS (MiB) | heap in use | heap free | SQLite | memo | DB (MiB) | WAL (MiB) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let step = (samples.len() / 20).max(1);
-    for (i, s) in samples.iter().enumerate() {
-        if i % step == 0 || i + 1 == samples.len() {
+    for (i, s) in samples.iter().chain([&idle]).enumerate() {
+        if i % step == 0 || i >= samples.len() {
             println!(
-                "| {:.0} | {} | {:.1} | {:.1} | {:.1} |",
+                "| {:.0}{} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 s.at,
+                if i >= samples.len() { " (stopped)" } else { "" },
                 s.requests,
                 s.rss_kib as f64 / 1024.0,
+                support::mib(s.parts[0]),
+                support::mib(s.parts[1]),
+                support::mib(s.parts[2]),
+                support::mib(s.parts[3]),
                 support::mib(s.db),
                 support::mib(s.wal)
             );

@@ -12,8 +12,11 @@
 //! I/O, hold no state across requests, and never re-serialize what they do not
 //! change: every span they report points into the original body.
 
+pub mod json_scan;
 pub mod json_text;
 pub mod openai_chat;
+#[cfg(test)]
+mod openai_chat_serde;
 
 use crate::stub::RecallToolNames;
 use std::borrow::Cow;

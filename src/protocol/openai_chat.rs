@@ -6,10 +6,10 @@
 //! preceding assistant message; a function message carries its own `name`.
 //! Consecutive tool messages form one assistant-turn group.
 
+use super::json_scan::Scanner;
+use super::json_text;
 use super::{span_in, Content, ContentShape, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::stub::RecallToolNames;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -17,105 +17,118 @@ use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiChat;
 
-/// A derived struct read from a JSON object only. serde's derived impls
-/// also accept an array holding the fields in declaration order, so
-/// `[["tool", "..."]]` would pass for a tool message: a shape no client
-/// sends, which must be forwarded as it came rather than rewritten.
-struct Obj<T>(T);
+/// The fields of a body the adapter reads.
+struct Body<'b> {
+    messages: Vec<Message<'b>>,
+    /// The raw `tools` value, `null` included; `None` when absent.
+    tools: Option<&'b str>,
+}
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        T::deserialize(StructAsMap(d)).map(Obj)
+/// The fields of one message the adapter reads.
+struct Message<'b> {
+    role: Option<Cow<'b, str>>,
+    /// The raw content value; `None` when absent or `null`.
+    content: Option<&'b str>,
+    tool_call_id: Option<Cow<'b, str>>,
+    name: Option<Cow<'b, str>>,
+    tool_calls: Vec<ToolCall<'b>>,
+}
+
+/// One entry of an assistant message's `tool_calls`.
+struct ToolCall<'b> {
+    id: Option<Cow<'b, str>>,
+    /// `function.name`.
+    name: Option<Cow<'b, str>>,
+}
+
+/// Sets a field read from an object; a second occurrence of the same key
+/// makes the body not understood (serde_json's derived readers refuse
+/// duplicate fields too, and which one wins is ambiguous).
+fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
+    field.is_none().then(|| *field = Some(value))
+}
+
+/// Reads the body: an object with a `messages` array of message objects.
+/// Every other member is skipped (validated, not built). Only objects are
+/// messages, tool calls, functions and parts: an array posing as one is a
+/// shape no client sends, and the body is then forwarded as it came.
+fn read_body(body: &str) -> Option<Body<'_>> {
+    let mut scanner = Scanner::new(body);
+    let (mut messages, mut tools) = (None, None);
+    scanner.object(|s, key| match key {
+        "messages" => {
+            let mut list = Vec::new();
+            s.array(|s| read_message(s).map(|m| list.push(m)))?;
+            once(&mut messages, list)
+        }
+        "tools" => once(&mut tools, s.value()?),
+        _ => s.value().map(drop),
+    })?;
+    scanner.finish()?;
+    Some(Body {
+        messages: messages?,
+        tools,
+    })
+}
+
+fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {
+    let (mut role, mut content, mut tool_call_id, mut name, mut tool_calls) =
+        (None, None, None, None, None);
+    s.object(|s, key| match key {
+        "role" => once(&mut role, s.optional_text()?),
+        "content" => {
+            let raw = if s.null()? { None } else { Some(s.value()?) };
+            once(&mut content, raw)
+        }
+        "tool_call_id" => once(&mut tool_call_id, s.optional_text()?),
+        "name" => once(&mut name, s.optional_text()?),
+        "tool_calls" => {
+            let mut calls = Vec::new();
+            if !s.null()? {
+                s.array(|s| read_tool_call(s).map(|c| calls.push(c)))?;
+            }
+            once(&mut tool_calls, calls)
+        }
+        _ => s.value().map(drop),
+    })?;
+    Some(Message {
+        role: role.flatten(),
+        content: content.flatten(),
+        tool_call_id: tool_call_id.flatten(),
+        name: name.flatten(),
+        tool_calls: tool_calls.unwrap_or_default(),
+    })
+}
+
+fn read_tool_call<'b>(s: &mut Scanner<'b>) -> Option<ToolCall<'b>> {
+    let (mut id, mut function) = (None, None);
+    s.object(|s, key| match key {
+        "id" => once(&mut id, s.optional_text()?),
+        "function" => once(&mut function, read_function(s)?),
+        _ => s.value().map(drop),
+    })?;
+    Some(ToolCall {
+        id: id.flatten(),
+        name: function.flatten(),
+    })
+}
+
+/// A `function` object's `name` (`Some(None)` for `null` or no name).
+fn read_function<'b>(s: &mut Scanner<'b>) -> Option<Option<Cow<'b, str>>> {
+    if s.null()? {
+        return Some(None);
     }
-}
-
-/// A deserializer that reads a struct as a map (a JSON object), never as a
-/// sequence; everything else goes to the wrapped deserializer unchanged.
-struct StructAsMap<D>(D);
-
-impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for StructAsMap<D> {
-    type Error = D::Error;
-
-    fn deserialize_any<V: serde::de::Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(v)
-    }
-
-    fn deserialize_struct<V: serde::de::Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _fields: &'static [&'static str],
-        v: V,
-    ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_map(v)
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map enum identifier ignored_any
-    }
-}
-
-#[derive(Deserialize)]
-struct Body<'a> {
-    #[serde(borrow)]
-    messages: Vec<Obj<Message<'a>>>,
-    /// Kept raw, `null` included (an `Option` would read `null` as absent).
-    #[serde(borrow, default, deserialize_with = "raw_value")]
-    tools: Option<&'a RawValue>,
-}
-
-fn raw_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as Deserialize>::deserialize(d).map(Some)
-}
-
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_call_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<Obj<ToolCall<'a>>>>,
-}
-
-#[derive(Deserialize)]
-struct ToolCall<'a> {
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    function: Option<Obj<FunctionRef<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionRef<'a> {
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct ClientTool<'a> {
-    #[serde(borrow, default)]
-    function: Option<Obj<FunctionRef<'a>>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow, rename = "type")]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+    let mut name = None;
+    s.object(|s, key| match key {
+        "name" => once(&mut name, s.optional_text()?),
+        _ => s.value().map(drop),
+    })?;
+    Some(name.flatten())
 }
 
 impl Protocol for OpenAiChat {
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
-        let Obj(parsed): Obj<Body<'b>> = serde_json::from_str(body).ok()?;
+        let parsed = read_body(body)?;
         let tools = tools_slot(body, parsed.tools)?;
         let client_tool_names = client_tool_names(parsed.tools)?;
 
@@ -125,7 +138,7 @@ impl Protocol for OpenAiChat {
         let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
         let mut group = 0usize;
         let mut in_tool_run = false;
-        for Obj(message) in parsed.messages {
+        for message in parsed.messages {
             let role = message.role.as_deref().unwrap_or("");
             if !opening_done {
                 append_opening(&mut opening, role, message.content);
@@ -140,7 +153,7 @@ impl Protocol for OpenAiChat {
                     let Some(content) = message.content else {
                         continue;
                     };
-                    let Some((text, shape)) = content_of(content.get()) else {
+                    let Some((text, shape)) = content_of(content) else {
                         continue;
                     };
                     let tool_name = if role == "function" {
@@ -156,7 +169,7 @@ impl Protocol for OpenAiChat {
                         tool_call_id: message.tool_call_id,
                         tool_name,
                         content: text,
-                        content_span: span_in(body, content.get())?,
+                        content_span: span_in(body, content)?,
                         shape,
                     });
                 }
@@ -164,9 +177,8 @@ impl Protocol for OpenAiChat {
                     in_tool_run = false;
                     if role == "assistant" {
                         call_names.clear();
-                        for Obj(call) in message.tool_calls.into_iter().flatten() {
-                            let name = call.function.and_then(|Obj(f)| f.name);
-                            if let (Some(id), Some(name)) = (call.id, name) {
+                        for call in message.tool_calls {
+                            if let (Some(id), Some(name)) = (call.id, call.name) {
                                 call_names.insert(id, name);
                             }
                         }
@@ -244,30 +256,37 @@ fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
     match raw.as_bytes().first()? {
         b'"' => Some((Content::JsonString(raw), ContentShape::String)),
         b'[' => {
-            let parts: Vec<Obj<Part<'_>>> = serde_json::from_str(raw).ok()?;
-            if parts.is_empty() {
-                return None;
-            }
             let mut text = String::new();
-            for Obj(part) in parts {
-                if part.kind != "text" {
+            let mut parts = 0usize;
+            let mut scanner = Scanner::new(raw);
+            scanner.array(|s| {
+                let (mut kind, mut part_text) = (None, None);
+                s.object(|s, key| match key {
+                    "type" => once(&mut kind, json_text::decode(s.string()?)?),
+                    "text" => once(&mut part_text, s.optional_text()?),
+                    _ => s.value().map(drop),
+                })?;
+                if kind? != "text" {
                     return None;
                 }
-                text.push_str(&part.text?);
-            }
-            Some((Content::Decoded(Cow::Owned(text)), ContentShape::TextParts))
+                text.push_str(&part_text.flatten()?);
+                parts += 1;
+                Some(())
+            })?;
+            scanner.finish()?;
+            (parts > 0).then_some((Content::Decoded(Cow::Owned(text)), ContentShape::TextParts))
         }
         _ => None,
     }
 }
 
-fn tools_slot(body: &str, tools: Option<&RawValue>) -> Option<ToolsSlot> {
+fn tools_slot(body: &str, tools: Option<&str>) -> Option<ToolsSlot> {
     match tools {
         Some(raw) => {
-            let span = span_in(body, raw.get())?;
-            match raw.get().as_bytes().first()? {
+            let span = span_in(body, raw)?;
+            match raw.as_bytes().first()? {
                 b'[' => {
-                    let inner = raw.get()[1..raw.get().len() - 1].trim();
+                    let inner = raw[1..raw.len() - 1].trim();
                     Some(ToolsSlot::AppendToArray {
                         close: span.end - 1,
                         empty: inner.is_empty(),
@@ -290,32 +309,38 @@ fn tools_slot(body: &str, tools: Option<&RawValue>) -> Option<ToolsSlot> {
     }
 }
 
-fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
-    let Some(raw) = tools else {
+/// The names of the client's own tools: `function.name` (Chat Completions)
+/// or a top-level `name` of each entry of `tools`, which must be objects.
+fn client_tool_names(tools: Option<&str>) -> Option<Vec<Cow<'_, str>>> {
+    let Some(raw) = tools.filter(|raw| *raw != "null") else {
         return Some(Vec::new());
     };
-    if raw.get() == "null" {
-        return Some(Vec::new());
-    }
-    let tools: Vec<Obj<ClientTool<'_>>> = serde_json::from_str(raw.get()).ok()?;
-    Some(
-        tools
-            .into_iter()
-            .filter_map(|Obj(t)| t.function.and_then(|Obj(f)| f.name).or(t.name))
-            .collect(),
-    )
+    let mut names = Vec::new();
+    let mut scanner = Scanner::new(raw);
+    scanner.array(|s| {
+        let (mut function, mut name) = (None, None);
+        s.object(|s, key| match key {
+            "function" => once(&mut function, read_function(s)?),
+            "name" => once(&mut name, s.optional_text()?),
+            _ => s.value().map(drop),
+        })?;
+        names.extend(function.flatten().or(name.flatten()));
+        Some(())
+    })?;
+    scanner.finish()?;
+    Some(names)
 }
 
 /// Appends one opening message canonically: its role and its content
 /// re-serialized with sorted keys, so a client's whitespace or key order does
 /// not change the session.
-fn append_opening(opening: &mut String, role: &str, content: Option<&RawValue>) {
+fn append_opening(opening: &mut String, role: &str, content: Option<&str>) {
     opening.push_str(role);
     opening.push('\u{0}');
     if let Some(raw) = content {
-        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        match serde_json::from_str::<serde_json::Value>(raw) {
             Ok(value) => opening.push_str(&value.to_string()),
-            Err(_) => opening.push_str(raw.get()),
+            Err(_) => opening.push_str(raw),
         }
     }
     opening.push('\u{1}');
@@ -450,6 +475,182 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(&tool).expect("valid JSON");
             assert_eq!(v["type"], "function");
             assert!(v["function"]["parameters"]["properties"].is_object());
+        }
+    }
+}
+
+/// The scanner-based reading against the serde_json-based one it replaced
+/// (`openai_chat_serde`): the same understanding of every body, valid or
+/// not.
+#[cfg(test)]
+mod differential {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn both(body: &str) -> (String, String) {
+        (
+            format!("{:?}", OpenAiChat.parse(body)),
+            format!("{:?}", super::super::openai_chat_serde::parse(body)),
+        )
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            10 => "[a-z]{0,8}".prop_map(|s| format!("\"{s}\"")),
+            10 => "\\PC{0,40}".prop_map(|s| serde_json::Value::String(s).to_string()),
+            10 => Just(r#""{\"k\": [1, \"v\\\\\"], \"n\": null}\n""#.to_string()),
+            2 => Just(r#""\ud800 lone""#.to_string()),
+            2 => Just(r#""pair \ud83d\ude00""#.to_string()),
+            1 => Just(r#""bad \x escape""#.to_string()),
+            1 => Just("\"raw \u{1} control\"".to_string()),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => text(),
+            1 => Just("null".to_string()),
+            1 => Just("7".to_string()),
+            1 => Just("[1, [2, {\"a\": []}]]".to_string()),
+            1 => Just("{\"x\": {}}".to_string()),
+        ]
+    }
+
+    /// True now and then: a duplicate key.
+    fn rare() -> impl Strategy<Value = bool> {
+        prop::bool::weighted(0.03)
+    }
+
+    fn key(name: &'static str) -> impl Strategy<Value = String> {
+        prop_oneof![
+            30 => Just(format!("\"{name}\"")),
+            1 => Just(format!("\"{}\\u{:04x}\"", &name[..name.len() - 1], name.as_bytes()[name.len() - 1])),
+            1 => Just("\"other\"".to_string()),
+        ]
+    }
+
+    fn object(members: Vec<(String, String)>, dup: bool) -> String {
+        let mut parts: Vec<String> = members.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        if dup {
+            if let Some(first) = parts.first().cloned() {
+                parts.push(first);
+            }
+        }
+        format!("{{{}}}", parts.join(", "))
+    }
+
+    fn part() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => (key("type"), key("text"), text(), rare()).prop_map(|(tk, xk, t, dup)| {
+                object(vec![(tk, "\"text\"".into()), (xk, t)], dup)
+            }),
+            1 => Just("{\"type\": \"image_url\", \"image_url\": {\"url\": \"u\"}}".to_string()),
+            1 => Just("[\"text\", \"posing\"]".to_string()),
+            1 => Just("{\"text\": \"no type\"}".to_string()),
+        ]
+    }
+
+    fn content() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => text(),
+            2 => prop::collection::vec(part(), 0..3).prop_map(|p| format!("[{}]", p.join(","))),
+            1 => value(),
+        ]
+    }
+
+    fn tool_call() -> impl Strategy<Value = String> {
+        prop_oneof![
+            16 => (key("id"), "[a-c]", key("function"), key("name"), "[a-z]{1,4}", rare())
+                .prop_map(|(ik, id, fk, nk, name, dup)| {
+                    let function = object(vec![(nk, format!("\"{name}\""))], false);
+                    object(vec![(ik, format!("\"c{id}\"")), (fk, function)], dup)
+                }),
+            1 => Just("{\"id\": \"ca\", \"function\": null}".to_string()),
+            1 => Just("{\"id\": \"cb\", \"function\": [\"f\"]}".to_string()),
+            1 => Just("[\"ca\", [\"f\"]]".to_string()),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = String> {
+        let role = prop_oneof![
+            20 => prop::sample::select(vec!["\"system\"", "\"user\"", "\"assistant\"", "\"tool\"", "\"tool\"", "\"function\""]),
+            1 => Just("null"),
+            1 => Just("5"),
+        ];
+        (
+            role,
+            key("role"),
+            prop::option::of((key("content"), content())),
+            prop::option::of((key("tool_call_id"), "[a-c]")),
+            prop::option::of((key("name"), prop_oneof![8 => "[a-z]{1,4}".prop_map(|n| format!("\"{n}\"")), 1 => value()])),
+            prop::option::of((
+                key("tool_calls"),
+                prop_oneof![
+                    16 => prop::collection::vec(tool_call(), 0..3).prop_map(|c| format!("[{}]", c.join(","))),
+                    1 => Just("null".to_string()),
+                    1 => Just("{}".to_string()),
+                ],
+            )),
+            rare(),
+        )
+            .prop_map(|(role, rk, content, id, name, calls, dup)| {
+                let mut members = vec![(rk, role.to_string())];
+                members.extend(content);
+                members.extend(id.map(|(k, id)| (k, format!("\"c{id}\""))));
+                members.extend(name);
+                members.extend(calls);
+                object(members, dup)
+            })
+    }
+
+    fn body() -> impl Strategy<Value = String> {
+        let tools = prop_oneof![
+            6 => Just(None),
+            3 => Just(Some("null".to_string())),
+            3 => Just(Some("[ ]".to_string())),
+            6 => Just(Some("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"name\": \"g\"}]".to_string())),
+            1 => Just(Some("{}".to_string())),
+            1 => Just(Some("[[\"f\"]]".to_string())),
+        ];
+        (
+            prop::collection::vec(message(), 0..8),
+            tools,
+            key("messages"),
+            rare(),
+            prop_oneof![8 => Just(""), 1 => Just(" \n"), 1 => Just(" x")],
+        )
+            .prop_map(|(messages, tools, mk, dup, trailer)| {
+                let mut members = vec![
+                    ("\"model\"".to_string(), "\"m\"".to_string()),
+                    (mk, format!("[\n  {}\n]", messages.join(",\n  "))),
+                ];
+                members.extend(tools.map(|t| ("\"tools\"".to_string(), t)));
+                format!("{}{trailer}", object(members, dup))
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn understands_bodies_as_serde_json_did(body in body()) {
+            let (scanned, reference) = both(&body);
+            prop_assert_eq!(scanned, reference, "{}", body);
+        }
+
+        #[test]
+        fn understands_damaged_bodies_as_serde_json_did(
+            body in body(),
+            cut in any::<prop::sample::Index>(),
+            insert in prop::sample::select(vec!["", "\"", "\\", ",", "}", "]", "{", "[", " ", "\u{1}", "null"]),
+        ) {
+            let mut at = cut.index(body.len() + 1);
+            while !body.is_char_boundary(at) {
+                at -= 1;
+            }
+            let damaged = format!("{}{insert}{}", &body[..at], if insert.is_empty() { "" } else { &body[at..] });
+            let (scanned, reference) = both(&damaged);
+            prop_assert_eq!(scanned, reference, "{}", damaged);
         }
     }
 }

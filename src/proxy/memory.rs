@@ -60,3 +60,38 @@ pub fn spawn_trimmer() {
         }
     });
 }
+
+/// Heap bytes in use and held free by the allocator (glibc's `mallinfo2`,
+/// all arenas); `None` elsewhere. Free bytes that grow while in-use bytes
+/// stay flat are fragmentation; in-use bytes that grow are something held.
+pub fn heap() -> Option<(u64, u64)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 walks glibc's arenas under their locks and
+        // returns a plain struct; documented as callable at any time.
+        let info = unsafe { libc::mallinfo2() };
+        let in_use = info.uordblks.saturating_add(info.hblkhd);
+        Some((in_use as u64, info.fordblks as u64))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// Appends the memory gauges to a Prometheus text exposition: the heap
+/// (in use, held free), SQLite's allocations and the memo's entries.
+pub fn render_gauges(out: &mut String, memo_bytes: usize) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
+    );
+    let mut gauge = |part: &str, value: u64| {
+        let _ = writeln!(out, "toolstub_memory_bytes{{part=\"{part}\"}} {value}");
+    };
+    if let Some((in_use, free)) = heap() {
+        gauge("heap_in_use", in_use);
+        gauge("heap_free", free);
+    }
+    gauge("sqlite", crate::store::sqlite_memory_in_use());
+    gauge("memo", memo_bytes as u64);
+}

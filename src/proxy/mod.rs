@@ -293,11 +293,15 @@ async fn handle(
             "this address serves the operator API only (/toolstub/v1/...), not {path}"
         ))),
         Route::Healthz => Ok(text_response(StatusCode::OK, "text/plain", "ok\n")),
-        Route::Metrics => Ok(text_response(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            app.metrics.render(),
-        )),
+        Route::Metrics => {
+            let mut text = app.metrics.render();
+            memory::render_gauges(&mut text, app.memo.bytes());
+            Ok(text_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                text,
+            ))
+        }
         Route::ChatCompletions => chat::handle(&app, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };

@@ -22,6 +22,22 @@ pub struct Facts {
     pub synopsis: (usize, Synopsis),
 }
 
+impl Facts {
+    /// Roughly the heap bytes an entry holds (its strings), for the memo's
+    /// size gauge.
+    fn approx_bytes(&self) -> usize {
+        let s = &self.synopsis.1;
+        let lines = |v: &[String]| v.iter().map(|l| l.len() + 24).sum::<usize>();
+        std::mem::size_of::<Facts>()
+            + self.sha256.len()
+            + s.title.len()
+            + s.sample.len()
+            + lines(&s.summary)
+            + lines(&s.structure)
+            + lines(&s.notable_items)
+    }
+}
+
 type Key = (u128, usize, Option<String>);
 
 pub struct Memo {
@@ -34,6 +50,8 @@ struct Inner {
     map: HashMap<Key, Arc<Facts>>,
     /// Insertion order, for eviction (first in, first out).
     order: VecDeque<Key>,
+    /// The sum of the entries' `approx_bytes`.
+    bytes: usize,
 }
 
 impl Memo {
@@ -79,19 +97,31 @@ impl Memo {
         while inner.map.len() >= self.capacity {
             match inner.order.pop_front() {
                 Some(old) => {
-                    inner.map.remove(&old);
+                    if let Some(gone) = inner.map.remove(&old) {
+                        inner.bytes = inner.bytes.saturating_sub(gone.approx_bytes());
+                    }
                 }
                 None => break,
             }
         }
+        inner.bytes += facts.approx_bytes();
         inner.order.push_back(key.clone());
         inner.map.insert(key, Arc::new(facts));
     }
 
     pub fn len(&self) -> usize {
+        self.with_inner(|i| i.map.len())
+    }
+
+    /// Roughly the heap bytes the entries hold.
+    pub fn bytes(&self) -> usize {
+        self.with_inner(|i| i.bytes)
+    }
+
+    fn with_inner<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
         match self.inner.lock() {
-            Ok(i) => i.map.len(),
-            Err(poisoned) => poisoned.into_inner().map.len(),
+            Ok(i) => f(&i),
+            Err(poisoned) => f(&poisoned.into_inner()),
         }
     }
 

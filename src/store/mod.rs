@@ -396,3 +396,12 @@ fn age_cutoff(config: &StoreConfig, now_ms: i64) -> Option<i64> {
     (config.retention_days > 0)
         .then(|| now_ms.saturating_sub(i64::from(config.retention_days) * DAY_MS))
 }
+
+/// Bytes SQLite has allocated in this process (page caches, statements,
+/// schema; every connection of every store), for the memory gauges.
+pub fn sqlite_memory_in_use() -> u64 {
+    // SAFETY: sqlite3_memory_used reads SQLite's global allocation counter
+    // under its own mutex; it takes no arguments and is callable at any time.
+    let used = unsafe { rusqlite::ffi::sqlite3_memory_used() };
+    u64::try_from(used).unwrap_or(0)
+}

@@ -530,6 +530,18 @@ async fn healthz_and_metrics_answer_without_a_credential_in_sight() {
         "toolstub_outputs_externalized_total{kind=\"json\",reason=\"single_threshold\"} 1"
     ));
     assert!(text.contains("toolstub_upstream_latency_seconds_count"));
+    // Memory by part: the memo holds the one output's synopsis, SQLite has
+    // its page caches; the heap parts exist where the allocator tells.
+    let gauge = |part: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("toolstub_memory_bytes{{part=\"{part}\"}} ")))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert!(gauge("memo").is_some_and(|b| b > 0), "{text}");
+    assert!(gauge("sqlite").is_some_and(|b| b > 0), "{text}");
+    if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        assert!(gauge("heap_in_use").is_some_and(|b| b > 0), "{text}");
+    }
     assert!(!text.contains("sk-test-key"));
     s.proxy.shutdown().await;
 }

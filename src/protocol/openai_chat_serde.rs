@@ -1,0 +1,257 @@
+//! The serde_json-based reading of a Chat Completions body that
+//! `openai_chat` replaced with the faster [`super::json_scan`] walk, kept as
+//! the oracle of differential tests: both must understand every body the same.
+
+use super::{span_in, Content, ContentShape, ParsedRequest, ToolOutput, ToolsSlot};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// A derived struct read from a JSON object only. serde's derived impls
+/// also accept an array holding the fields in declaration order, so
+/// `[["tool", "..."]]` would pass for a tool message: a shape no client
+/// sends, which must be forwarded as it came rather than rewritten.
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(StructAsMap(d)).map(Obj)
+    }
+}
+
+/// A deserializer that reads a struct as a map (a JSON object), never as a
+/// sequence; everything else goes to the wrapped deserializer unchanged.
+struct StructAsMap<D>(D);
+
+impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for StructAsMap<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(v)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(v)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow)]
+    messages: Vec<Obj<Message<'a>>>,
+    /// Kept raw, `null` included (an `Option` would read `null` as absent).
+    #[serde(borrow, default, deserialize_with = "raw_value")]
+    tools: Option<&'a RawValue>,
+}
+
+fn raw_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as Deserialize>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<Obj<ToolCall<'a>>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<Obj<FunctionRef<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionRef<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ClientTool<'a> {
+    #[serde(borrow, default)]
+    function: Option<Obj<FunctionRef<'a>>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
+    let Obj(parsed): Obj<Body<'b>> = serde_json::from_str(body).ok()?;
+    let tools = tools_slot(body, parsed.tools)?;
+    let client_tool_names = client_tool_names(parsed.tools)?;
+
+    let mut outputs = Vec::new();
+    let mut opening = String::new();
+    let mut opening_done = false;
+    let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
+    let mut group = 0usize;
+    let mut in_tool_run = false;
+    for Obj(message) in parsed.messages {
+        let role = message.role.as_deref().unwrap_or("");
+        if !opening_done {
+            append_opening(&mut opening, role, message.content);
+            opening_done = role == "user";
+        }
+        match role {
+            "tool" | "function" => {
+                if !in_tool_run {
+                    group += 1;
+                    in_tool_run = true;
+                }
+                let Some(content) = message.content else {
+                    continue;
+                };
+                let Some((text, shape)) = content_of(content.get()) else {
+                    continue;
+                };
+                let tool_name = if role == "function" {
+                    message.name.clone()
+                } else {
+                    message
+                        .tool_call_id
+                        .as_ref()
+                        .and_then(|id| call_names.get(id).cloned())
+                };
+                outputs.push(ToolOutput {
+                    group,
+                    tool_call_id: message.tool_call_id,
+                    tool_name,
+                    content: text,
+                    content_span: span_in(body, content.get())?,
+                    shape,
+                });
+            }
+            _ => {
+                in_tool_run = false;
+                if role == "assistant" {
+                    call_names.clear();
+                    for Obj(call) in message.tool_calls.into_iter().flatten() {
+                        let name = call.function.and_then(|Obj(f)| f.name);
+                        if let (Some(id), Some(name)) = (call.id, name) {
+                            call_names.insert(id, name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(ParsedRequest {
+        outputs,
+        tools,
+        client_tool_names,
+        opening,
+    })
+}
+
+/// The text of a content value: a string (left encoded until needed), or
+/// text parts joined in order. `None` for anything else (null, numbers,
+/// parts that are not text).
+fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
+    match raw.as_bytes().first()? {
+        b'"' => Some((Content::JsonString(raw), ContentShape::String)),
+        b'[' => {
+            let parts: Vec<Obj<Part<'_>>> = serde_json::from_str(raw).ok()?;
+            if parts.is_empty() {
+                return None;
+            }
+            let mut text = String::new();
+            for Obj(part) in parts {
+                if part.kind != "text" {
+                    return None;
+                }
+                text.push_str(&part.text?);
+            }
+            Some((Content::Decoded(Cow::Owned(text)), ContentShape::TextParts))
+        }
+        _ => None,
+    }
+}
+
+fn tools_slot(body: &str, tools: Option<&RawValue>) -> Option<ToolsSlot> {
+    match tools {
+        Some(raw) => {
+            let span = span_in(body, raw.get())?;
+            match raw.get().as_bytes().first()? {
+                b'[' => {
+                    let inner = raw.get()[1..raw.get().len() - 1].trim();
+                    Some(ToolsSlot::AppendToArray {
+                        close: span.end - 1,
+                        empty: inner.is_empty(),
+                    })
+                }
+                b'n' => Some(ToolsSlot::ReplaceNull { span }),
+                _ => None,
+            }
+        }
+        None => {
+            let trimmed = body.trim_end();
+            if !trimmed.ends_with('}') {
+                return None;
+            }
+            let close = trimmed.len() - 1;
+            let open = body.len() - body.trim_start().len();
+            let empty = body.get(open + 1..close)?.trim().is_empty();
+            Some(ToolsSlot::AddMember { close, empty })
+        }
+    }
+}
+
+fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
+    let Some(raw) = tools else {
+        return Some(Vec::new());
+    };
+    if raw.get() == "null" {
+        return Some(Vec::new());
+    }
+    let tools: Vec<Obj<ClientTool<'_>>> = serde_json::from_str(raw.get()).ok()?;
+    Some(
+        tools
+            .into_iter()
+            .filter_map(|Obj(t)| t.function.and_then(|Obj(f)| f.name).or(t.name))
+            .collect(),
+    )
+}
+
+/// Appends one opening message canonically: its role and its content
+/// re-serialized with sorted keys, so a client's whitespace or key order does
+/// not change the session.
+fn append_opening(opening: &mut String, role: &str, content: Option<&RawValue>) {
+    opening.push_str(role);
+    opening.push('\u{0}');
+    if let Some(raw) = content {
+        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(value) => opening.push_str(&value.to_string()),
+            Err(_) => opening.push_str(raw.get()),
+        }
+    }
+    opening.push('\u{1}');
+}

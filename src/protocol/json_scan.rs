@@ -98,7 +98,7 @@ impl<'a> Scanner<'a> {
         self.peek()?;
         let start = self.pos;
         // The closing bracket each open container waits for.
-        let mut open: Vec<u8> = Vec::new();
+        let mut open = OpenBrackets::default();
         loop {
             // A value starts here.
             match self.peek()? {
@@ -133,7 +133,7 @@ impl<'a> Scanner<'a> {
             }
             // A value ended: close containers until one takes another element.
             loop {
-                let Some(&close) = open.last() else {
+                let Some(close) = open.last() else {
                     return self.text.get(start..self.pos);
                 };
                 let next = self.peek()?;
@@ -236,8 +236,68 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// The closing brackets of the containers open in a skipped value, a bit
+/// per level (set: `}`): the first 128 levels in a `u128`, so skipping a
+/// small object allocates nothing, deeper levels on the heap.
+#[derive(Default)]
+struct OpenBrackets {
+    depth: usize,
+    near: u128,
+    far: Vec<bool>,
+}
+
+impl OpenBrackets {
+    fn push(&mut self, close: u8) {
+        let brace = close == b'}';
+        if self.depth < 128 {
+            self.near = self.near & !(1 << self.depth) | u128::from(brace) << self.depth;
+        } else {
+            self.far.push(brace);
+        }
+        self.depth += 1;
+    }
+
+    fn pop(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+        if self.depth >= 128 {
+            self.far.pop();
+        }
+    }
+
+    fn last(&self) -> Option<u8> {
+        let top = self.depth.checked_sub(1)?;
+        let brace = if top < 128 {
+            self.near >> top & 1 == 1
+        } else {
+            *self.far.last()?
+        };
+        Some(if brace { b'}' } else { b']' })
+    }
+}
+
 /// Bytes looked at together.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
+
+/// A string whose closing quote comes within this many bytes, with no
+/// escape before it, is read a byte at a time.
+const SHORT: usize = 24;
+
+/// The block of `bytes` at `at`: borrowed when whole, else the rest copied
+/// into `padded` (NULs after it). `None` past the end.
+pub(super) fn block_at<'a>(
+    bytes: &'a [u8],
+    at: usize,
+    padded: &'a mut [u8; BLOCK],
+) -> Option<&'a [u8; BLOCK]> {
+    match bytes.get(at..at + BLOCK) {
+        Some(block) => block.try_into().ok(),
+        None => {
+            let rest = bytes.get(at..)?;
+            padded.get_mut(..rest.len())?.copy_from_slice(rest);
+            Some(padded)
+        }
+    }
+}
 
 /// The index of the closing quote of a string whose inside starts at
 /// `start`; `None` if the string is unterminated, holds a control character
@@ -250,22 +310,24 @@ const BLOCK: usize = 64;
 /// `"` and `\` (most of them) pass by mask, the others are looked up one by
 /// one, and `\u` must be followed by four hex digits.
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    // Most strings of a document are short keys and values: a few bytes
+    // looked at one by one settle them before any block is built.
+    for (i, &b) in bytes.get(start..)?.iter().take(SHORT).enumerate() {
+        match b {
+            b'"' => return Some(start + i),
+            b'\\' | 0..=0x1f => break,
+            _ => {}
+        }
+    }
     let mut at = start;
     let mut escapes = Escapes::default();
     loop {
         // The last block is padded with NULs: a control character past the
         // end is the end of the input.
         let mut padded = [0u8; BLOCK];
-        let block: &[u8; BLOCK] = match bytes.get(at..at + BLOCK) {
-            Some(block) => block.try_into().ok()?,
-            None => {
-                let rest = bytes.get(at..)?;
-                padded[..rest.len()].copy_from_slice(rest);
-                &padded
-            }
-        };
+        let block = block_at(bytes, at, &mut padded)?;
         let (quotes, backslashes, controls) = masks(block);
-        let escaped = escapes.next(backslashes);
+        let (escaped, _) = escapes.next(backslashes);
         let closing = quotes & !escaped;
         // The bits before the closing quote (all of them if there is none).
         let inside = closing.wrapping_sub(1) & !closing;
@@ -298,14 +360,15 @@ fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
 /// escape scanner): a backslash escapes the next character unless it is
 /// itself escaped, so in a run of backslashes every second one escapes.
 #[derive(Default)]
-struct Escapes {
+pub(super) struct Escapes {
     /// The first character of the next block is escaped (1) or not (0).
     next_is_escaped: u64,
 }
 
 impl Escapes {
-    /// The escaped characters of the next block, given its backslashes.
-    fn next(&mut self, backslashes: u64) -> u64 {
+    /// The escaped characters of the next block, given its backslashes,
+    /// and the backslashes that escape them.
+    pub(super) fn next(&mut self, backslashes: u64) -> (u64, u64) {
         const ODD_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
         let potential = backslashes & !self.next_is_escaped;
         // Adding a run of backslashes to its start carries through the run;
@@ -317,7 +380,7 @@ impl Escapes {
         let escaped = escape_and_terminal ^ (backslashes | self.next_is_escaped);
         let escape = escape_and_terminal & backslashes;
         self.next_is_escaped = escape >> 63;
-        escaped
+        (escaped, escape)
     }
 }
 
@@ -341,7 +404,7 @@ const HIGH: u64 = 0x8080_8080_8080_8080;
 /// Bit `i` of each mask says whether byte `i` is a quote, a backslash, or
 /// below 0x20.
 #[cfg(target_arch = "x86_64")]
-fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
+pub(super) fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
         _mm_setzero_si128, _mm_subs_epu8,
@@ -368,7 +431,7 @@ fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
 
 /// [`masks`] without SIMD: eight bytes at a time in a `u64`.
 #[cfg(not(target_arch = "x86_64"))]
-fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
+pub(super) fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
     masks_in_words(block)
 }
 
@@ -517,6 +580,14 @@ mod tests {
         assert_eq!(skips(&deep).map(str::len), Some(deep.len()));
         let open = "[".repeat(100_000);
         assert_eq!(skips(&open), None);
+        // Objects and arrays alternating past the 128 levels kept in a u128.
+        for depth in [127, 128, 129, 300] {
+            let text = format!("{}1{}", "[{\"a\":".repeat(depth), "}]".repeat(depth));
+            assert!(serde_accepts(&text));
+            assert_eq!(skips(&text), Some(text.as_str()), "depth {depth}");
+            let crossed = format!("{}1{}", "[{\"a\":".repeat(depth), "]}".repeat(depth));
+            assert_eq!(skips(&crossed), None, "depth {depth}");
+        }
     }
 
     fn json_soup() -> impl Strategy<Value = String> {
@@ -611,9 +682,11 @@ mod tests {
                     .enumerate()
                     .filter(|(_, &c)| c == b'\\')
                     .fold(0u64, |m, (i, _)| m | 1 << i);
-                let escaped = escapes.next(backslashes);
+                let (escaped, escape) = escapes.next(backslashes);
                 for i in 0..block.len() {
-                    prop_assert_eq!(escaped >> i & 1 == 1, expected[b * BLOCK + i], "at {}", b * BLOCK + i);
+                    let at = b * BLOCK + i;
+                    prop_assert_eq!(escaped >> i & 1 == 1, expected[at], "escaped at {}", at);
+                    prop_assert_eq!(escape >> i & 1 == 1, expected[at + 1] && bytes[at] == b'\\', "escape at {}", at);
                 }
             }
         }

@@ -7,6 +7,7 @@
 //! lone surrogate (`\ud800` not followed by a low surrogate), so a text that
 //! serde_json would not decode is not decoded here either.
 
+use super::json_scan::{block_at, masks, Escapes, BLOCK};
 use std::borrow::Cow;
 
 /// Decodes `raw`, a JSON string literal with its quotes. Borrows when there
@@ -71,104 +72,109 @@ fn escape_near_middle(bytes: &[u8]) -> Option<usize> {
 }
 
 /// Unescapes the inside of a JSON string literal (UTF-8 bytes out).
+///
+/// A JSON document inside a JSON string has an escape every few bytes. The
+/// escapes of each 64-byte block are found at once (the scanner's masks and
+/// backslash-run logic), and the run before each is copied 16 bytes at a
+/// time into an output with 16 spare bytes: per escape a few instructions
+/// that do not wait on each other, not a search from the previous one.
 fn unescape(bytes: &[u8]) -> Option<Vec<u8>> {
-    let Some(first) = memchr::memchr(b'\\', bytes) else {
-        return Some(bytes.to_vec());
-    };
-    // Escapes only ever shrink the text, so the output fits in the input's
-    // length; the 8 spare bytes let a run be copied a word at a time. A JSON
-    // document inside a JSON string has an escape every few bytes, too often
-    // for per-run `memchr` calls to pay off: runs are copied eight bytes at a
-    // time, and the first backslash in a word is found arithmetically.
-    let mut out = vec![0u8; bytes.len() + WORD];
-    out.get_mut(..first)?.copy_from_slice(bytes.get(..first)?);
-    let (mut i, mut w) = (first, first);
-    loop {
-        while let Some(word) = bytes.get(i..i + WORD) {
-            out.get_mut(w..w + WORD)?.copy_from_slice(word);
-            match first_backslash(word) {
-                Some(k) => {
-                    i += k;
-                    w += k;
-                    break;
+    // Escapes only ever shrink the text: the output fits in the input's
+    // length plus the spare bytes of the last run's copy.
+    let mut out = vec![0u8; bytes.len() + RUN];
+    let mut w = 0;
+    // The start of the input not yet copied or decoded.
+    let mut from = 0;
+    let mut escapes = Escapes::default();
+    let mut at = 0;
+    while at < bytes.len() {
+        let mut padded = [0u8; BLOCK];
+        let block = block_at(bytes, at, &mut padded)?;
+        let (_, mut escape) = escapes.next(masks(block).1);
+        while escape != 0 {
+            let k = at + escape.trailing_zeros() as usize;
+            escape &= escape - 1;
+            if k < from {
+                // The second half of a surrogate pair, already decoded.
+                continue;
+            }
+            copy_run(bytes, from, k, &mut out, &mut w)?;
+            let escaped = *bytes.get(k + 1)?;
+            match SIMPLE[usize::from(escaped)] {
+                0 if escaped == b'u' => {
+                    let (c, len) = unicode_escape(bytes, k)?;
+                    let n = c.len_utf8();
+                    c.encode_utf8(out.get_mut(w..w + n)?);
+                    w += n;
+                    from = k + len;
                 }
-                None => {
-                    i += WORD;
-                    w += WORD;
+                0 => return None,
+                byte => {
+                    *out.get_mut(w)? = byte;
+                    w += 1;
+                    from = k + 2;
                 }
             }
         }
-        while let Some(&b) = bytes
-            .get(i)
-            .filter(|&&b| b != b'\\' && i + WORD > bytes.len())
-        {
-            *out.get_mut(w)? = b;
-            i += 1;
-            w += 1;
-        }
-        if i >= bytes.len() {
-            break;
-        }
-        // `bytes[i]` is a backslash.
-        let escape = *bytes.get(i + 1)?;
-        i += 2;
-        let single = match escape {
-            b'"' => Some(b'"'),
-            b'\\' => Some(b'\\'),
-            b'/' => Some(b'/'),
-            b'b' => Some(0x08),
-            b'f' => Some(0x0c),
-            b'n' => Some(b'\n'),
-            b'r' => Some(b'\r'),
-            b't' => Some(b'\t'),
-            _ => None,
-        };
-        if let Some(byte) = single {
-            *out.get_mut(w)? = byte;
-            w += 1;
-            continue;
-        }
-        let c = match escape {
-            b'u' => {
-                let high = hex4(bytes.get(i..i + 4)?)?;
-                i += 4;
-                match high {
-                    0xD800..=0xDBFF => {
-                        if bytes.get(i..i + 2)? != b"\\u" {
-                            return None;
-                        }
-                        let low = hex4(bytes.get(i + 2..i + 6)?)?;
-                        if !(0xDC00..=0xDFFF).contains(&low) {
-                            return None;
-                        }
-                        i += 6;
-                        char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))?
-                    }
-                    0xDC00..=0xDFFF => return None,
-                    other => char::from_u32(other)?,
-                }
-            }
-            _ => return None,
-        };
-        let n = c.len_utf8();
-        c.encode_utf8(out.get_mut(w..w + n)?);
-        w += n;
+        at += BLOCK;
     }
+    copy_run(bytes, from, bytes.len(), &mut out, &mut w)?;
     out.truncate(w);
     Some(out)
 }
 
-/// Bytes handled at a time when copying runs.
-const WORD: usize = 8;
+/// Bytes a short run is copied in (one unaligned 16-byte move).
+const RUN: usize = 16;
 
-/// The index of the first backslash in an 8-byte word, if any (the classic
-/// "has a zero byte" bit trick on the word XOR backslashes; exact for the
-/// lowest match, which is the only one used).
-fn first_backslash(word: &[u8]) -> Option<usize> {
-    let word = u64::from_le_bytes(word.try_into().ok()?);
-    let x = word ^ u64::from_le_bytes([b'\\'; WORD]);
-    let found = x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080;
-    (found != 0).then(|| (found.trailing_zeros() / 8) as usize)
+/// Appends `bytes[from..to]` to `out` at `w`. `out` has [`RUN`] spare bytes
+/// past anything written so far (`w <= from`), so a short run is copied as
+/// a whole 16-byte move when the input has 16 bytes from `from`.
+fn copy_run(bytes: &[u8], from: usize, to: usize, out: &mut [u8], w: &mut usize) -> Option<()> {
+    let len = to.checked_sub(from)?;
+    match bytes.get(from..from + RUN) {
+        Some(chunk) if len <= RUN => out.get_mut(*w..*w + RUN)?.copy_from_slice(chunk),
+        _ => out
+            .get_mut(*w..*w + len)?
+            .copy_from_slice(bytes.get(from..to)?),
+    }
+    *w += len;
+    Some(())
+}
+
+/// What a two-character escape stands for, by the character after the
+/// backslash (0: not a two-character escape).
+const SIMPLE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'/' as usize] = b'/';
+    table[b'b' as usize] = 0x08;
+    table[b'f' as usize] = 0x0c;
+    table[b'n' as usize] = b'\n';
+    table[b'r' as usize] = b'\r';
+    table[b't' as usize] = b'\t';
+    table
+};
+
+/// The character of the `\uXXXX` escape at `at` (a surrogate pair takes two)
+/// and the escape's length; `None` for a lone surrogate or bad hex digits.
+fn unicode_escape(bytes: &[u8], at: usize) -> Option<(char, usize)> {
+    let high = hex4(bytes.get(at + 2..at + 6)?)?;
+    match high {
+        0xD800..=0xDBFF => {
+            if bytes.get(at + 6..at + 8)? != b"\\u" {
+                return None;
+            }
+            let low = hex4(bytes.get(at + 8..at + 12)?)?;
+            if !(0xDC00..=0xDFFF).contains(&low) {
+                return None;
+            }
+            let c = char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))?;
+            Some((c, 12))
+        }
+        0xDC00..=0xDFFF => None,
+        other => Some((char::from_u32(other)?, 6)),
+    }
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {
@@ -197,8 +203,22 @@ mod tests {
         assert_eq!(decode(r#""\ud800\u0041""#), None);
         assert_eq!(decode(r#""\x""#), None);
         assert_eq!(decode("\"unterminated\\"), None);
-        // Escapes at every alignment of the word-at-a-time copy.
-        for pad in 0..20 {
+        // Escapes at every alignment within and across 64-byte blocks, a
+        // surrogate pair and a lone surrogate straddling each boundary.
+        for pad in 0..140 {
+            let pair = format!(
+                "\"{}\\ud83d\\ude00{}\"",
+                "p".repeat(pad),
+                "\\n".repeat(pad % 7)
+            );
+            let expected = format!("{}\u{1f600}{}", "p".repeat(pad), "\n".repeat(pad % 7));
+            assert_eq!(
+                decode(&pair).as_deref(),
+                Some(expected.as_str()),
+                "pad {pad}"
+            );
+            let lone = format!("\"{}\\ud83d\\\\ude00\"", "p".repeat(pad));
+            assert_eq!(decode(&lone), None, "pad {pad}");
             let text = format!("{}\"q\"\\{}\u{e9}\n", "x".repeat(pad), "y".repeat(pad));
             let raw = serde_json::to_string(&text).unwrap();
             assert_eq!(decode(&raw).as_deref(), Some(text.as_str()), "pad {pad}");

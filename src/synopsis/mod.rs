@@ -126,6 +126,8 @@ pub(crate) struct Input<'a> {
     pub preview_chars: usize,
     /// The code scan, shared by the YAML heuristic and the code kind.
     code_scan: std::cell::OnceCell<code::Scan>,
+    /// Known to hold no NUL byte (so the binary check need not look).
+    nul_free: bool,
 }
 
 impl<'a> Input<'a> {
@@ -135,6 +137,7 @@ impl<'a> Input<'a> {
             mime,
             preview_chars,
             code_scan: std::cell::OnceCell::new(),
+            nul_free: false,
         }
     }
 
@@ -153,13 +156,22 @@ pub fn synopsize(raw: &str, hints: Hints<'_>) -> Synopsis {
     if raw.is_empty() {
         return unknown::empty();
     }
-    let (text, ansi_stripped) = match ansi::strip(raw) {
+    // One pass over the text finds both an escape (ANSI sequences to strip)
+    // and a NUL (binary-like): most outputs have neither, and on a large one
+    // each pass comes from memory.
+    let plain = memchr::memchr2(0x1b, 0, raw.as_bytes()).is_none();
+    let (text, ansi_stripped) = match if plain {
+        Cow::Borrowed(raw)
+    } else {
+        ansi::strip(raw)
+    } {
         Cow::Borrowed(t) => (Cow::Borrowed(t), false),
         Cow::Owned(t) => (Cow::Owned(t), true),
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mime = hints.mime.unwrap_or("").to_ascii_lowercase();
-    let input = Input::new(text, &mime, hints.preview_chars);
+    let mut input = Input::new(text, &mime, hints.preview_chars);
+    input.nul_free = plain;
     let mut synopsis = detect(&input);
     if ansi_stripped {
         synopsis
@@ -175,7 +187,12 @@ fn detect(input: &Input<'_>) -> Synopsis {
         // Only escape sequences or a BOM: nothing readable is left.
         return unknown::empty();
     }
-    if unknown::looks_binary(input.text) {
+    let binary = if input.nul_free {
+        unknown::looks_binary_without_nul(input.text)
+    } else {
+        unknown::looks_binary(input.text)
+    };
+    if binary {
         return unknown::binary(input);
     }
     let kinds: [fn(&Input<'_>) -> Option<Synopsis>; 6] = [

@@ -20,9 +20,12 @@ pub fn empty() -> Synopsis {
 /// counts too: it is what invalid UTF-8 bytes become after lossy decoding, so
 /// raw binary data is recognised even when it holds few control bytes.
 pub fn looks_binary(text: &str) -> bool {
-    if memchr::memchr(0, text.as_bytes()).is_some() {
-        return true;
-    }
+    memchr::memchr(0, text.as_bytes()).is_some() || looks_binary_without_nul(text)
+}
+
+/// [`looks_binary`] for a text known to hold no NUL byte: only the share of
+/// control characters and replacement characters near the start is checked.
+pub fn looks_binary_without_nul(text: &str) -> bool {
     let mut seen = 0usize;
     let mut suspicious = 0usize;
     for c in text.chars().take(BINARY_WINDOW) {

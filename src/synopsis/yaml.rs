@@ -34,17 +34,10 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     if !looks_yaml(input.text, || input.code_scan().is_code_at_margin()) {
         return None;
     }
-    let mut documents = serde_norway::Deserializer::from_str(input.text);
-    let first = documents.next()?;
-    let top = first.deserialize_any(TopLevelVisitor).ok()?;
-    let mut more_documents = 0usize;
-    for document in documents {
-        <IgnoredAny as serde::Deserialize>::deserialize(document).ok()?;
-        more_documents += 1;
-    }
+    let (top, more_documents) = load(input.text)?;
     let mut s = Synopsis::new(Kind::Yaml, "YAML output");
     match top {
-        TopLevel::Mapping(members) => {
+        TopLevel::Mapping { members, .. } => {
             s.summary.push("YAML object.".to_string());
             let keys: Vec<&str> = members
                 .iter()
@@ -73,6 +66,161 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
         ));
     }
     Some(s)
+}
+
+/// Outputs at least this large are loaded in two halves on two threads when
+/// they can be cut cleanly near the middle: the YAML loader is the slowest
+/// part of any synopsis (about 25 MB/s on one core).
+const PARALLEL_BYTES: usize = 256 * 1024;
+
+/// The first document's top level, and how many documents follow it.
+fn load(text: &str) -> Option<(TopLevel, usize)> {
+    load_split_from(text, PARALLEL_BYTES)
+}
+
+/// [`load`], split in two from `parallel_bytes` up.
+fn load_split_from(text: &str, parallel_bytes: usize) -> Option<(TopLevel, usize)> {
+    if text.len() >= parallel_bytes {
+        if let Some(top) = load_in_halves(text) {
+            return Some((top, 0));
+        }
+        // Anything else (no clean cut, an alias to an anchor in the other
+        // half, a duplicate key across halves, a second document, a cut that
+        // was not clean after all): the whole text decides, on one thread.
+    }
+    load_whole(text)
+}
+
+/// The top level of a one-document text loaded in two halves on two
+/// threads; `None` when it cannot be cut or the halves do not join.
+fn load_in_halves(text: &str) -> Option<TopLevel> {
+    let cut = cut(text)?;
+    let head = text.get(..cut.at)?;
+    let rest = text.get(cut.at..)?;
+    // The second half is loaded under the `key:` lines it sits in.
+    let tail: std::borrow::Cow<'_, str> = if cut.context.is_empty() {
+        rest.into()
+    } else {
+        let mut tail = cut.context.join("\n");
+        tail.push('\n');
+        tail.push_str(rest);
+        tail.into()
+    };
+    let (tail, head) =
+        crate::parallel::beside("toolstub-yaml", || load_single(&tail), || load_single(head));
+    head?.merge(tail?, !cut.context.is_empty())
+}
+
+fn load_whole(text: &str) -> Option<(TopLevel, usize)> {
+    let mut documents = serde_norway::Deserializer::from_str(text);
+    let first = documents.next()?;
+    let top = first.deserialize_any(TopLevelVisitor).ok()?;
+    let mut more_documents = 0usize;
+    for document in documents {
+        <IgnoredAny as serde::Deserialize>::deserialize(document).ok()?;
+        more_documents += 1;
+    }
+    Some((top, more_documents))
+}
+
+/// A part that must be exactly one document.
+fn load_single(text: &str) -> Option<TopLevel> {
+    load_whole(text).and_then(|(top, more)| (more == 0).then_some(top))
+}
+
+/// Where a text is cut for a split load.
+#[derive(Debug)]
+struct Cut<'t> {
+    /// The byte where the second half starts (the start of a line).
+    at: usize,
+    /// The bare `key:` lines that open the block that line sits in,
+    /// outermost first (empty for a top-level entry).
+    context: Vec<&'t str>,
+}
+
+/// The first line after the middle that starts an entry (`- ` or `key:`)
+/// and can start the second half: at the left margin, an entry of the kind
+/// the document starts with; indented, an entry whose enclosing lines up to
+/// the margin are all bare `key:` lines (a long list or mapping nested under
+/// a few keys, the usual shape of a large YAML output). A cut inside a
+/// multi-line construct (a quoted scalar or a flow collection whose lines
+/// look like entries) leaves a first half that fails to load or halves that
+/// do not join, and the whole text is then loaded at once.
+fn cut(text: &str) -> Option<Cut<'_>> {
+    let first = split_lines(text).find(|l| {
+        let t = l.trim();
+        !t.is_empty() && !t.starts_with('#') && !t.starts_with("---") && !t.starts_with('%')
+    })?;
+    let sequence_item = |line: &str| line.starts_with("- ") || line.trim_end() == "-";
+    let top_is_sequence = sequence_item(first);
+    let top_is_mapping = !top_is_sequence && key_line(first).is_some();
+    let bytes = text.as_bytes();
+    let middle = text.len() / 2;
+    let mut at = middle;
+    while at - middle < text.len() / 4 {
+        let start = at + memchr::memchr(b'\n', bytes.get(at..)?)? + 1;
+        let end = memchr::memchr(b'\n', bytes.get(start..)?).map_or(text.len(), |i| start + i);
+        at = start;
+        let line = text.get(start..end)?.trim_end_matches('\r');
+        let body = line.trim_start_matches(' ');
+        let indent = line.len() - body.len();
+        let entry_kind = if sequence_item(body) {
+            Some(true)
+        } else {
+            key_line(body).map(|_| false)
+        };
+        match entry_kind {
+            None => continue,
+            Some(is_item) if indent == 0 => {
+                if (is_item && top_is_sequence) || (!is_item && top_is_mapping) {
+                    return Some(Cut {
+                        at: start,
+                        context: Vec::new(),
+                    });
+                }
+            }
+            Some(_) if top_is_mapping => {
+                if let Some(context) = context_above(text, start, indent) {
+                    return Some(Cut { at: start, context });
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+/// The lines enclosing the line at byte `line_start` (indented by `indent`),
+/// outermost first: for each smaller indentation up to the margin, the
+/// nearest line above at that indentation. `None` unless every one of them
+/// is a bare `key:` line.
+fn context_above(text: &str, line_start: usize, indent: usize) -> Option<Vec<&str>> {
+    let bytes = text.as_bytes();
+    let mut context = Vec::new();
+    let mut below = indent;
+    let mut end = line_start;
+    while below > 0 {
+        // The line before the one ending at `end` (its `\n` is at end - 1).
+        let newline = end.checked_sub(1)?;
+        let start = memchr::memrchr(b'\n', bytes.get(..newline)?).map_or(0, |i| i + 1);
+        end = start;
+        let line = text.get(start..newline)?.trim_end_matches('\r');
+        let body = line.trim_start_matches(' ');
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        let line_indent = line.len() - body.len();
+        if line_indent >= below {
+            continue;
+        }
+        if !matches!(key_line(body), Some(KeyLine::Bare)) {
+            return None;
+        }
+        context.push(line);
+        below = line_indent;
+    }
+    context.reverse();
+    Some(context)
 }
 
 fn looks_yaml(text: &str, code_like: impl FnOnce() -> bool) -> bool {
@@ -167,11 +315,70 @@ fn key_line(line: &str) -> Option<KeyLine> {
         .then_some(KeyLine::Pair { aligned })
 }
 
+/// A mapping key as written and its value's type name.
+type KeyAndType = (String, &'static str);
+
 /// What the summary needs of the first document.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 enum TopLevel {
-    Mapping(Vec<(String, &'static str)>),
+    Mapping {
+        /// The first [`KEY_LIMIT`] keys (shown) and their value types.
+        members: Vec<(String, &'static str)>,
+        /// Every key, to find one repeated in the other half of a split load.
+        keys: HashSet<String>,
+        /// The first and the last key as written, with their value types:
+        /// where the halves of a nested cut meet.
+        ends: Option<(KeyAndType, KeyAndType)>,
+    },
     Sequence(usize),
     Scalar,
+}
+
+impl TopLevel {
+    /// The top level of a text from those of its two halves: `None` when
+    /// they do not join as the whole text would load (different kinds, a
+    /// key in both). With `nested`, the tail was loaded under the `key:`
+    /// lines it sat in: its first key is the head's last, again, with the
+    /// same type, and is not counted twice.
+    fn merge(self, tail: TopLevel, nested: bool) -> Option<TopLevel> {
+        match (self, tail) {
+            (
+                TopLevel::Mapping {
+                    mut members,
+                    mut keys,
+                    ends: Some((first, last)),
+                },
+                TopLevel::Mapping {
+                    members: more,
+                    keys: mut more_keys,
+                    ends: Some((tail_first, tail_last)),
+                },
+            ) => {
+                let skip = usize::from(nested);
+                if nested {
+                    if tail_first != last {
+                        return None;
+                    }
+                    more_keys.remove(&tail_first.0);
+                }
+                if more_keys.iter().any(|k| keys.contains(k)) {
+                    return None;
+                }
+                let room = KEY_LIMIT.saturating_sub(members.len());
+                members.extend(more.into_iter().skip(skip).take(room));
+                keys.extend(more_keys);
+                Some(TopLevel::Mapping {
+                    members,
+                    keys,
+                    ends: Some((first, tail_last)),
+                })
+            }
+            (TopLevel::Sequence(a), TopLevel::Sequence(b)) if !nested => {
+                Some(TopLevel::Sequence(a + b))
+            }
+            _ => None,
+        }
+    }
 }
 
 struct TopLevelVisitor;
@@ -185,17 +392,26 @@ impl<'de> Visitor<'de> for TopLevelVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
         let mut members = Vec::new();
-        let mut seen = HashSet::new();
+        let mut keys = HashSet::new();
+        let mut ends: Option<(KeyAndType, KeyAndType)> = None;
         while let Some(key) = map.next_key_seed(KeyText)? {
             let ty = map.next_value_seed(TypeName)?;
-            if !seen.insert(key.clone()) {
-                return Err(serde::de::Error::custom("duplicate key"));
-            }
             if members.len() < KEY_LIMIT {
                 members.push((one_line(&key, KEY_CHARS), ty));
             }
+            ends = Some(match ends {
+                None => ((key.clone(), ty), (key.clone(), ty)),
+                Some((first, _)) => (first, (key.clone(), ty)),
+            });
+            if !keys.insert(key) {
+                return Err(serde::de::Error::custom("duplicate key"));
+            }
         }
-        Ok(TopLevel::Mapping(members))
+        Ok(TopLevel::Mapping {
+            members,
+            keys,
+            ends,
+        })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
@@ -334,6 +550,104 @@ impl<'de> Visitor<'de> for TypeNameVisitor {
 
 #[cfg(test)]
 mod tests {
+
+    /// A large document loaded in two halves reads as loaded whole, and
+    /// every way a cut can go wrong falls back to the whole load.
+    #[test]
+    fn split_loads_match_whole_loads() {
+        let entries = |n: usize, f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<String>();
+        let mapping = entries(400, &|i| {
+            format!("key_{i}:\n  name: item {i}\n  list: [1, 2, 3]\n")
+        });
+        let sequence = entries(500, &|i| format!("- id: {i}\n  tags: [a, b]\n"));
+        let middle_key = |text: &str| {
+            let at = cut(text).expect("a cut").at;
+            text[at..].lines().next().unwrap_or("").to_string()
+        };
+        let mut cases = vec![mapping.clone(), sequence.clone()];
+        // An alias in the second half to an anchor in the first.
+        cases.push(format!("base: &b {{x: 1}}\n{mapping}late: *b\n"));
+        // The same key in both halves: not YAML, whole or split.
+        let dup = middle_key(&mapping);
+        cases.push(format!("{dup}\n  again: 1\n{mapping}"));
+        // A second document after the cut.
+        cases.push(format!("{mapping}---\nother: 1\n"));
+        // A flow mapping and a double-quoted scalar whose lines reach the margin
+        // across the middle.
+        let half = mapping.len() / 2;
+        for open in ["flow: {a: 1,\n", "quoted: \"line one\n"] {
+            let close = if open.starts_with("flow") {
+                "b: 2}\n"
+            } else {
+                "c: d\"\n"
+            };
+            // The construct sits where the cut falls.
+            let inner = "z: 1\n".repeat(40);
+            let at = mapping[..half].rfind('\n').map_or(0, |i| i + 1);
+            let text = format!("{}{open}{inner}{close}{}", &mapping[..at], &mapping[at..]);
+            let split = cut(&text).expect("a cut").at;
+            assert!(
+                split > at && split < at + open.len() + inner.len() + close.len(),
+                "{open}"
+            );
+            cases.push(text);
+        }
+        // Long lists and mappings nested under bare keys, with keys after them.
+        let items = entries(500, &|i| format!("    - id: {i}\n      tags: [a, b]\n"));
+        let nested = format!("version: 3\nspec:\n  items:\n{items}  more: 1\nafter: true\n");
+        let cut_nested = cut(&nested).expect("a nested cut");
+        assert_eq!(cut_nested.context, ["spec:", "  items:"]);
+        cases.push(nested.clone());
+        cases.push(format!("{nested}version: 4\n"));
+        cases.push(format!(
+            "root:\n{}",
+            entries(600, &|i| format!("  k{i}: {{a: {i}}}\n"))
+        ));
+        // Under a key that is not bare (a block scalar's lines look like entries).
+        cases.push(format!(
+            "notes: |\n{}end: 1\n",
+            entries(700, &|i| format!("  - line {i}\n"))
+        ));
+        // The clean ones load in halves; the others fall back.
+        let split: Vec<bool> = cases.iter().map(|t| load_in_halves(t).is_some()).collect();
+        assert_eq!(
+            split,
+            [true, true, false, false, false, false, false, true, false, true, false],
+            "mapping, sequence, alias, duplicate, second document, flow, quoted, nested, nested duplicate, root, block scalar"
+        );
+        for text in &cases {
+            assert_eq!(
+                load_split_from(text, 0),
+                load_whole(text),
+                "{}",
+                &text[..80]
+            );
+        }
+        assert!(cut(&mapping).is_some() && cut(&sequence).is_some());
+        match load_split_from(&mapping, 0) {
+            Some((TopLevel::Mapping { members, keys, .. }, 0)) => {
+                assert_eq!(keys.len(), 400);
+                assert_eq!(members.len(), KEY_LIMIT);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            load_split_from(&sequence, 0),
+            Some((TopLevel::Sequence(500), 0))
+        );
+        match load_split_from(&nested, 0) {
+            Some((TopLevel::Mapping { members, .. }, 0)) => assert_eq!(
+                members,
+                [
+                    ("version".to_string(), "number"),
+                    ("spec".to_string(), "object"),
+                    ("after".to_string(), "boolean")
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     use super::*;
 
     fn syn(text: &str) -> Option<Synopsis> {

@@ -70,8 +70,9 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
 
 /// Outputs at least this large are loaded in two halves on two threads when
 /// they can be cut cleanly near the middle: the YAML loader is the slowest
-/// part of any synopsis (about 25 MB/s on one core).
-const PARALLEL_BYTES: usize = 256 * 1024;
+/// part of any synopsis (about 25 MB/s on one core, so 64 KB takes about
+/// 2.5 ms, and a thread costs tens of microseconds).
+const PARALLEL_BYTES: usize = 64 * 1024;
 
 /// The first document's top level, and how many documents follow it.
 fn load(text: &str) -> Option<(TopLevel, usize)> {

@@ -38,6 +38,10 @@ const MIN_CODE_SHARE: usize = 10;
 const TROFF_SHARE: usize = 10;
 /// All symbols together are shown with at most this many characters.
 const SYMBOLS_TOTAL_CHARS: usize = 2800;
+/// Texts at least this large are scanned in two halves on two threads (a
+/// thread costs tens of microseconds; scanning 64 KB, about half a
+/// millisecond).
+const PARALLEL_BYTES: usize = 64 * 1024;
 
 pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     let scan = input.code_scan();
@@ -95,14 +99,43 @@ pub struct Scan {
 
 impl Scan {
     pub fn of(text: &str) -> Scan {
+        if text.len() >= PARALLEL_BYTES {
+            // Two halves on two threads, cut at the line start nearest after
+            // the middle; the second half is scanned again (rarely) if the
+            // first ends inside a code fence.
+            let bytes = text.as_bytes();
+            if let Some(cut) = memchr::memchr(b'\n', bytes.get(text.len() / 2..).unwrap_or(&[]))
+                .map(|i| text.len() / 2 + i + 1)
+                .filter(|&cut| cut < text.len())
+            {
+                let (head, tail) = text.split_at(cut);
+                let ((tail_scan, _), (head_scan, head_in_fence)) = crate::parallel::beside(
+                    "toolstub-scan",
+                    || Scan::part(tail, false, false),
+                    || Scan::part(head, true, false),
+                );
+                let tail_scan = if head_in_fence {
+                    Scan::part(tail, false, true).0
+                } else {
+                    tail_scan
+                };
+                return head_scan.followed_by(tail_scan);
+            }
+        }
+        Scan::part(text, true, false).0
+    }
+
+    /// Scans `text`; `at_start` when it opens the output (a `#!` or `<?php`
+    /// first line counts only there), `in_fence` when it starts inside a
+    /// code fence. Also says whether it ends inside one.
+    fn part(text: &str, at_start: bool, mut in_fence: bool) -> (Scan, bool) {
         let mut scan = Scan::default();
-        let mut in_fence = false;
         for (n, line) in split_lines(text).enumerate() {
             let trimmed = line.trim_ascii();
             if trimmed.is_empty() {
                 continue;
             }
-            if n == 0 && (is_shebang(trimmed) || trimmed.starts_with("<?php")) {
+            if at_start && n == 0 && (is_shebang(trimmed) || trimmed.starts_with("<?php")) {
                 scan.script_opening = true;
                 continue;
             }
@@ -128,7 +161,29 @@ impl Scan {
             }
             scan.line(line, trimmed);
         }
-        scan
+        (scan, in_fence)
+    }
+
+    /// The scan of a text from the scans of its two parts, as one scan of
+    /// the whole would have found it: counts add up; imports and symbols
+    /// keep their order, caps and (for imports) de-duplication.
+    fn followed_by(mut self, tail: Scan) -> Scan {
+        self.strong += tail.strong;
+        self.syntax += tail.syntax;
+        self.prose += tail.prose;
+        self.strong_unindented += tail.strong_unindented;
+        self.lines += tail.lines;
+        self.troff_requests += tail.troff_requests;
+        self.diff_hunks += tail.diff_hunks;
+        self.diff_files += tail.diff_files;
+        for module in tail.imports {
+            if self.imports.len() < IMPORT_LIMIT && !self.imports.contains(&module) {
+                self.imports.push(module);
+            }
+        }
+        let room = SYMBOL_LIMIT.saturating_sub(self.symbols.len());
+        self.symbols.extend(tail.symbols.into_iter().take(room));
+        self
     }
 
     pub fn is_code(&self) -> bool {
@@ -890,6 +945,46 @@ fn is_path(s: &str, separators: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    /// Scanned in two halves or in one pass, a text gives the same scan.
+    #[test]
+    fn split_scans_match_whole_scans() {
+        // A few imports, repeated in both halves (each is listed once).
+        let unit = |i: usize| {
+            let import = if i.is_multiple_of(100) {
+                format!("use std::collections::Map{};\n", (i / 100) % 4)
+            } else {
+                String::new()
+            };
+            format!(
+                "{import}pub fn handler_{i}(x: u32) -> u32 {{\n    let y = x + {i};\n    y\n}}\nThis sentence reads like prose and not like code at all {i}.\n"
+            )
+        };
+        let body: String = (0..4000).map(unit).collect();
+        let half = body.len() / 2;
+        let mut texts = vec![
+            body.clone(),
+            format!("#!/bin/sh\n{body}"),
+            // A fence opened before the middle and closed after it.
+            format!(
+                "{}```\n{}```\n{}",
+                &body[..half - 40],
+                "x = 1\n".repeat(400),
+                &body[half - 40..]
+            ),
+            // A fence opened before the middle and never closed.
+            format!("{}```\n{}", &body[..half - 40], &body[half - 40..]),
+            format!("diff --git a/x b/x\n+++ b/x\n@@ -1 +1 @@\n{body}"),
+        ];
+        texts.push(texts[0].replace('\n', "\r\n"));
+        for text in &texts {
+            assert!(text.len() >= PARALLEL_BYTES);
+            let split = format!("{:?}", Scan::of(text));
+            let whole = format!("{:?}", Scan::part(text, true, false).0);
+            assert_eq!(split, whole, "{}", &text[..60]);
+        }
+    }
+
     use super::*;
 
     #[test]

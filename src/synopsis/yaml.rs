@@ -148,6 +148,14 @@ struct Cut<'t> {
 /// look like entries) leaves a first half that fails to load or halves that
 /// do not join, and the whole text is then loaded at once.
 fn cut(text: &str) -> Option<Cut<'_>> {
+    // A document marker after the first line (`---`, or `...` which ends a
+    // document) makes the halves' documents differ from the whole's (a
+    // first half ending in `...` loads alone, as one document, though the
+    // whole text does not load): such texts are not cut.
+    let marker = |m: &[u8]| memchr::memmem::find(text.as_bytes(), m).is_some();
+    if marker(b"\n---") || marker(b"\n...") || marker(b"\r---") || marker(b"\r...") {
+        return None;
+    }
     let first = split_lines(text).find(|l| {
         let t = l.trim();
         !t.is_empty() && !t.starts_with('#') && !t.starts_with("---") && !t.starts_with('%')
@@ -571,8 +579,12 @@ mod tests {
         // The same key in both halves: not YAML, whole or split.
         let dup = middle_key(&mapping);
         cases.push(format!("{dup}\n  again: 1\n{mapping}"));
-        // A second document after the cut.
+        // A second document after the cut; a document end before it (the
+        // first half alone loads, the whole does not: found in review).
         cases.push(format!("{mapping}---\nother: 1\n"));
+        let ks = entries(200, &|i| format!("k{i:03}: {i}\n"));
+        let js = entries(200, &|i| format!("j{i:03}: {i}\n"));
+        cases.push(format!("{ks}...\n{js}"));
         // A flow mapping and a double-quoted scalar whose lines reach the margin
         // across the middle.
         let half = mapping.len() / 2;
@@ -613,8 +625,8 @@ mod tests {
         let split: Vec<bool> = cases.iter().map(|t| load_in_halves(t).is_some()).collect();
         assert_eq!(
             split,
-            [true, true, false, false, false, false, false, true, false, true, false],
-            "mapping, sequence, alias, duplicate, second document, flow, quoted, nested, nested duplicate, root, block scalar"
+            [true, true, false, false, false, false, false, false, true, false, true, false],
+            "mapping, sequence, alias, duplicate, second document, document end, flow, quoted, nested, nested duplicate, root, block scalar"
         );
         for text in &cases {
             assert_eq!(

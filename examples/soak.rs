@@ -129,20 +129,25 @@ struct Sample {
     parts: [u64; 4],
 }
 
-/// The proxy's `toolstub_memory_bytes` gauges, in `Sample::parts` order
-/// (0 for a part it does not report).
-async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) -> [u64; 4] {
-    let metrics = support::request(
+/// The proxy's `/metrics` text (empty if it does not answer in time).
+async fn metrics_text(client: &support::HttpClient, addr: std::net::SocketAddr) -> String {
+    support::request(
         client,
         "GET",
         format!("http://{addr}/metrics"),
         &[],
         Bytes::new(),
-        Duration::from_secs(5),
+        Duration::from_secs(10),
     )
     .await
     .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
-    .unwrap_or_default();
+    .unwrap_or_default()
+}
+
+/// The proxy's `toolstub_memory_bytes` gauges, in `Sample::parts` order
+/// (0 for a part it does not report).
+async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) -> [u64; 4] {
+    let metrics = metrics_text(client, addr).await;
     let mut parts = [0; 4];
     for (i, part) in ["heap_in_use", "heap_free", "sqlite", "memo"]
         .iter()
@@ -328,16 +333,21 @@ fn main() {
         let mut samples: Vec<Sample> = Vec::new();
         let mut next = started;
         let gauges = support::client();
+        let take_sample = |at: Duration| {
+            let (done, db, wal, gauges) = (&done, &db, &wal, &gauges);
+            async move {
+                Sample {
+                    at: at.as_secs_f64(),
+                    requests: done.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
+                    rss_kib: support::rss_kib(pid),
+                    db: support::file_len(db),
+                    wal: support::file_len(wal),
+                    parts: memory_parts(gauges, addr).await,
+                }
+            }
+        };
         while started.elapsed() < duration {
-            let total: u64 = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
-            let s = Sample {
-                at: started.elapsed().as_secs_f64(),
-                requests: total,
-                rss_kib: support::rss_kib(pid),
-                db: support::file_len(&db),
-                wal: support::file_len(&wal),
-                parts: memory_parts(&gauges, addr).await,
-            };
+            let s = take_sample(started.elapsed()).await;
             eprintln!(
                 "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB heap={:>5.1}+{:>5.1} free sqlite={:>5.1} memo={:>5.1} MiB errors={}",
                 s.at,
@@ -362,25 +372,8 @@ fn main() {
         let elapsed = started.elapsed();
         // The figures after the load stopped are reported on their own: the
         // flatness check is about memory under load.
-        let idle = Sample {
-            at: elapsed.as_secs_f64(),
-            requests: done.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
-            rss_kib: support::rss_kib(pid),
-            db: support::file_len(&db),
-            wal: support::file_len(&wal),
-            parts: memory_parts(&gauges, addr).await,
-        };
-        let metrics = support::request(
-            &support::client(),
-            "GET",
-            format!("http://{addr}/metrics"),
-            &[],
-            Bytes::new(),
-            Duration::from_secs(10),
-        )
-        .await
-        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
+        let idle = take_sample(elapsed).await;
+        let metrics = metrics_text(&gauges, addr).await;
         (samples, idle, elapsed, metrics)
     });
     let _ = proxy.kill();

@@ -204,13 +204,8 @@ impl<'a> Scanner<'a> {
             let key = json_text::decode(self.string()?)?;
             self.eat(b':')?;
             member(self, &key)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b'}' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closes(b'}')? {
+                return Some(());
             }
         }
     }
@@ -224,14 +219,21 @@ impl<'a> Scanner<'a> {
         }
         loop {
             element(self)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closes(b']')? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a member or element: consumes a `,` (`Some(false)`: another
+    /// follows) or `close` (`Some(true)`); anything else is not JSON.
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        let next = self.peek()?;
+        self.pos += 1;
+        match next {
+            b',' => Some(false),
+            b if b == close => Some(true),
+            _ => None,
         }
     }
 }

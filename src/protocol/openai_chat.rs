@@ -280,7 +280,7 @@ fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
     }
 }
 
-fn tools_slot(body: &str, tools: Option<&str>) -> Option<ToolsSlot> {
+pub(super) fn tools_slot(body: &str, tools: Option<&str>) -> Option<ToolsSlot> {
     match tools {
         Some(raw) => {
             let span = span_in(body, raw)?;
@@ -334,7 +334,7 @@ fn client_tool_names(tools: Option<&str>) -> Option<Vec<Cow<'_, str>>> {
 /// Appends one opening message canonically: its role and its content
 /// re-serialized with sorted keys, so a client's whitespace or key order does
 /// not change the session.
-fn append_opening(opening: &mut String, role: &str, content: Option<&str>) {
+pub(super) fn append_opening(opening: &mut String, role: &str, content: Option<&str>) {
     opening.push_str(role);
     opening.push('\u{0}');
     if let Some(raw) = content {

@@ -2,7 +2,8 @@
 //! `openai_chat` replaced with the faster [`super::json_scan`] walk, kept as
 //! the oracle of differential tests: both must understand every body the same.
 
-use super::{span_in, Content, ContentShape, ParsedRequest, ToolOutput, ToolsSlot};
+use super::openai_chat::{append_opening, tools_slot};
+use super::{span_in, Content, ContentShape, ParsedRequest, ToolOutput};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -106,7 +107,9 @@ struct Part<'a> {
 
 pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
     let Obj(parsed): Obj<Body<'b>> = serde_json::from_str(body).ok()?;
-    let tools = tools_slot(body, parsed.tools)?;
+    // Where recall tools go and the session's opening do not depend on how
+    // the body was read: the adapter's own helpers, given raw slices.
+    let tools = tools_slot(body, parsed.tools.map(RawValue::get))?;
     let client_tool_names = client_tool_names(parsed.tools)?;
 
     let mut outputs = Vec::new();
@@ -118,7 +121,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
     for Obj(message) in parsed.messages {
         let role = message.role.as_deref().unwrap_or("");
         if !opening_done {
-            append_opening(&mut opening, role, message.content);
+            append_opening(&mut opening, role, message.content.map(RawValue::get));
             opening_done = role == "user";
         }
         match role {
@@ -196,35 +199,6 @@ fn content_of(raw: &str) -> Option<(Content<'_>, ContentShape)> {
     }
 }
 
-fn tools_slot(body: &str, tools: Option<&RawValue>) -> Option<ToolsSlot> {
-    match tools {
-        Some(raw) => {
-            let span = span_in(body, raw.get())?;
-            match raw.get().as_bytes().first()? {
-                b'[' => {
-                    let inner = raw.get()[1..raw.get().len() - 1].trim();
-                    Some(ToolsSlot::AppendToArray {
-                        close: span.end - 1,
-                        empty: inner.is_empty(),
-                    })
-                }
-                b'n' => Some(ToolsSlot::ReplaceNull { span }),
-                _ => None,
-            }
-        }
-        None => {
-            let trimmed = body.trim_end();
-            if !trimmed.ends_with('}') {
-                return None;
-            }
-            let close = trimmed.len() - 1;
-            let open = body.len() - body.trim_start().len();
-            let empty = body.get(open + 1..close)?.trim().is_empty();
-            Some(ToolsSlot::AddMember { close, empty })
-        }
-    }
-}
-
 fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
     let Some(raw) = tools else {
         return Some(Vec::new());
@@ -239,19 +213,4 @@ fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
             .filter_map(|Obj(t)| t.function.and_then(|Obj(f)| f.name).or(t.name))
             .collect(),
     )
-}
-
-/// Appends one opening message canonically: its role and its content
-/// re-serialized with sorted keys, so a client's whitespace or key order does
-/// not change the session.
-fn append_opening(opening: &mut String, role: &str, content: Option<&RawValue>) {
-    opening.push_str(role);
-    opening.push('\u{0}');
-    if let Some(raw) = content {
-        match serde_json::from_str::<serde_json::Value>(raw.get()) {
-            Ok(value) => opening.push_str(&value.to_string()),
-            Err(_) => opening.push_str(raw.get()),
-        }
-    }
-    opening.push('\u{1}');
 }

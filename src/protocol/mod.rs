@@ -96,6 +96,8 @@ pub struct ParsedRequest<'b> {
     /// and including the first user message), from which a session id is
     /// derived when the client names none.
     pub opening: String,
+    /// Whether the client asked for a streamed response (`"stream": true`).
+    pub streaming: bool,
 }
 
 /// One API protocol's wire format.

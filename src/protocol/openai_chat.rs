@@ -22,6 +22,9 @@ struct Body<'b> {
     messages: Vec<Message<'b>>,
     /// The raw `tools` value, `null` included; `None` when absent.
     tools: Option<&'b str>,
+    /// `"stream": true`, given once (serde_json's derived reader, which the
+    /// proxy used before, refuses a duplicate field: not streaming).
+    streaming: bool,
 }
 
 /// The fields of one message the adapter reads.
@@ -55,6 +58,8 @@ fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
 fn read_body(body: &str) -> Option<Body<'_>> {
     let mut scanner = Scanner::new(body);
     let (mut messages, mut tools) = (None, None);
+    let mut stream: Option<bool> = None;
+    let mut streams = 0;
     scanner.object(|s, key| match key {
         "messages" => {
             let mut list = Vec::new();
@@ -62,12 +67,18 @@ fn read_body(body: &str) -> Option<Body<'_>> {
             once(&mut messages, list)
         }
         "tools" => once(&mut tools, s.value()?),
+        "stream" => {
+            streams += 1;
+            stream = Some(s.value()? == "true");
+            Some(())
+        }
         _ => s.value().map(drop),
     })?;
     scanner.finish()?;
     Some(Body {
         messages: messages?,
         tools,
+        streaming: streams == 1 && stream == Some(true),
     })
 }
 
@@ -191,6 +202,7 @@ impl Protocol for OpenAiChat {
             tools,
             client_tool_names,
             opening,
+            streaming: parsed.streaming,
         })
     }
 
@@ -448,6 +460,23 @@ mod tests {
     }
 
     #[test]
+    fn streaming_is_stream_true_given_once() {
+        let streaming = |members: &str| {
+            OpenAiChat
+                .parse(&format!(r#"{{"messages":[]{members}}}"#))
+                .expect("parsed")
+                .streaming
+        };
+        assert!(streaming(r#","stream":true"#));
+        assert!(streaming(r#", "stream" : true , "n":1"#));
+        assert!(!streaming(""));
+        assert!(!streaming(r#","stream":false"#));
+        assert!(!streaming(r#","stream":null"#));
+        assert!(!streaming(r#","stream":"true""#));
+        assert!(!streaming(r#","stream":true,"stream":true"#));
+    }
+
+    #[test]
     fn tools_slots() {
         let p = OpenAiChat
             .parse(r#"{"messages":[],"tools":[ ]}"#)
@@ -618,13 +647,24 @@ mod differential {
             key("messages"),
             rare(),
             prop_oneof![8 => Just(""), 1 => Just(" \n"), 1 => Just(" x")],
+            prop::option::of((
+                key("stream"),
+                prop::sample::select(vec!["true", "false", "null", "\"true\"", "1", "[true]"]),
+                rare(),
+            )),
         )
-            .prop_map(|(messages, tools, mk, dup, trailer)| {
+            .prop_map(|(messages, tools, mk, dup, trailer, stream)| {
                 let mut members = vec![
                     ("\"model\"".to_string(), "\"m\"".to_string()),
                     (mk, format!("[\n  {}\n]", messages.join(",\n  "))),
                 ];
                 members.extend(tools.map(|t| ("\"tools\"".to_string(), t)));
+                if let Some((sk, value, twice)) = stream {
+                    members.insert(1, (sk.clone(), value.to_string()));
+                    if twice {
+                        members.push((sk, "true".to_string()));
+                    }
+                }
                 format!("{}{trailer}", object(members, dup))
             })
     }

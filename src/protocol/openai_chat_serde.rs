@@ -172,6 +172,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
         tools,
         client_tool_names,
         opening,
+        streaming: is_streaming(body.as_bytes()),
     })
 }
 
@@ -213,4 +214,18 @@ fn client_tool_names(tools: Option<&RawValue>) -> Option<Vec<Cow<'_, str>>> {
             .filter_map(|Obj(t)| t.function.and_then(|Obj(f)| f.name).or(t.name))
             .collect(),
     )
+}
+
+/// Whether the request asks for a streamed response, read as the proxy read
+/// it before the adapter did (a derived serde struct over the whole body).
+fn is_streaming(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Stream {
+        #[serde(default)]
+        stream: Option<bool>,
+    }
+    serde_json::from_slice::<Stream>(body)
+        .ok()
+        .and_then(|s| s.stream)
+        .unwrap_or(false)
 }

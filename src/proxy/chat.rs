@@ -12,7 +12,6 @@ use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::{json_text, span_in, Content};
-use crate::recall::openai::is_streaming;
 use crate::rewrite::{derive_session, rewrite_with, Mode, Outcome};
 use crate::store::NewOutput;
 use crate::stub::RecallToolNames;
@@ -114,7 +113,7 @@ pub(super) async fn handle(
     ];
 
     if rewritten.recall_offered {
-        let streaming = is_streaming(&original);
+        let streaming = rewritten.streaming;
         let req = RecallRequest {
             parts,
             tenant,
@@ -190,6 +189,8 @@ struct OwnedRewrite {
     recall_names: RecallToolNames,
     /// Whether the body offers the recall tools (then the recall loop runs).
     recall_offered: bool,
+    /// Whether the client asked for a streamed response.
+    streaming: bool,
 }
 
 struct PlannedOutput {
@@ -285,6 +286,7 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
             saved_chars: r.saved_chars,
             opening: r.opening,
             recall_names: r.recall_names,
+            streaming: r.streaming,
             recall_offered: app.config.policy.recall_enabled && mode == Mode::WithRefs,
             outputs: r
                 .outputs

@@ -154,19 +154,6 @@ pub fn append_messages(body: &str, messages: &[Value]) -> Option<String> {
     Some(out)
 }
 
-/// Whether the request asks for a streamed response.
-pub fn is_streaming(body: &[u8]) -> bool {
-    #[derive(Deserialize)]
-    struct Stream {
-        #[serde(default)]
-        stream: Option<bool>,
-    }
-    serde_json::from_slice::<Stream>(body)
-        .ok()
-        .and_then(|s| s.stream)
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,6 +114,8 @@ pub struct Rewritten<'b> {
     pub recall_names: RecallToolNames,
     /// The conversation's opening, canonical (see [`derive_session`]).
     pub opening: String,
+    /// Whether the client asked for a streamed response.
+    pub streaming: bool,
 }
 
 /// The outcome of [`rewrite`].
@@ -214,6 +216,7 @@ fn rewrite_parsed<'b>(
         saved_chars,
         recall_names: names,
         opening: parsed.opening,
+        streaming: parsed.streaming,
     })
 }
 

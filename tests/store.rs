@@ -1158,6 +1158,24 @@ mod asynchronous {
     }
 }
 
+mod file {
+    use super::*;
+
+    /// `auto_vacuum` must be set before the first write (switching to WAL
+    /// writes the header): retention's `incremental_vacuum` does nothing
+    /// on a file without it.
+    #[test]
+    fn a_new_file_gives_freed_pages_back_incrementally() {
+        let (dir, store) = open();
+        drop(store);
+        let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        let mode: i64 = conn
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, 2, "INCREMENTAL");
+    }
+}
+
 mod durability {
     //! Once `put` returns, the original survives `kill -9`. The child is this
     //! test binary re-run with `--exact durability::child_writer`; with

@@ -191,6 +191,7 @@ impl ResultStore {
             ));
         }
         let mut conn = open_connection(&path)?;
+        schema::configure_new_file(&conn)?;
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
             .ctx("enabling WAL")?;

@@ -18,13 +18,23 @@ fn user_version(conn: &Connection) -> Result<i64, StoreError> {
         .ctx("reading the schema version")
 }
 
-/// Brings the database to [`SCHEMA_VERSION`].
-pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    if user_version(conn)? == 0 {
-        // Must precede the first table; lets retention give pages back.
+/// Settings only a new, empty file can take; call before anything writes
+/// to it (switching to WAL writes the file's header, after which
+/// `auto_vacuum` no longer changes). Incremental auto-vacuum lets retention
+/// give pages back to the file system.
+pub fn configure_new_file(conn: &Connection) -> Result<(), StoreError> {
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .ctx("reading the database size")?;
+    if pages == 0 {
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
             .ctx("enabling incremental auto-vacuum")?;
     }
+    Ok(())
+}
+
+/// Brings the database to [`SCHEMA_VERSION`].
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     loop {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)

@@ -35,12 +35,18 @@ fn decode_split(raw: &str, parallel_bytes: usize) -> Option<Cow<'_, str>> {
         Some(mid) => {
             let (head, tail) = bytes.split_at(mid);
             let (tail, head) =
-                crate::parallel::beside("toolstub-decode", || unescape(tail), || unescape(head));
+                // The head's buffer has room for the tail too: joining
+                // them is one copy, not a reallocation.
+                crate::parallel::beside(
+                    "toolstub-decode",
+                    || unescape(tail, 0),
+                    || unescape(head, tail.len()),
+                );
             let mut out = head?;
             out.extend_from_slice(&tail?);
             out
         }
-        None => unescape(bytes)?,
+        None => unescape(bytes, 0)?,
     };
     // Both halves split at an ASCII backslash, so each is whole UTF-8.
     String::from_utf8(out).ok().map(Cow::Owned)
@@ -78,10 +84,12 @@ fn escape_near_middle(bytes: &[u8]) -> Option<usize> {
 /// backslash-run logic), and the run before each is copied 16 bytes at a
 /// time into an output with 16 spare bytes: per escape a few instructions
 /// that do not wait on each other, not a search from the previous one.
-fn unescape(bytes: &[u8]) -> Option<Vec<u8>> {
+/// The output has capacity for `room_after` more bytes.
+fn unescape(bytes: &[u8], room_after: usize) -> Option<Vec<u8>> {
     // Escapes only ever shrink the text: the output fits in the input's
     // length plus the spare bytes of the last run's copy.
-    let mut out = vec![0u8; bytes.len() + RUN];
+    let mut out = Vec::with_capacity(bytes.len() + RUN + room_after);
+    out.resize(bytes.len() + RUN, 0);
     let mut w = 0;
     // The start of the input not yet copied or decoded.
     let mut from = 0;

@@ -116,6 +116,11 @@ pub trait Protocol {
 /// The byte offset of `part` inside `whole`. `part` must be a subslice of
 /// `whole` (borrowed from it by the parser).
 pub fn span_in(whole: &str, part: &str) -> Option<Range<usize>> {
+    span_in_bytes(whole.as_bytes(), part.as_bytes())
+}
+
+/// [`span_in`] over bytes (for a body not validated as UTF-8 again).
+pub fn span_in_bytes(whole: &[u8], part: &[u8]) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
     let end = start.checked_add(part.len())?;
     (end <= whole.len()).then_some(start..end)

@@ -11,7 +11,7 @@ use super::error::ProxyError;
 use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
-use crate::protocol::{json_text, span_in, Content};
+use crate::protocol::{json_text, span_in_bytes, Content};
 use crate::rewrite::{derive_session, rewrite_with, Mode, Outcome};
 use crate::store::NewOutput;
 use crate::stub::RecallToolNames;
@@ -278,7 +278,6 @@ async fn plan(app: &Arc<App>, body: Bytes, mode: Mode) -> Result<Plan, ProxyErro
 }
 
 fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
-    let text = std::str::from_utf8(body).unwrap_or_default();
     match rewrite_with(body, &app.config.policy, &app.protocol, mode, &app.memo) {
         Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
         Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
@@ -298,12 +297,14 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
                     text: match (o.text, &o.content) {
                         // Decoded by the rewrite already (first seen): keep it.
                         (Some(decoded), _) => TextSource::Decoded(decoded.into_owned()),
-                        (None, Content::JsonString(raw)) => match span_in(text, raw) {
-                            Some(span) => TextSource::Literal(span),
-                            None => TextSource::Decoded(
-                                o.content.decode().map(Cow::into_owned).unwrap_or_default(),
-                            ),
-                        },
+                        (None, Content::JsonString(raw)) => {
+                            match span_in_bytes(body, raw.as_bytes()) {
+                                Some(span) => TextSource::Literal(span),
+                                None => TextSource::Decoded(
+                                    o.content.decode().map(Cow::into_owned).unwrap_or_default(),
+                                ),
+                            }
+                        }
                         (None, Content::Decoded(t)) => TextSource::Decoded(t.to_string()),
                     },
                     new: NewOutput {

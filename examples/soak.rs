@@ -493,7 +493,7 @@ fn main() {
         idle.rss_kib as f64 / 1024.0
     );
     println!();
-    println!("Memory parts are the proxy's `toolstub_memory_bytes` gauges (heap allocated and held beyond that by jemalloc, SQLite's allocations, the memo).\n");
+    println!("Memory parts are the proxy's `toolstub_memory_bytes` gauges (heap in use and held free by malloc, SQLite's allocations, the memo).\n");
     println!("| t (s) | requests | RSS (MiB) | heap in use | heap free | SQLite | memo | DB (MiB) | WAL (MiB) |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let step = (samples.len() / 20).max(1);

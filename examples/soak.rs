@@ -166,6 +166,17 @@ async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) 
     parts
 }
 
+/// (max - min) / first of a series (0 when empty).
+fn band(values: impl Iterator<Item = u64>) -> f64 {
+    let values: Vec<u64> = values.collect();
+    let (Some(first), Some(max), Some(min)) =
+        (values.first(), values.iter().max(), values.iter().min())
+    else {
+        return 0.0;
+    };
+    (max - min) as f64 / (*first).max(1) as f64
+}
+
 fn main() {
     let seconds: u64 = env_or("SOAK_SECONDS", 600);
     let concurrency: usize = env_or("SOAK_CONCURRENCY", 32);
@@ -396,7 +407,7 @@ fn main() {
     let rss_max = after.iter().map(|s| s.rss_kib).max().unwrap_or(0);
     let rss_min = after.iter().map(|s| s.rss_kib).min().unwrap_or(0);
     let rss_all_max = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
-    let spread = (rss_max as f64 - rss_min as f64) / rss_first.max(1) as f64;
+    let spread = band(after.iter().map(|s| s.rss_kib));
     // The peak RSS of each window after warm-up; a last window with fewer
     // than half its samples is left out.
     let per_window = (window.as_secs_f64() / sample_every.as_secs_f64()).max(1.0);
@@ -413,10 +424,7 @@ fn main() {
         .filter(|w| w.len() as f64 >= per_window / 2.0)
         .filter_map(|w| w.iter().max().copied())
         .collect();
-    let peak_first = peaks.first().copied().unwrap_or(0);
-    let envelope = (peaks.iter().max().copied().unwrap_or(0) as f64
-        - peaks.iter().min().copied().unwrap_or(0) as f64)
-        / peak_first.max(1) as f64;
+    let envelope = band(peaks.iter().copied());
     let db_max = samples.iter().map(|s| s.db + s.wal).max().unwrap_or(0);
     let db_after_max = after.iter().map(|s| s.db + s.wal).max().unwrap_or(0);
     let proxy_5xx: u64 = metrics

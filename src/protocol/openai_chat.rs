@@ -58,8 +58,7 @@ fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
 fn read_body(body: &str) -> Option<Body<'_>> {
     let mut scanner = Scanner::new(body);
     let (mut messages, mut tools) = (None, None);
-    let mut stream: Option<bool> = None;
-    let mut streams = 0;
+    let (mut streams, mut stream_true) = (0, false);
     scanner.object(|s, key| match key {
         "messages" => {
             let mut list = Vec::new();
@@ -69,7 +68,7 @@ fn read_body(body: &str) -> Option<Body<'_>> {
         "tools" => once(&mut tools, s.value()?),
         "stream" => {
             streams += 1;
-            stream = Some(s.value()? == "true");
+            stream_true = s.value()? == "true";
             Some(())
         }
         _ => s.value().map(drop),
@@ -78,7 +77,7 @@ fn read_body(body: &str) -> Option<Body<'_>> {
     Some(Body {
         messages: messages?,
         tools,
-        streaming: streams == 1 && stream == Some(true),
+        streaming: streams == 1 && stream_true,
     })
 }
 

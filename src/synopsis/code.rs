@@ -945,6 +945,7 @@ fn is_path(s: &str, separators: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// Scanned in two halves or in one pass, a text gives the same scan.
     #[test]
@@ -984,8 +985,6 @@ mod tests {
             assert_eq!(split, whole, "{}", &text[..60]);
         }
     }
-
-    use super::*;
 
     #[test]
     fn modifier_matcher_agrees_with_the_list() {

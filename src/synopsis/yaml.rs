@@ -559,6 +559,7 @@ impl<'de> Visitor<'de> for TypeNameVisitor {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// A large document loaded in two halves reads as loaded whole, and
     /// every way a cut can go wrong falls back to the whole load.
@@ -660,8 +661,6 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
-
-    use super::*;
 
     fn syn(text: &str) -> Option<Synopsis> {
         summarize(&Input::new(text, "", 100))

@@ -95,7 +95,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     };
     let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     init_logging(&config);
-    crate::proxy::memory::limit_arenas();
+    crate::proxy::memory::configure_malloc();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,40 +1,65 @@
-//! Giving freed heap memory back to the operating system.
+//! Keeping the heap's resident memory at what is in use.
 //!
-//! glibc's malloc keeps freed memory in its arenas (one per thread, up to
-//! eight per core) and returns only what sits at the top of each. A proxy
-//! allocates request bodies and decoded outputs of every size on many
-//! threads, so freed pages pile up in the middle of arenas and RSS creeps up
-//! for many minutes under steady traffic (the soak measured +14% over ten
-//! minutes with nothing leaking). `malloc_trim(0)` hands every whole free
-//! page of every arena back; run every few seconds on the blocking pool, it
-//! keeps RSS at what is in use. Arenas are also limited to one per core
-//! (glibc's default is eight per core): with more arenas than cores, each
-//! keeps its own high-water mark of freed memory. Together they lowered the
-//! ten-minute soak's peak RSS from 45.7-46.8 to 42.5-43.1 MiB; a slow climb
-//! of about 5 MiB over the run remains (RELIABILITY.md, "Soak").
-//! Elsewhere than glibc both are no-ops.
+//! glibc's malloc keeps freed memory in its arenas and returns only what
+//! sits at the top of each. A proxy allocates request bodies, decoded
+//! outputs and store writes of every size on many threads, so freed memory
+//! piles up between live chunks and RSS creeps up for many minutes under
+//! steady traffic with nothing leaking. Three settings hold it:
+//!
+//! - A fixed mmap threshold of 32 KiB ([`MMAP_THRESHOLD`]). By default glibc
+//!   raises its threshold to the size of every mmapped chunk freed (up to
+//!   32 MiB), so after the first large body every buffer below that size
+//!   comes from the arenas, where the next smaller allocation lands in the
+//!   middle of it and pins the pages. Fixed, every buffer of 32 KiB and more
+//!   gets its own mapping, returned whole on free (and grown with `mremap`).
+//!   In the ten-minute soak the heap's free memory stopped growing (2.3-3.4
+//!   MiB from start to end, where it climbed from 5 to 17 MiB) and the peak
+//!   RSS fell from 41-45 to 30-32 MiB (RELIABILITY.md, "Session 5").
+//! - One arena per core (glibc's default is eight per core): with more
+//!   arenas than cores, each keeps its own high-water mark of freed memory.
+//! - `malloc_trim(0)` every few seconds on the blocking pool, which hands
+//!   every whole free page of every arena back.
+//!
+//! Elsewhere than glibc all three are no-ops. The price of the fixed
+//! threshold, a fresh mapping (page faults) for every large buffer, is taken
+//! back by the binary's allocator, which recycles freed large buffers
+//! (`large_buffers.rs`); the trim also gives back those unused for a period.
 
 use std::time::Duration;
 
 /// How often freed memory is handed back.
 pub const TRIM_EVERY: Duration = Duration::from_secs(5);
 
-/// Limits glibc to one malloc arena per core. Call before the runtime
-/// starts its threads (arenas are created as threads first allocate).
-pub fn limit_arenas() {
+/// Allocations of this size and more get their own mapping (see the module
+/// documentation). Below it sit the small and medium objects of a request
+/// (headers, JSON keys, synopsis lines), which the arenas serve faster than
+/// a system call would. Tool outputs worth externalizing (20,000 characters
+/// and more by default) are mostly above it.
+pub const MMAP_THRESHOLD: usize = 32 * 1024;
+
+/// Sets glibc's malloc up for a long-running server: one arena per core
+/// and a fixed mmap threshold. Call before the runtime starts its threads
+/// (arenas are created as threads first allocate).
+pub fn configure_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
         let cores = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
+        let threshold = libc::c_int::try_from(MMAP_THRESHOLD).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt sets a process-wide malloc parameter; glibc
-        // documents M_ARENA_MAX as settable at any time.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, cores) };
+        // documents M_ARENA_MAX and M_MMAP_THRESHOLD as settable at any time
+        // (setting the threshold also turns off its dynamic adjustment).
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, cores);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
+        }
     }
 }
 
-/// Starts the periodic trim on the current runtime (glibc only).
+/// Starts the periodic trim on the current runtime: large buffers unused
+/// for a whole period leave the cache ([`super::large_buffers`]), then
+/// glibc hands back its arenas' free pages.
 pub fn spawn_trimmer() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     tokio::spawn(async {
         let mut ticks = tokio::time::interval(TRIM_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -43,22 +68,32 @@ pub fn spawn_trimmer() {
             ticks.tick().await;
             let trimmed = tokio::task::spawn_blocking(|| {
                 let started = std::time::Instant::now();
-                // SAFETY: malloc_trim only walks glibc's own arenas under
-                // their locks; it is documented as safe to call at any time
-                // from any thread.
-                let released = unsafe { libc::malloc_trim(0) };
-                (released, started.elapsed())
+                let cached = super::large_buffers::GLOBAL.release_idle();
+                (cached, trim_arenas(), started.elapsed())
             })
             .await;
-            if let Ok((released, took)) = trimmed {
+            if let Ok((cached, trimmed, took)) = trimmed {
                 tracing::debug!(
-                    released = released != 0,
+                    cached_bytes_released = cached,
+                    arenas_trimmed = trimmed,
                     took_us = took.as_micros() as u64,
                     "returned freed heap memory"
                 );
             }
         }
     });
+}
+
+/// `malloc_trim(0)`: whether glibc gave any memory back (`false` elsewhere).
+fn trim_arenas() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only walks glibc's own arenas under their
+        // locks; it is documented as safe to call at any time from any thread.
+        unsafe { libc::malloc_trim(0) != 0 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
 }
 
 /// Heap bytes in use and held free by the allocator (glibc's `mallinfo2`,
@@ -83,7 +118,7 @@ pub fn render_gauges(out: &mut String, memo_bytes: usize) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
-        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
+        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), large_buffers (freed, kept for reuse), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
     );
     let mut gauge = |part: &str, value: u64| {
         let _ = writeln!(out, "toolstub_memory_bytes{{part=\"{part}\"}} {value}");
@@ -92,6 +127,10 @@ pub fn render_gauges(out: &mut String, memo_bytes: usize) {
         gauge("heap_in_use", in_use);
         gauge("heap_free", free);
     }
+    gauge(
+        "large_buffers",
+        super::large_buffers::GLOBAL.cached_bytes() as u64,
+    );
     gauge("sqlite", crate::store::sqlite_memory_in_use());
     gauge("memo", memo_bytes as u64);
 }

@@ -15,6 +15,7 @@
 mod body;
 mod chat;
 mod error;
+pub mod large_buffers;
 pub mod memory;
 mod operator;
 mod recall;

@@ -147,14 +147,20 @@ impl LargeBuffers {
     /// Gives back to the system every buffer that sat unused since the last
     /// call (the oldest of each class); returns the bytes given back.
     pub fn release_idle(&self) -> usize {
-        let mut idle: Vec<(usize, usize)> = Vec::new();
+        // Collected on the stack: allocating under the lock could call
+        // back into this cache and wait on the lock it holds.
+        let mut idle = [(0usize, 0usize); CLASSES * SLOTS];
+        let mut count = 0;
         {
             let mut cache = self.lock();
             for (index, class) in cache.classes.iter_mut().enumerate() {
                 let n = class.low_water;
                 if n > 0 {
                     let size = class_size(index);
-                    idle.extend(class.slots[..n].iter().map(|&p| (p, size)));
+                    for &ptr in &class.slots[..n] {
+                        idle[count] = (ptr, size);
+                        count += 1;
+                    }
                     class.slots.copy_within(n..class.len, 0);
                     class.len -= n;
                 }
@@ -162,7 +168,7 @@ impl LargeBuffers {
             }
         }
         let mut released = 0;
-        for (ptr, size) in idle {
+        for &(ptr, size) in &idle[..count] {
             self.cached_bytes.fetch_sub(size, Ordering::Relaxed);
             released += size;
             if let Ok(layout) = Layout::from_size_align(size, SYSTEM_ALIGN) {

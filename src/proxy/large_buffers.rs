@@ -1,12 +1,21 @@
 //! Recycling the large buffers a request frees, away from malloc's arenas.
 //!
 //! With glibc's mmap threshold fixed at [`MIN_BYTES`] (see `memory.rs`),
-//! every buffer of 32 KiB and more (request bodies, decoded tool outputs,
-//! hyper's read buffers) gets its own mapping and leaves nothing behind in
-//! the arenas when freed: the heap stops fragmenting and RSS stays flat. But
-//! a fresh mapping is paid for again page by page: a request carrying a 1 MB
-//! tool output touches three to four MB of new pages, and on this machine
-//! the faults cost about 2 ms per such request.
+//! buffers of 32 KiB and more (request bodies, decoded tool outputs, hyper's
+//! read buffers) get their own mapping (unless free space in an arena
+//! already fits them) and leave nothing behind in the arenas when freed: the
+//! heap stops fragmenting and RSS stays flat. But a fresh mapping is paid
+//! for again page by page: a request carrying a 1 MB tool output touches
+//! three to four MB of new pages, and on this machine the faults cost about
+//! 2 ms per such request.
+//!
+//! Every recycled buffer is allocated from the system at its class size and
+//! [`SYSTEM_ALIGN`], whatever the request's own (smaller) alignment, so a
+//! buffer can serve any request of its class and goes back to the system
+//! with the layout it came with. A `realloc` that crosses a class boundary
+//! allocates and copies (glibc would `mremap` a mapped chunk): a growing
+//! buffer is copied about four times per doubling, which costs far less
+//! than the faults it saves.
 //!
 //! [`LargeBuffers`] keeps freed large buffers, by size class, for the next
 //! request to reuse (their pages are already resident), up to
@@ -36,8 +45,17 @@ const STEPS: usize = 4;
 /// Powers of two from [`MIN_BYTES`] to [`MAX_BYTES`].
 const CLASSES: usize =
     STEPS * (MAX_BYTES.trailing_zeros() - MIN_BYTES.trailing_zeros()) as usize + 1;
-/// What the system allocator aligns every allocation to (glibc: 16 bytes).
-const SYSTEM_ALIGN: usize = 16;
+/// The alignment every recycled buffer is allocated with (and so the most a
+/// request may ask for to be recycled): glibc's malloc alignment on 64-bit.
+pub const SYSTEM_ALIGN: usize = 16;
+const _: () = assert!(SYSTEM_ALIGN <= MIN_BYTES && SYSTEM_ALIGN.is_power_of_two());
+
+/// The layout a buffer of a class is allocated and freed with.
+fn system_layout(size: usize) -> Layout {
+    // SAFETY: `size` is a class size (at most MAX_BYTES, far below
+    // isize::MAX) and SYSTEM_ALIGN is a power of two.
+    unsafe { Layout::from_size_align_unchecked(size, SYSTEM_ALIGN) }
+}
 
 /// The size class of `size` bytes: (index, the size actually allocated).
 fn class_of(size: usize) -> Option<(usize, usize)> {
@@ -171,11 +189,9 @@ impl LargeBuffers {
         for &(ptr, size) in &idle[..count] {
             self.cached_bytes.fetch_sub(size, Ordering::Relaxed);
             released += size;
-            if let Ok(layout) = Layout::from_size_align(size, SYSTEM_ALIGN) {
-                // SAFETY: the buffer came from `System.alloc` with this
-                // layout (class size, system alignment) and left the cache.
-                unsafe { System.dealloc(ptr as *mut u8, layout) };
-            }
+            // SAFETY: the buffer came from `System.alloc` with this layout
+            // (class size, system alignment) and has left the cache.
+            unsafe { System.dealloc(ptr as *mut u8, system_layout(size)) };
         }
         released
     }
@@ -188,10 +204,8 @@ impl LargeBuffers {
         match recycled(layout) {
             Some((index, size)) => match self.take(index, size) {
                 Some(ptr) => ptr,
-                // SAFETY: a valid, non-zero size with the caller's alignment.
-                None => unsafe {
-                    System.alloc(Layout::from_size_align_unchecked(size, layout.align()))
-                },
+                // SAFETY: a valid, non-zero layout.
+                None => unsafe { System.alloc(system_layout(size)) },
             },
             // SAFETY: the caller's layout, as GlobalAlloc requires.
             None => unsafe { System.alloc(layout) },
@@ -212,9 +226,7 @@ impl LargeBuffers {
                     ptr
                 }
                 // SAFETY: as in `alloc`.
-                None => unsafe {
-                    System.alloc_zeroed(Layout::from_size_align_unchecked(size, layout.align()))
-                },
+                None => unsafe { System.alloc_zeroed(system_layout(size)) },
             },
             // SAFETY: the caller's layout.
             None => unsafe { System.alloc_zeroed(layout) },
@@ -229,10 +241,8 @@ impl LargeBuffers {
         match recycled(layout) {
             Some((index, size)) => {
                 if !self.keep(index, size, ptr) {
-                    // SAFETY: allocated by `alloc` at the class size.
-                    unsafe {
-                        System.dealloc(ptr, Layout::from_size_align_unchecked(size, layout.align()))
-                    }
+                    // SAFETY: allocated by `alloc` with this layout.
+                    unsafe { System.dealloc(ptr, system_layout(size)) }
                 }
             }
             // SAFETY: allocated by the system with this layout.
@@ -289,7 +299,9 @@ pub struct Recycling;
 
 // SAFETY: every method forwards to `LargeBuffers`, which hands out either
 // memory from the system allocator with a layout at least as large and as
-// aligned as asked, or such memory freed earlier and not handed out since.
+// aligned as asked (a recycled request asks for at most SYSTEM_ALIGN, and
+// every recycled buffer has it), or such memory freed earlier and not
+// handed out since.
 unsafe impl GlobalAlloc for Recycling {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         unsafe { GLOBAL.alloc(layout) }
@@ -312,11 +324,20 @@ mod tests {
 
     #[test]
     fn classes_cover_the_range_in_order_and_round_up_by_at_most_a_quarter() {
+        // Every class's edges (and one past them), every power of two, and
+        // a sample in between, in increasing order.
+        let mut sizes: Vec<usize> = (0..CLASSES)
+            .map(class_size)
+            .chain((15..=24).map(|p| 1usize << p))
+            .flat_map(|edge| [edge - 1, edge, edge + 1])
+            .chain((MIN_BYTES..=MAX_BYTES).step_by(997))
+            .filter(|s| (MIN_BYTES..=MAX_BYTES).contains(s))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let mut used = [false; CLASSES];
         let mut last = (0, 0);
-        for size in (MIN_BYTES..=MAX_BYTES)
-            .step_by(997)
-            .chain([MIN_BYTES, MAX_BYTES])
-        {
+        for size in sizes {
             let (index, rounded) = class_of(size).expect("in range");
             assert!(
                 rounded >= size && rounded - size <= size / 4,
@@ -324,10 +345,16 @@ mod tests {
             );
             assert_eq!(class_size(index), rounded, "class {index}");
             assert!(index < CLASSES);
+            used[index] = true;
             if size > last.0 {
                 assert!(index >= last.1, "{size}");
             }
             last = (size, index);
+        }
+        assert!(used.iter().all(|&u| u), "every class is reached");
+        // A size one past a class's edge starts the next class.
+        for i in 0..CLASSES - 1 {
+            assert_eq!(class_of(class_size(i) + 1).map(|c| c.0), Some(i + 1));
         }
         assert_eq!(class_of(MIN_BYTES), Some((0, MIN_BYTES)));
         assert_eq!(class_of(MAX_BYTES), Some((CLASSES - 1, MAX_BYTES)));
@@ -393,19 +420,45 @@ mod tests {
         assert_eq!(cache.cached_bytes(), 0);
     }
 
+    #[test]
+    fn a_class_keeps_at_most_its_slots() {
+        let cache = LargeBuffers::new();
+        let layout = Layout::from_size_align(MIN_BYTES, 8).unwrap();
+        let held: Vec<*mut u8> = (0..SLOTS + 3)
+            .map(|_| unsafe { cache.alloc(layout) })
+            .collect();
+        for &p in &held {
+            unsafe { cache.dealloc(p, layout) };
+        }
+        assert_eq!(cache.cached_bytes(), SLOTS * MIN_BYTES);
+        cache.release_idle();
+        cache.release_idle();
+        assert_eq!(cache.cached_bytes(), 0);
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
-        Alloc(usize),
+        Alloc(usize, usize),
+        AllocZeroed(usize, usize),
         Realloc(usize, usize),
         Free(usize),
         Release,
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        // Sizes on both sides of the recycled range, and across classes.
-        let size = prop_oneof![1usize..40_000, 30_000usize..300_000, 1usize..2_000_000];
+        // Sizes below, across and above the recycled range (untouched pages
+        // of a large buffer cost nothing), and alignments on both sides of
+        // SYSTEM_ALIGN.
+        let size = prop_oneof![
+            1usize..40_000,
+            30_000usize..300_000,
+            1usize..2_000_000,
+            MAX_BYTES - 4..MAX_BYTES + 1_000_000,
+        ];
+        let align = prop::sample::select(vec![1usize, 8, 16, 32, 4096]);
         prop_oneof![
-            size.clone().prop_map(Op::Alloc),
+            (size.clone(), align.clone()).prop_map(|(s, a)| Op::Alloc(s, a)),
+            (size.clone(), align).prop_map(|(s, a)| Op::AllocZeroed(s, a)),
             (any::<usize>(), size).prop_map(|(i, s)| Op::Realloc(i, s)),
             any::<usize>().prop_map(Op::Free),
             Just(Op::Release),
@@ -432,10 +485,17 @@ mod tests {
             for (n, op) in ops.into_iter().enumerate() {
                 let tag = (n % 251) as u8;
                 match op {
-                    Op::Alloc(size) => {
-                        let layout = Layout::from_size_align(size, 8).unwrap();
-                        let p = unsafe { cache.alloc(layout) };
+                    Op::Alloc(size, align) | Op::AllocZeroed(size, align) => {
+                        let layout = Layout::from_size_align(size, align).unwrap();
+                        let zeroed = matches!(op, Op::AllocZeroed(..));
+                        let p = unsafe {
+                            if zeroed { cache.alloc_zeroed(layout) } else { cache.alloc(layout) }
+                        };
                         prop_assert!(!p.is_null());
+                        prop_assert_eq!(p as usize % align, 0);
+                        if zeroed {
+                            prop_assert!(check(p, size, 0), "a zeroed buffer held old bytes");
+                        }
                         fill(p, size, tag);
                         live.push((p, layout, tag));
                     }
@@ -451,7 +511,8 @@ mod tests {
                             }
                         }
                         fill(q, size, tag);
-                        live.push((q, Layout::from_size_align(size, 8).unwrap(), tag));
+                        prop_assert_eq!(q as usize % layout.align(), 0);
+                        live.push((q, Layout::from_size_align(size, layout.align()).unwrap(), tag));
                     }
                     Op::Free(i) if !live.is_empty() => {
                         let (p, layout, _) = live.swap_remove(i % live.len());

@@ -10,11 +10,12 @@
 //!   raises its threshold to the size of every mmapped chunk freed (up to
 //!   32 MiB), so after the first large body every buffer below that size
 //!   comes from the arenas, where the next smaller allocation lands in the
-//!   middle of it and pins the pages. Fixed, every buffer of 32 KiB and more
-//!   gets its own mapping, returned whole on free (and grown with `mremap`).
-//!   In the ten-minute soak the heap's free memory stopped growing (2.3-3.4
-//!   MiB from start to end, where it climbed from 5 to 17 MiB) and the peak
-//!   RSS fell from 41-45 to 30-32 MiB (RELIABILITY.md, "Session 5").
+//!   middle of it and pins the pages. Fixed, a buffer of 32 KiB and more
+//!   gets its own mapping (unless free space in an arena already fits it),
+//!   returned whole on free. In the ten-minute soak the heap's free memory
+//!   stopped growing (1-3.4 MiB from start to end, where it climbed from 9
+//!   to 17 MiB) and the peak RSS fell from 41-45 to 30-32 MiB
+//!   (RELIABILITY.md, "Session 5").
 //! - One arena per core (glibc's default is eight per core): with more
 //!   arenas than cores, each keeps its own high-water mark of freed memory.
 //! - `malloc_trim(0)` every few seconds on the blocking pool, which hands
@@ -118,7 +119,7 @@ pub fn render_gauges(out: &mut String, memo_bytes: usize) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
-        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), large_buffers (freed, kept for reuse), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
+        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), large_buffers (freed, kept for reuse; also counted in heap_in_use), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
     );
     let mut gauge = |part: &str, value: u64| {
         let _ = writeln!(out, "toolstub_memory_bytes{{part=\"{part}\"}} {value}");

@@ -14,8 +14,8 @@
 //! buffer can serve any request of its class and goes back to the system
 //! with the layout it came with. A `realloc` that crosses a class boundary
 //! allocates and copies (glibc would `mremap` a mapped chunk): a growing
-//! buffer is copied about four times per doubling, which costs far less
-//! than the faults it saves.
+//! `Vec` (which doubles its capacity) is copied once per doubling, as it
+//! would be in an arena, which costs far less than the faults it saves.
 //!
 //! [`LargeBuffers`] keeps freed large buffers, by size class, for the next
 //! request to reuse (their pages are already resident), up to

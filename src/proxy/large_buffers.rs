@@ -32,8 +32,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// The smallest buffer recycled (the mmap threshold set in `memory.rs`).
-pub const MIN_BYTES: usize = 32 * 1024;
+/// The smallest buffer recycled: the mmap threshold `memory.rs` sets.
+pub const MIN_BYTES: usize = super::memory::MMAP_THRESHOLD;
 /// The largest buffer recycled; larger ones are rare and go to the system.
 pub const MAX_BYTES: usize = 16 * 1024 * 1024;
 /// The most the cache holds, all classes together.

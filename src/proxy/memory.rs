@@ -14,7 +14,8 @@
 //!   gets its own mapping (unless free space in an arena already fits it),
 //!   returned whole on free. In the ten-minute soak the heap's free memory
 //!   stopped growing (1-3.4 MiB from start to end, where it climbed from 9
-//!   to 17 MiB) and the peak RSS fell from 41-45 to 30-32 MiB
+//!   to 17 MiB) and the peak RSS per minute stopped climbing: 30-32 MiB
+//!   with the threshold alone, 40-42 MiB with the recycled buffers below
 //!   (RELIABILITY.md, "Session 5").
 //! - One arena per core (glibc's default is eight per core): with more
 //!   arenas than cores, each keeps its own high-water mark of freed memory.

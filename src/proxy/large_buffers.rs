@@ -62,17 +62,14 @@ fn class_of(size: usize) -> Option<(usize, usize)> {
     if !(MIN_BYTES..=MAX_BYTES).contains(&size) {
         return None;
     }
-    // 2^p < size <= 2^(p+1), cut into STEPS classes of 2^p / STEPS bytes
-    // (exact powers of two are the last class of the range below them).
+    // 2^p < size <= 2^(p+1), cut into STEPS classes of 2^p / STEPS bytes;
+    // the class is the k-th step (1..=STEPS) above 2^p (exact powers of two
+    // are the last class of the range below them, MIN_BYTES is class 0).
     let p = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize;
     let step = (1usize << p) / STEPS;
     let rounded = size.div_ceil(step) * step;
-    let base = MIN_BYTES.trailing_zeros() as usize;
-    let index = if rounded == MIN_BYTES {
-        0
-    } else {
-        (p - base) * STEPS + (rounded - (1 << p)) / step
-    };
+    let k = (rounded - (1 << p)) / step;
+    let index = (p + 1 - MIN_BYTES.trailing_zeros() as usize) * STEPS + k - STEPS;
     Some((index, rounded))
 }
 
@@ -261,6 +258,7 @@ impl LargeBuffers {
         // alignment, does not overflow isize.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         match (recycled(layout), recycled(new_layout)) {
+            // SAFETY: the system allocated `ptr` with `layout`.
             (None, None) => unsafe { System.realloc(ptr, layout, new_size) },
             (Some((old, _)), Some((new, _))) if old == new => ptr,
             _ => {
@@ -280,15 +278,13 @@ impl LargeBuffers {
     }
 }
 
+/// The size of class `index`, the inverse of [`class_of`].
 fn class_size(index: usize) -> usize {
-    let base = MIN_BYTES.trailing_zeros() as usize;
-    if index == 0 {
-        return MIN_BYTES;
-    }
-    // Index i > 0 is step (i - 1) % STEPS + 1 above 2^(base + (i - 1) / STEPS).
-    let p = base + (index - 1) / STEPS;
-    let step = (1usize << p) / STEPS;
-    (1 << p) + ((index - 1) % STEPS + 1) * step
+    // Class i is step k = j % STEPS + 1 above 2^p, p = log2(MIN_BYTES) - 1 + j / STEPS,
+    // with j = i + STEPS - 1.
+    let j = index + STEPS - 1;
+    let p = MIN_BYTES.trailing_zeros() as usize - 1 + j / STEPS;
+    (1 << p) + (j % STEPS + 1) * ((1usize << p) / STEPS)
 }
 
 /// The process-wide cache the binary's allocator uses.

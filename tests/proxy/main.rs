@@ -73,6 +73,14 @@ pub(crate) fn big_json(n: usize) -> String {
     format!("{{\"users\":[{}],\"total\":{n}}}", items.join(","))
 }
 
+/// A `toolstub_memory_bytes` gauge from a `/metrics` text.
+pub(crate) fn memory_gauge(metrics: &str, part: &str) -> Option<u64> {
+    let prefix = format!("toolstub_memory_bytes{{part=\"{part}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+}
+
 /// A chat body: one user message, then one assistant turn calling `fetch`
 /// once per output, then the outputs.
 pub(crate) fn chat_body(outputs: &[String], extra: &str) -> String {
@@ -532,11 +540,7 @@ async fn healthz_and_metrics_answer_without_a_credential_in_sight() {
     assert!(text.contains("toolstub_upstream_latency_seconds_count"));
     // Memory by part: the memo holds the one output's synopsis, SQLite has
     // its page caches; the heap parts exist where the allocator tells.
-    let gauge = |part: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("toolstub_memory_bytes{{part=\"{part}\"}} ")))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
+    let gauge = |part: &str| memory_gauge(&text, part);
     assert!(gauge("memo").is_some_and(|b| b > 0), "{text}");
     assert!(gauge("sqlite").is_some_and(|b| b > 0), "{text}");
     if cfg!(all(target_os = "linux", target_env = "gnu")) {

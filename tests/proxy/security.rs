@@ -722,11 +722,7 @@ async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
     let (_, _, metrics) = send(&c, "GET", format!("{base}/metrics"), &[], "").await;
     // The binary's allocator kept the requests' freed ~100 KB buffers for
     // reuse (the in-process server of the other tests reports 0).
-    let kept = String::from_utf8_lossy(&metrics).lines().find_map(|l| {
-        l.strip_prefix("toolstub_memory_bytes{part=\"large_buffers\"} ")?
-            .parse::<u64>()
-            .ok()
-    });
+    let kept = super::memory_gauge(&String::from_utf8_lossy(&metrics), "large_buffers");
     assert!(kept.is_some_and(|b| b > 0), "large buffers kept: {kept:?}");
     // SIGKILL: the WAL stays as it was, with whatever it holds.
     child.kill().expect("kill");

@@ -9,6 +9,7 @@
 
 use crate::rewrite::select::Budget;
 use crate::rewrite::Policy;
+use crate::store::Durability;
 use crate::stub::RecallToolNames;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -89,6 +90,9 @@ pub struct RawStore {
     pub max_bytes: u64,
     /// How often the background retention sweep runs (at least 100 ms).
     pub sweep_interval_ms: u64,
+    /// Whether a put's commit waits for the disk (`full`) or for the OS
+    /// (`normal`: survives a process kill, not a power loss).
+    pub durability: Durability,
 }
 
 impl Default for RawStore {
@@ -98,6 +102,7 @@ impl Default for RawStore {
             retention_days: 30,
             max_bytes: 10 * 1024 * 1024 * 1024,
             sweep_interval_ms: 60_000,
+            durability: Durability::Full,
         }
     }
 }
@@ -458,6 +463,22 @@ mod tests {
         assert_eq!(c.failure_mode, FailureMode::PreserveRaw);
         assert_eq!(c.recall_max_rounds, 8);
         assert_eq!(c.max_body_bytes, 64 * 1024 * 1024);
+        assert_eq!(c.store.durability, Durability::Full);
+    }
+
+    #[test]
+    fn durability_is_read_from_the_file_and_the_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[store]\ndurability = \"normal\"\n").expect("write");
+        let c = load(Some(&path), no_env(), &Overrides::default()).expect("file");
+        assert_eq!(c.store.durability, Durability::Normal);
+        let env = vec![("TOOLSTUB_STORE_DURABILITY".to_string(), "full".to_string())];
+        let c = load(Some(&path), env, &Overrides::default()).expect("env");
+        assert_eq!(c.store.durability, Durability::Full);
+        let env = vec![("TOOLSTUB_STORE_DURABILITY".to_string(), "off".to_string())];
+        let err = load(None, env, &Overrides::default()).expect_err("unknown level");
+        assert!(format!("{err:#}").contains("off"), "{err:#}");
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl App {
             sweep_interval: Some(std::time::Duration::from_millis(
                 config.store.sweep_interval_ms,
             )),
+            durability: config.store.durability,
             ..StoreConfig::default()
         };
         let store = ResultStore::open(&config.store.path, store_config)

@@ -49,15 +49,20 @@ use tokio::sync::{mpsc, oneshot};
 pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 const DAY_MS: i64 = 86_400_000;
 
-/// How hard a commit pushes to the disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// How hard a put's commit pushes to the disk (`store.durability`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Durability {
     /// `synchronous=FULL`: the WAL is fsynced at every commit, so a stored
     /// output survives a process kill, an OS crash and a power loss.
     #[default]
     Full,
     /// `synchronous=NORMAL`: survives a process kill (the WAL is written
-    /// before commit returns) but the last commits may be lost on power loss.
+    /// before commit returns) but the last commits may be lost on an OS
+    /// crash or power loss. Saves the fsync (about 1.3 ms per commit on the
+    /// benchmark machine). Behind the proxy a lost original comes back on
+    /// the agent's next turn, which carries it again; a ref already sent is
+    /// unreadable until then.
     Normal,
 }
 
@@ -122,7 +127,7 @@ impl Default for StoreConfig {
             max_bytes: None,
             tombstone_days: 365,
             sweep_interval: Some(Duration::from_secs(60)),
-            durability: Durability::Full,
+            durability: Durability::default(),
             readers: 4,
             queue: 64,
             clock: Clock::system(),

@@ -696,3 +696,62 @@ fn expire(tx: &Transaction<'_>, id: i64, blob_id: i64, now: i64) -> Result<u64, 
         .ctx("deleting an original")?;
     Ok(u64::try_from(bytes).unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{open_connection, schema, Durability};
+    use crate::synopsis::{synopsize, Hints};
+
+    fn writer(dir: &std::path::Path, durability: Durability) -> Writer {
+        let mut conn = open_connection(&dir.join("w.db")).expect("open");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("wal");
+        schema::migrate(&mut conn).expect("schema");
+        let config = StoreConfig {
+            durability,
+            sweep_interval: None,
+            ..StoreConfig::default()
+        };
+        Writer::new(conn, config)
+    }
+
+    fn put(writer: &mut Writer, text: &str) -> Result<Vec<Stored>, StoreError> {
+        let output = NewOutput {
+            session_id: "s".to_string(),
+            tool_call_id: Some("call_1".to_string()),
+            tool_name: None,
+            mime_type: None,
+            preview_chars: 100,
+            synopsis: synopsize(text, Hints::default()),
+            text: text.to_string(),
+            sha256: None,
+        };
+        let (reply, answer) = oneshot::channel();
+        let items = prepare(vec![output])?;
+        writer.put_group(vec![(Tenant::anonymous(), items, reply)]);
+        answer.blocking_recv().expect("a reply")
+    }
+
+    /// A put commits at `store.durability`'s level; the background index
+    /// batches (derived data) at NORMAL whatever it is.
+    #[test]
+    fn puts_commit_at_the_configured_durability() {
+        for (durability, level) in [(Durability::Full, 2), (Durability::Normal, 1)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut writer = writer(dir.path(), durability);
+            let stored = put(&mut writer, "some text worth keeping").expect("put");
+            assert!(stored[0].created);
+            let sync = |w: &Writer| -> i64 {
+                w.conn
+                    .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                    .expect("synchronous")
+            };
+            assert_eq!(sync(&writer), level, "{durability:?}");
+            writer.flush_index().expect("index");
+            assert_eq!(sync(&writer), 1, "index batches run at NORMAL");
+            put(&mut writer, "another text").expect("put");
+            assert_eq!(sync(&writer), level, "{durability:?} again after indexing");
+        }
+    }
+}

@@ -4,12 +4,24 @@
 //! - A mock upstream (in this process, its own runtime thread) answers chat
 //!   completions: a small JSON completion, or 10 SSE chunks for streams.
 //! - The proxy is the real release binary, a child process.
+//! - A bare forwarder (this executable with `--forwarder`, placed as the
+//!   proxy is) is the floor: hyper's server and pooled client, nothing else.
 //! - The load generator (this process) sends the same requests to the mock
-//!   directly and through the proxy, alternating batches, and reports the
-//!   medians over batches of p50/p99 latency and throughput, the added
+//!   directly, through the proxy and through the bare forwarder, and reports
+//!   the medians over rounds of p50/p99 latency and throughput, the added
 //!   latency, the cost of a request carrying a 1 MB JSON tool output (first
 //!   seen, back to back and after an idle gap; repeated), and the proxy's
-//!   RSS idle and under load.
+//!   RSS idle and under load. Saturating rows alternate batches per path;
+//!   paced rows run the direct path and one other side by side (each at the
+//!   full rate), because this machine has slow spells of 20-60 ms that
+//!   decide a p99 and would otherwise land on one path's batch only.
+//!
+//! Environment: `LOADBENCH_ONLY=large|paced` (only those rows),
+//! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
+//! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
+//! `LOADBENCH_TRACE=DIR` (every paced request's latency, see
+//! [`write_trace`]). The proxy inherits the rest, e.g.
+//! `TOOLSTUB_STORE_DURABILITY=normal`.
 
 mod support;
 
@@ -29,6 +41,15 @@ const BATCH: Duration = Duration::from_millis(1500);
 const PACED_RATE: u32 = 2000;
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, listen, upstream] = args.as_slice() {
+        if flag == "--forwarder" {
+            return forwarder::run(
+                listen.parse().expect("listen address"),
+                upstream.parse().expect("upstream address"),
+            );
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -73,8 +94,36 @@ fn main() {
         .spawn()
         .expect("start the proxy (build it with cargo build --release)");
     let proxy_addr: SocketAddr = format!("127.0.0.1:{proxy_port}").parse().expect("addr");
+    // The bare forwarder: same placement as the proxy, same hops, no work.
+    let bare_port = support::free_port();
+    let bare_addr: SocketAddr = format!("127.0.0.1:{bare_port}").parse().expect("addr");
+    let me = std::env::current_exe().expect("this executable");
+    let mut bare = match &pinned {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu]).arg(&me);
+            c
+        }
+        None => Command::new(&me),
+    };
+    let mut bare = bare
+        .args([
+            "--forwarder",
+            &bare_addr.to_string(),
+            &mock_addr.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the bare forwarder");
+    let targets = Targets {
+        mock: mock_addr,
+        proxy: proxy_addr,
+        bare: bare_addr,
+        proxy_pid: proxy.id(),
+    };
     rt.block_on(async {
         wait_healthy(proxy_addr).await;
+        wait_healthy(bare_addr).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let idle_rss = support::rss_kib(proxy.id());
         println!("## toolstub load benchmark\n");
@@ -88,16 +137,22 @@ fn main() {
         let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
         let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
         let mut loaded_rss = 0;
-        // LOADBENCH_ONLY=large measures only the 1 MB tool-output rows.
+        let mut floors = Vec::new();
         let only_large = std::env::var("LOADBENCH_ONLY").is_ok_and(|v| v == "large");
+        let only_paced = std::env::var("LOADBENCH_ONLY").is_ok_and(|v| v == "paced");
         let scenarios: &[(&str, &Bytes)] = if only_large {
             &[]
         } else {
             &[("non-streaming", &small), ("streaming", &small_stream)]
         };
         for &(name, body) in scenarios {
-            for (concurrency, rate) in [(1usize, None), (32, None), (32, Some(PACED_RATE))] {
-                let row = compare(mock_addr, proxy_addr, proxy.id(), body, concurrency, rate).await;
+            let configurations: &[(usize, Option<u32>)] = if only_paced {
+                &[(32, Some(PACED_RATE))]
+            } else {
+                &[(1, None), (32, None), (32, Some(PACED_RATE))]
+            };
+            for &(concurrency, rate) in configurations {
+                let row = compare(&targets, body, concurrency, rate).await;
                 let name = match rate {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
@@ -109,9 +164,27 @@ fn main() {
                     ms(row.direct_p99), ms(row.proxy_p99), ms(row.proxy_p99 - row.direct_p99),
                     row.direct_rps, row.proxy_rps, row.proxy_cpu * 1e6
                 );
+                floors.push((name, row));
             }
         }
         println!();
+        if !floors.is_empty() {
+            println!("The floor on this machine: a bare hyper forwarder (no parsing, no rewrite, no metrics: `loadbench --forwarder`), placed as the proxy is, measured in the same interleaved rounds. Latency it adds is the hops' and the placement's, which any proxy pays.\n");
+            println!("| scenario | bare forwarder added p50 | toolstub added p50 | bare forwarder added p99 | toolstub added p99 | toolstub p99 over bare |");
+            println!("|---|---|---|---|---|---|");
+            for (name, row) in &floors {
+                println!(
+                    "| {name} | {} | {} | {} | {} | **{}** |",
+                    ms(row.bare_added_p50), ms(row.proxy_p50 - row.direct_p50),
+                    ms(row.bare_added_p99), ms(row.proxy_p99 - row.direct_p99),
+                    ms(row.proxy_p99 - row.direct_p99 - row.bare_added_p99)
+                );
+            }
+            println!();
+        }
+        if only_paced {
+            return;
+        }
         let one_mb = large_output_cost(mock_addr, proxy_addr).await;
         loaded_rss = loaded_rss.max(support::rss_kib(proxy.id()));
         println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", one_mb.samples);
@@ -127,6 +200,8 @@ fn main() {
     });
     let _ = proxy.kill();
     let _ = proxy.wait();
+    let _ = bare.kill();
+    let _ = bare.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -143,68 +218,122 @@ struct Row {
     proxy_p99: f64,
     direct_rps: f64,
     proxy_rps: f64,
+    /// The bare forwarder's added latency, against the direct path measured
+    /// beside it.
+    bare_added_p50: f64,
+    bare_added_p99: f64,
 }
 
-async fn compare(
+/// Where the load goes: the mock (direct), the proxy, the bare forwarder.
+struct Targets {
     mock: SocketAddr,
     proxy: SocketAddr,
+    bare: SocketAddr,
     proxy_pid: u32,
-    body: &Bytes,
-    concurrency: usize,
-    rate: Option<u32>,
-) -> Row {
+}
+
+async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Option<u32>) -> Row {
     let client = support::client();
-    // Warm both paths (connections, pools).
-    batch(
-        &client,
-        mock,
-        body,
-        concurrency,
-        Duration::from_millis(300),
-        None,
-    )
-    .await;
-    batch(
-        &client,
-        proxy,
-        body,
-        concurrency,
-        Duration::from_millis(300),
-        None,
-    )
-    .await;
-    let mut d = (Vec::new(), Vec::new(), Vec::new());
-    let mut p = (Vec::new(), Vec::new(), Vec::new());
+    let (mock, proxy, bare) = (targets.mock, targets.proxy, targets.bare);
+    // Warm every path (connections, pools).
+    for target in [mock, proxy, bare] {
+        let warm = Duration::from_millis(300);
+        batch(&client, target, body, concurrency, warm, None).await;
+    }
+    // Per path, one entry per round: direct (beside the proxy), proxy,
+    // direct (beside the bare forwarder), bare forwarder.
+    let mut stats: [Stats; 4] = Default::default();
     let mut cpu = Vec::new();
     for _ in 0..ROUNDS {
-        for (target, out) in [(mock, &mut d), (proxy, &mut p)] {
-            let cpu_before = cpu_seconds(proxy_pid);
-            let (mut lat, elapsed) = batch(&client, target, body, concurrency, BATCH, rate).await;
-            if target == proxy {
-                cpu.push((cpu_seconds(proxy_pid) - cpu_before) / lat.len().max(1) as f64);
+        for (i, (who, target)) in [("proxy", proxy), ("bare", bare)].into_iter().enumerate() {
+            let cpu_before = cpu_seconds(targets.proxy_pid);
+            let (traces, elapsed) = match rate {
+                // Paced: the direct path and the other one side by side, so
+                // the machine's slow moments fall on both alike.
+                Some(_) => {
+                    side_by_side(&client, &[mock, target], body, concurrency, BATCH, rate).await
+                }
+                // Saturating: one after the other (side by side they would
+                // share the load generator's CPU).
+                None => {
+                    let (direct, _) = batch(&client, mock, body, concurrency, BATCH, rate).await;
+                    let (other, elapsed) =
+                        batch(&client, target, body, concurrency, BATCH, rate).await;
+                    (vec![direct, other], elapsed)
+                }
+            };
+            if who == "proxy" {
+                let spent = cpu_seconds(targets.proxy_pid) - cpu_before;
+                cpu.push(spent / traces[1].len().max(1) as f64);
             }
-            lat.sort_by(|a, b| a.total_cmp(b));
-            out.0.push(percentile(&lat, 0.50));
-            out.1.push(percentile(&lat, 0.99));
-            out.2.push(lat.len() as f64 / elapsed);
+            for (j, (trace, name)) in traces.iter().zip(["direct", who]).enumerate() {
+                write_trace(name, rate, trace, elapsed);
+                stats[2 * i + j].add(trace, elapsed);
+            }
         }
     }
+    let [d, p, d2, b] = stats;
     Row {
         proxy_cpu: median(cpu),
-        direct_p50: median(d.0),
-        proxy_p50: median(p.0),
-        direct_p99: median(d.1),
-        proxy_p99: median(p.1),
-        direct_rps: median(d.2),
-        proxy_rps: median(p.2),
+        direct_p50: median(d.p50),
+        proxy_p50: median(p.p50),
+        direct_p99: median(d.p99),
+        proxy_p99: median(p.p99),
+        direct_rps: median(d.rps),
+        proxy_rps: median(p.rps),
+        bare_added_p50: median(b.p50) - median(d2.p50),
+        bare_added_p99: median(b.p99) - median(d2.p99),
     }
+}
+
+/// One path's p50, p99 and throughput, one entry per batch.
+#[derive(Default)]
+struct Stats {
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    rps: Vec<f64>,
+}
+
+impl Stats {
+    fn add(&mut self, trace: &[(f64, f64)], elapsed: f64) {
+        let mut lat: Vec<f64> = trace.iter().map(|&(_, l)| l).collect();
+        lat.sort_by(|a, b| a.total_cmp(b));
+        self.p50.push(percentile(&lat, 0.50));
+        self.p99.push(percentile(&lat, 0.99));
+        self.rps.push(lat.len() as f64 / elapsed);
+    }
+}
+
+/// With `LOADBENCH_TRACE=DIR`, each paced batch's requests go to a file
+/// (`DIR/{path}-{rate}-{n}.tsv`: scheduled offset and latency, seconds),
+/// headed by the batch's start on CLOCK_MONOTONIC in nanoseconds, to line
+/// slow requests up with `perf sched record -k CLOCK_MONOTONIC`.
+fn write_trace(who: &str, rate: Option<u32>, trace: &[(f64, f64)], elapsed: f64) {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let (Ok(dir), Some(rate)) = (std::env::var("LOADBENCH_TRACE"), rate) else {
+        return;
+    };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let start_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec - (elapsed * 1e9) as i64;
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut text = format!("# {start_ns}\n");
+    for (at, latency) in trace {
+        text.push_str(&format!("{at:.6}\t{latency:.6}\n"));
+    }
+    let _ = std::fs::write(format!("{dir}/{who}-{rate}-{n}.tsv"), text);
 }
 
 type BenchClient = support::HttpClient;
 
 /// `concurrency` workers sending requests for `duration`: back to back, or
 /// (with `rate`) on an open-loop schedule, latency counted from the
-/// scheduled time when a worker falls behind, so a stall is not hidden. Returns every latency (seconds)
+/// scheduled time when a worker falls behind, so a stall is not hidden.
+/// Returns every request's (offset from the start, latency), in seconds,
 /// and the elapsed time.
 async fn batch(
     client: &BenchClient,
@@ -213,48 +342,75 @@ async fn batch(
     concurrency: usize,
     duration: Duration,
     rate: Option<u32>,
-) -> (Vec<f64>, f64) {
+) -> (Vec<(f64, f64)>, f64) {
+    let (mut traces, elapsed) =
+        side_by_side(client, &[target], body, concurrency, duration, rate).await;
+    (traces.pop().unwrap_or_default(), elapsed)
+}
+
+/// [`batch`] against several targets at once, `concurrency` workers and
+/// `rate` each, their schedules offset by a fraction of a slot so that
+/// requests to the targets alternate in time: whatever slows the machine
+/// meanwhile slows all of them. Returns one trace per target.
+async fn side_by_side(
+    client: &BenchClient,
+    targets: &[SocketAddr],
+    body: &Bytes,
+    concurrency: usize,
+    duration: Duration,
+    rate: Option<u32>,
+) -> (Vec<Vec<(f64, f64)>>, f64) {
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..concurrency {
-        let client = client.clone();
-        let body = body.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut k = 0u64;
-            while started.elapsed() < duration {
-                let t = match rate {
-                    Some(rate) => {
-                        let slot =
-                            (k * concurrency as u64 + worker as u64) as f64 / f64::from(rate);
-                        let at = started + Duration::from_secs_f64(slot);
-                        k += 1;
-                        if Instant::now() < at {
-                            // On time: the timer's own lateness (tokio's
-                            // wheel ticks per millisecond) is the generator's,
-                            // not the target's; count from the wake-up.
-                            tokio::time::sleep_until(at.into()).await;
-                            Instant::now()
-                        } else {
-                            // Behind schedule (the last response was late):
-                            // count from when this request should have gone,
-                            // so a stall is not hidden.
-                            at
+    let mut tasks: Vec<Vec<_>> = Vec::new();
+    for (i, &target) in targets.iter().enumerate() {
+        let offset = i as f64 / targets.len() as f64;
+        let mut workers = Vec::new();
+        for worker in 0..concurrency {
+            let client = client.clone();
+            let body = body.clone();
+            workers.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut k = 0u64;
+                while started.elapsed() < duration {
+                    let t = match rate {
+                        Some(rate) => {
+                            let slot = ((k * concurrency as u64 + worker as u64) as f64 + offset)
+                                / f64::from(rate);
+                            let at = started + Duration::from_secs_f64(slot);
+                            k += 1;
+                            if Instant::now() < at {
+                                // On time: the timer's own lateness (tokio's
+                                // wheel ticks per millisecond) is the
+                                // generator's, not the target's; count from
+                                // the wake-up.
+                                tokio::time::sleep_until(at.into()).await;
+                                Instant::now()
+                            } else {
+                                // Behind schedule (the last response was
+                                // late): count from when this request should
+                                // have gone, so a stall is not hidden.
+                                at
+                            }
                         }
-                    }
-                    None => Instant::now(),
-                };
-                request(&client, target, body.clone()).await;
-                lat.push(t.elapsed().as_secs_f64());
-            }
-            lat
-        }));
+                        None => Instant::now(),
+                    };
+                    request(&client, target, body.clone()).await;
+                    lat.push(((t - started).as_secs_f64(), t.elapsed().as_secs_f64()));
+                }
+                lat
+            }));
+        }
+        tasks.push(workers);
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("worker"));
+    let mut traces = Vec::new();
+    for workers in tasks {
+        let mut all = Vec::new();
+        for w in workers {
+            all.extend(w.await.expect("worker"));
+        }
+        traces.push(all);
     }
-    (all, started.elapsed().as_secs_f64())
+    (traces, started.elapsed().as_secs_f64())
 }
 
 async fn request(client: &BenchClient, target: SocketAddr, body: Bytes) {
@@ -409,5 +565,76 @@ fn mock_answer(_parts: &http::request::Parts, body: &Bytes) -> http::Response<Fu
         support::sse_response(s)
     } else {
         support::json_response(support::COMPLETION)
+    }
+}
+
+/// `loadbench --forwarder LISTEN UPSTREAM`: the least a proxy built on the
+/// same crates can do (hyper's server and pooled client, bodies streamed
+/// both ways, nothing read or rewritten), as a floor for the proxy's rows.
+mod forwarder {
+    use bytes::Bytes;
+    use http_body_util::combinators::BoxBody;
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::Incoming;
+    use hyper::service::service_fn;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+
+    type Body = BoxBody<Bytes, hyper::Error>;
+
+    pub fn run(listen: SocketAddr, upstream: SocketAddr) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("forwarder runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(64)
+                .build(connector);
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let service =
+                        service_fn(move |request| forward(client.clone(), upstream, request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    }
+
+    async fn forward(
+        client: Client<HttpConnector, Incoming>,
+        upstream: SocketAddr,
+        mut request: http::Request<Incoming>,
+    ) -> Result<http::Response<Body>, Infallible> {
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let uri = format!("http://{upstream}{path}").parse();
+        let Ok(uri) = uri else {
+            return Ok(bad_gateway());
+        };
+        *request.uri_mut() = uri;
+        Ok(match client.request(request).await {
+            Ok(response) => response.map(BodyExt::boxed),
+            Err(_) => bad_gateway(),
+        })
+    }
+
+    fn bad_gateway() -> http::Response<Body> {
+        let mut response =
+            http::Response::new(Empty::new().map_err(|never| match never {}).boxed());
+        *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+        response
     }
 }

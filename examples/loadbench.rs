@@ -120,6 +120,7 @@ fn main() {
         proxy: proxy_addr,
         bare: bare_addr,
         proxy_pid: proxy.id(),
+        bare_pid: bare.id(),
     };
     rt.block_on(async {
         wait_healthy(proxy_addr).await;
@@ -170,14 +171,15 @@ fn main() {
         println!();
         if !floors.is_empty() {
             println!("The floor on this machine: a bare hyper forwarder (no parsing, no rewrite, no metrics: `loadbench --forwarder`), placed as the proxy is, measured in the same interleaved rounds. Latency it adds is the hops' and the placement's, which any proxy pays.\n");
-            println!("| scenario | bare forwarder added p50 | toolstub added p50 | bare forwarder added p99 | toolstub added p99 | toolstub p99 over bare |");
-            println!("|---|---|---|---|---|---|");
+            println!("| scenario | bare forwarder added p50 | toolstub added p50 | bare forwarder added p99 | toolstub added p99 | toolstub p99 over bare | CPU per request, bare / toolstub |");
+            println!("|---|---|---|---|---|---|---|");
             for (name, row) in &floors {
                 println!(
-                    "| {name} | {} | {} | {} | {} | **{}** |",
+                    "| {name} | {} | {} | {} | {} | **{}** | {:.1} / {:.1} µs |",
                     ms(row.bare_added_p50), ms(row.proxy_p50 - row.direct_p50),
                     ms(row.bare_added_p99), ms(row.proxy_p99 - row.direct_p99),
-                    ms(row.proxy_p99 - row.direct_p99 - row.bare_added_p99)
+                    ms(row.proxy_p99 - row.direct_p99 - row.bare_added_p99),
+                    row.bare_cpu * 1e6, row.proxy_cpu * 1e6
                 );
             }
             println!();
@@ -212,6 +214,8 @@ fn ms(seconds: f64) -> String {
 struct Row {
     /// The proxy's CPU time per proxied request (user + system), seconds.
     proxy_cpu: f64,
+    /// The same for the bare forwarder.
+    bare_cpu: f64,
     direct_p50: f64,
     proxy_p50: f64,
     direct_p99: f64,
@@ -230,6 +234,7 @@ struct Targets {
     proxy: SocketAddr,
     bare: SocketAddr,
     proxy_pid: u32,
+    bare_pid: u32,
 }
 
 async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Option<u32>) -> Row {
@@ -243,10 +248,16 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
     // Per path, one entry per round: direct (beside the proxy), proxy,
     // direct (beside the bare forwarder), bare forwarder.
     let mut stats: [Stats; 4] = Default::default();
-    let mut cpu = Vec::new();
+    // CPU time per request of the proxy and of the bare forwarder.
+    let mut cpu: [Vec<f64>; 2] = Default::default();
     for _ in 0..ROUNDS {
         for (i, (who, target)) in [("proxy", proxy), ("bare", bare)].into_iter().enumerate() {
-            let cpu_before = cpu_seconds(targets.proxy_pid);
+            let pid = if who == "proxy" {
+                targets.proxy_pid
+            } else {
+                targets.bare_pid
+            };
+            let cpu_before = cpu_seconds(pid);
             let (traces, elapsed) = match rate {
                 // Paced: the direct path and the other one side by side, so
                 // the machine's slow moments fall on both alike.
@@ -262,10 +273,8 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
                     (vec![direct, other], elapsed)
                 }
             };
-            if who == "proxy" {
-                let spent = cpu_seconds(targets.proxy_pid) - cpu_before;
-                cpu.push(spent / traces[1].len().max(1) as f64);
-            }
+            let spent = cpu_seconds(pid) - cpu_before;
+            cpu[i].push(spent / traces[1].len().max(1) as f64);
             for (j, (trace, name)) in traces.iter().zip(["direct", who]).enumerate() {
                 write_trace(name, rate, trace, elapsed);
                 stats[2 * i + j].add(trace, elapsed);
@@ -273,8 +282,10 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
         }
     }
     let [d, p, d2, b] = stats;
+    let [proxy_cpu, bare_cpu] = cpu;
     Row {
-        proxy_cpu: median(cpu),
+        proxy_cpu: median(proxy_cpu),
+        bare_cpu: median(bare_cpu),
         direct_p50: median(d.p50),
         proxy_p50: median(p.p50),
         direct_p99: median(d.p99),

@@ -66,15 +66,8 @@ fn main() {
     // generator and mock) keeps to the other: the added latency is then the
     // proxy's work and hops, not its fight with the load generator for CPU.
     let pinned = std::env::var("LOADBENCH_PROXY_CPU").ok();
-    let mut proxy = match &pinned {
-        Some(cpu) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpu, &bin]);
-            c
-        }
-        None => Command::new(&bin),
-    };
-    let mut proxy = proxy
+    let mut proxy = placed(pinned.as_deref(), bin.as_ref());
+    proxy
         .args([
             "serve",
             "--listen",
@@ -90,43 +83,38 @@ fn main() {
             std::env::var("LOADBENCH_PROXY_LOG").unwrap_or_else(|_| "warn".to_string()),
         )
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the proxy (build it with cargo build --release)");
+        .stderr(Stdio::inherit());
+    let proxy = Reaped(
+        proxy
+            .spawn()
+            .expect("start the proxy (build it with cargo build --release)"),
+    );
     let proxy_addr: SocketAddr = format!("127.0.0.1:{proxy_port}").parse().expect("addr");
     // The bare forwarder: same placement as the proxy, same hops, no work.
-    let bare_port = support::free_port();
-    let bare_addr: SocketAddr = format!("127.0.0.1:{bare_port}").parse().expect("addr");
+    let bare_addr: SocketAddr = format!("127.0.0.1:{}", support::free_port())
+        .parse()
+        .expect("addr");
     let me = std::env::current_exe().expect("this executable");
-    let mut bare = match &pinned {
-        Some(cpu) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpu]).arg(&me);
-            c
-        }
-        None => Command::new(&me),
-    };
-    let mut bare = bare
-        .args([
-            "--forwarder",
-            &bare_addr.to_string(),
-            &mock_addr.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the bare forwarder");
+    let mut bare = placed(pinned.as_deref(), me.as_os_str());
+    bare.args([
+        "--forwarder",
+        &bare_addr.to_string(),
+        &mock_addr.to_string(),
+    ])
+    .stdout(Stdio::null());
+    let bare = Reaped(bare.spawn().expect("start the bare forwarder"));
     let targets = Targets {
         mock: mock_addr,
         proxy: proxy_addr,
         bare: bare_addr,
-        proxy_pid: proxy.id(),
-        bare_pid: bare.id(),
+        proxy_pid: proxy.0.id(),
+        bare_pid: bare.0.id(),
     };
     rt.block_on(async {
-        wait_healthy(proxy_addr).await;
-        wait_healthy(bare_addr).await;
+        wait_healthy(proxy_addr, "the proxy").await;
+        wait_healthy(bare_addr, "the bare forwarder").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let idle_rss = support::rss_kib(proxy.id());
+        let idle_rss = support::rss_kib(targets.proxy_pid);
         println!("## toolstub load benchmark\n");
         println!("proxy: {bin}; mock upstream in-process; {ROUNDS} interleaved rounds of {} ms per configuration; medians over rounds.\n", BATCH.as_millis());
         match &pinned {
@@ -139,8 +127,8 @@ fn main() {
         let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
         let mut loaded_rss = 0;
         let mut floors = Vec::new();
-        let only_large = std::env::var("LOADBENCH_ONLY").is_ok_and(|v| v == "large");
-        let only_paced = std::env::var("LOADBENCH_ONLY").is_ok_and(|v| v == "paced");
+        let only = std::env::var("LOADBENCH_ONLY").unwrap_or_default();
+        let (only_large, only_paced) = (only == "large", only == "paced");
         let scenarios: &[(&str, &Bytes)] = if only_large {
             &[]
         } else {
@@ -158,7 +146,7 @@ fn main() {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
                 };
-                loaded_rss = loaded_rss.max(support::rss_kib(proxy.id()));
+                loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
                 println!(
                     "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} | {:.1} µs |",
                     ms(row.direct_p50), ms(row.proxy_p50), ms(row.proxy_p50 - row.direct_p50),
@@ -188,7 +176,7 @@ fn main() {
             return;
         }
         let one_mb = large_output_cost(mock_addr, proxy_addr).await;
-        loaded_rss = loaded_rss.max(support::rss_kib(proxy.id()));
+        loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
         println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", one_mb.samples);
         println!("|---|---|");
         println!("| first seen, back to back (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(one_mb.first_seen));
@@ -200,11 +188,31 @@ fn main() {
         println!("| idle, after start | {:.1} |", idle_rss as f64 / 1024.0);
         println!("| peak seen under load | {:.1} |", loaded_rss as f64 / 1024.0);
     });
-    let _ = proxy.kill();
-    let _ = proxy.wait();
-    let _ = bare.kill();
-    let _ = bare.wait();
+    drop((proxy, bare));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `program`, pinned to `cpu` with taskset when given.
+fn placed(cpu: Option<&str>, program: &std::ffi::OsStr) -> Command {
+    match cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// A child process killed and reaped when dropped, also when the
+/// benchmark panics, so no proxy or forwarder outlives it.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn ms(seconds: f64) -> String {
@@ -250,34 +258,56 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
     let mut stats: [Stats; 4] = Default::default();
     // CPU time per request of the proxy and of the bare forwarder.
     let mut cpu: [Vec<f64>; 2] = Default::default();
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         for (i, (who, target)) in [("proxy", proxy), ("bare", bare)].into_iter().enumerate() {
             let pid = if who == "proxy" {
                 targets.proxy_pid
             } else {
                 targets.bare_pid
             };
-            let cpu_before = cpu_seconds(pid);
-            let (traces, elapsed) = match rate {
+            // Each batch: (its trace, when it started, how long it ran).
+            let (direct, other) = match rate {
                 // Paced: the direct path and the other one side by side, so
-                // the machine's slow moments fall on both alike.
+                // the machine's slow moments fall on both alike. Which of
+                // the two goes first in a slot alternates by round.
                 Some(_) => {
-                    side_by_side(&client, &[mock, target], body, concurrency, BATCH, rate).await
+                    let cpu_before = cpu_seconds(pid);
+                    let order = if round % 2 == 0 {
+                        [mock, target]
+                    } else {
+                        [target, mock]
+                    };
+                    let (mut traces, start, elapsed) =
+                        side_by_side(&client, &order, body, concurrency, BATCH, rate).await;
+                    cpu[i].push(cpu_seconds(pid) - cpu_before);
+                    if round % 2 == 1 {
+                        traces.reverse();
+                    }
+                    let [direct, other]: [Vec<(f64, f64)>; 2] =
+                        traces.try_into().expect("two traces");
+                    ((direct, start, elapsed), (other, start, elapsed))
                 }
                 // Saturating: one after the other (side by side they would
                 // share the load generator's CPU).
                 None => {
-                    let (direct, _) = batch(&client, mock, body, concurrency, BATCH, rate).await;
-                    let (other, elapsed) =
-                        batch(&client, target, body, concurrency, BATCH, rate).await;
-                    (vec![direct, other], elapsed)
+                    let direct = batch(&client, mock, body, concurrency, BATCH, rate).await;
+                    let cpu_before = cpu_seconds(pid);
+                    let other = batch(&client, target, body, concurrency, BATCH, rate).await;
+                    cpu[i].push(cpu_seconds(pid) - cpu_before);
+                    (direct, other)
                 }
             };
-            let spent = cpu_seconds(pid) - cpu_before;
-            cpu[i].push(spent / traces[1].len().max(1) as f64);
-            for (j, (trace, name)) in traces.iter().zip(["direct", who]).enumerate() {
-                write_trace(name, rate, trace, elapsed);
-                stats[2 * i + j].add(trace, elapsed);
+            let requests = other.0.len().max(1) as f64;
+            if let Some(spent) = cpu[i].last_mut() {
+                *spent /= requests;
+            }
+            let beside = format!("direct-beside-{who}");
+            for (j, (name, (trace, start, elapsed))) in [(beside.as_str(), direct), (who, other)]
+                .into_iter()
+                .enumerate()
+            {
+                write_trace(name, rate, &trace, start);
+                stats[2 * i + j].add(&trace, elapsed);
             }
         }
     }
@@ -316,27 +346,32 @@ impl Stats {
 }
 
 /// With `LOADBENCH_TRACE=DIR`, each paced batch's requests go to a file
-/// (`DIR/{path}-{rate}-{n}.tsv`: scheduled offset and latency, seconds),
+/// (`DIR/{path}-{rate}-{n}.tsv`, path `proxy`, `bare`, `direct-beside-proxy`
+/// or `direct-beside-bare`: scheduled offset and latency, seconds),
 /// headed by the batch's start on CLOCK_MONOTONIC in nanoseconds, to line
 /// slow requests up with `perf sched record -k CLOCK_MONOTONIC`.
-fn write_trace(who: &str, rate: Option<u32>, trace: &[(f64, f64)], elapsed: f64) {
+fn write_trace(who: &str, rate: Option<u32>, trace: &[(f64, f64)], start: Instant) {
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let (Ok(dir), Some(rate)) = (std::env::var("LOADBENCH_TRACE"), rate) else {
         return;
     };
+    let ago = start.elapsed();
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime only writes the timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    let start_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec - (elapsed * 1e9) as i64;
+    let start_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec - ago.as_nanos() as i64;
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut text = format!("# {start_ns}\n");
     for (at, latency) in trace {
         text.push_str(&format!("{at:.6}\t{latency:.6}\n"));
     }
-    let _ = std::fs::write(format!("{dir}/{who}-{rate}-{n}.tsv"), text);
+    let path = format!("{dir}/{who}-{rate}-{n}.tsv");
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text)) {
+        eprintln!("LOADBENCH_TRACE: cannot write {path}: {e}");
+    }
 }
 
 type BenchClient = support::HttpClient;
@@ -345,7 +380,7 @@ type BenchClient = support::HttpClient;
 /// (with `rate`) on an open-loop schedule, latency counted from the
 /// scheduled time when a worker falls behind, so a stall is not hidden.
 /// Returns every request's (offset from the start, latency), in seconds,
-/// and the elapsed time.
+/// when the batch started, and how long it ran (seconds).
 async fn batch(
     client: &BenchClient,
     target: SocketAddr,
@@ -353,16 +388,18 @@ async fn batch(
     concurrency: usize,
     duration: Duration,
     rate: Option<u32>,
-) -> (Vec<(f64, f64)>, f64) {
-    let (mut traces, elapsed) =
+) -> (Vec<(f64, f64)>, Instant, f64) {
+    let (mut traces, start, elapsed) =
         side_by_side(client, &[target], body, concurrency, duration, rate).await;
-    (traces.pop().unwrap_or_default(), elapsed)
+    (traces.pop().unwrap_or_default(), start, elapsed)
 }
 
 /// [`batch`] against several targets at once, `concurrency` workers and
-/// `rate` each, their schedules offset by a fraction of a slot so that
-/// requests to the targets alternate in time: whatever slows the machine
-/// meanwhile slows all of them. Returns one trace per target.
+/// `rate` each, target `i`'s schedule offset by `i / targets.len()` of a
+/// slot: whatever slows the machine meanwhile slows all of them. (At 2,000
+/// req/s a slot is 0.5 ms, under tokio's 1 ms timer tick, so requests due
+/// in the same tick wake together, the first target's first.) Returns one
+/// trace per target.
 async fn side_by_side(
     client: &BenchClient,
     targets: &[SocketAddr],
@@ -370,7 +407,7 @@ async fn side_by_side(
     concurrency: usize,
     duration: Duration,
     rate: Option<u32>,
-) -> (Vec<Vec<(f64, f64)>>, f64) {
+) -> (Vec<Vec<(f64, f64)>>, Instant, f64) {
     let started = Instant::now();
     let mut tasks: Vec<Vec<_>> = Vec::new();
     for (i, &target) in targets.iter().enumerate() {
@@ -421,7 +458,7 @@ async fn side_by_side(
         }
         traces.push(all);
     }
-    (traces, started.elapsed().as_secs_f64())
+    (traces, started, started.elapsed().as_secs_f64())
 }
 
 async fn request(client: &BenchClient, target: SocketAddr, body: Bytes) {
@@ -549,7 +586,7 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-async fn wait_healthy(addr: SocketAddr) {
+async fn wait_healthy(addr: SocketAddr, what: &str) {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     for _ in 0..200 {
         let req = http::Request::get(format!("http://{addr}/healthz"))
@@ -562,7 +599,7 @@ async fn wait_healthy(addr: SocketAddr) {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("the proxy did not become healthy");
+    panic!("{what} did not become healthy");
 }
 
 /// The mock upstream's answer: a small completion, or 10 SSE chunks.
@@ -580,8 +617,11 @@ fn mock_answer(_parts: &http::request::Parts, body: &Bytes) -> http::Response<Fu
 }
 
 /// `loadbench --forwarder LISTEN UPSTREAM`: the least a proxy built on the
-/// same crates can do (hyper's server and pooled client, bodies streamed
+/// same crates can do (hyper's server and pooled client with toolstub's
+/// settings: nodelay, a header-read timeout, a pool of 64; bodies streamed
 /// both ways, nothing read or rewritten), as a floor for the proxy's rows.
+/// Unlike toolstub it has no TLS-capable connector, no first-byte timeout
+/// and the system allocator.
 mod forwarder {
     use bytes::Bytes;
     use http_body_util::combinators::BoxBody;
@@ -590,7 +630,7 @@ mod forwarder {
     use hyper::service::service_fn;
     use hyper_util::client::legacy::connect::HttpConnector;
     use hyper_util::client::legacy::Client;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use std::convert::Infallible;
     use std::net::SocketAddr;
 
@@ -607,19 +647,24 @@ mod forwarder {
             connector.set_nodelay(true);
             let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(64)
+                .pool_timer(TokioTimer::new())
                 .build(connector);
+            let mut server = hyper::server::conn::http1::Builder::new();
+            server
+                .timer(TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(30))
+                .keep_alive(true);
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let client = client.clone();
+                let server = server.clone();
                 tokio::spawn(async move {
                     let service =
                         service_fn(move |request| forward(client.clone(), upstream, request));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let _ = server.serve_connection(TokioIo::new(stream), service).await;
                 });
             }
         });

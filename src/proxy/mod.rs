@@ -58,19 +58,23 @@ pub struct App {
     memo: crate::rewrite::memo::Memo,
 }
 
+/// The store settings the proxy's configuration asks for.
+fn store_config(config: &Config) -> StoreConfig {
+    StoreConfig {
+        retention_days: config.store.retention_days,
+        max_bytes: (config.store.max_bytes > 0).then_some(config.store.max_bytes),
+        sweep_interval: Some(std::time::Duration::from_millis(
+            config.store.sweep_interval_ms,
+        )),
+        durability: config.store.durability,
+        ..StoreConfig::default()
+    }
+}
+
 impl App {
     /// Opens the store and builds the upstream client.
     pub fn new(config: Config) -> Result<App> {
-        let store_config = StoreConfig {
-            retention_days: config.store.retention_days,
-            max_bytes: (config.store.max_bytes > 0).then_some(config.store.max_bytes),
-            sweep_interval: Some(std::time::Duration::from_millis(
-                config.store.sweep_interval_ms,
-            )),
-            durability: config.store.durability,
-            ..StoreConfig::default()
-        };
-        let store = ResultStore::open(&config.store.path, store_config)
+        let store = ResultStore::open(&config.store.path, store_config(&config))
             .with_context(|| format!("cannot open the store {}", config.store.path.display()))?;
         let upstream = Upstream::new(&config.upstream)?;
         Ok(App {
@@ -450,4 +454,29 @@ async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
     tracing::info!("shutting down: draining requests in flight");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Durability;
+
+    #[test]
+    fn the_store_gets_the_configured_settings() {
+        let env = vec![
+            (
+                "TOOLSTUB_STORE_DURABILITY".to_string(),
+                "normal".to_string(),
+            ),
+            ("TOOLSTUB_STORE_RETENTION_DAYS".to_string(), "3".to_string()),
+            ("TOOLSTUB_STORE_MAX_BYTES".to_string(), "0".to_string()),
+        ];
+        let config = crate::config::load(None, env, &Default::default()).expect("config");
+        let store = store_config(&config);
+        assert_eq!(store.durability, Durability::Normal);
+        assert_eq!(store.retention_days, 3);
+        assert_eq!(store.max_bytes, None, "0 means no size cap");
+        let defaults = crate::config::load(None, Vec::new(), &Default::default()).expect("config");
+        assert_eq!(store_config(&defaults).durability, Durability::Full);
+    }
 }

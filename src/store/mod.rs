@@ -58,11 +58,13 @@ pub enum Durability {
     #[default]
     Full,
     /// `synchronous=NORMAL`: survives a process kill (the WAL is written
-    /// before commit returns) but the last commits may be lost on an OS
-    /// crash or power loss. Saves the fsync (about 1.3 ms per commit on the
-    /// benchmark machine). Behind the proxy a lost original comes back on
-    /// the agent's next turn, which carries it again; a ref already sent is
-    /// unreadable until then.
+    /// before commit returns), but an OS crash or power loss may lose every
+    /// commit since the last checkpoint (the writer checkpoints after 25 ms
+    /// without a put, or once about 64 MiB went into the WAL). Saves the
+    /// fsync of each commit that stores something new (BENCHMARKS.md).
+    /// Behind the proxy a lost original comes back with the agent's next
+    /// turn that carries it (the memo is empty after a restart, so it is
+    /// stored again); a ref already sent is unreadable until then.
     Normal,
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tempfile::TempDir;
 use toolstub::store::{
-    Clock, NewOutput, ResultStore, StoreConfig, StoreError, Tenant, OFFSET_UNIT,
+    Clock, Durability, NewOutput, ResultStore, StoreConfig, StoreError, Tenant, OFFSET_UNIT,
 };
 use toolstub::synopsis::{synopsize, Hints, Kind};
 
@@ -1182,6 +1182,9 @@ mod durability {
     //! `TOOLSTUB_STORE_CHILD_DB` set it writes outputs forever and prints
     //! `REF <seed> <ref>` after each put returns. The parent kills it with
     //! SIGKILL after a random number of reports and checks every reported ref.
+    //! Odd rounds run the child with `Durability::Normal` (no fsync per
+    //! commit), which promises exactly this much: a process kill loses
+    //! nothing that was reported.
     use super::*;
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
@@ -1204,7 +1207,15 @@ mod durability {
             .unwrap()
             .parse()
             .unwrap();
-        let store = ResultStore::open(&db, config()).unwrap();
+        let durability = match std::env::var("TOOLSTUB_STORE_CHILD_DURABILITY").as_deref() {
+            Ok("normal") => Durability::Normal,
+            _ => Durability::Full,
+        };
+        let config = StoreConfig {
+            durability,
+            ..config()
+        };
+        let store = ResultStore::open(&db, config).unwrap();
         let mut seed = start;
         loop {
             // Alternate single puts and batches of three (one transaction).
@@ -1255,6 +1266,10 @@ mod durability {
                 ])
                 .env(CHILD_ENV, &db)
                 .env("TOOLSTUB_STORE_CHILD_SEED", (round * 1_000_000).to_string())
+                .env(
+                    "TOOLSTUB_STORE_CHILD_DURABILITY",
+                    if round % 2 == 1 { "normal" } else { "full" },
+                )
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()

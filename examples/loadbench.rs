@@ -265,8 +265,9 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
             } else {
                 targets.bare_pid
             };
-            // Each batch: (its trace, when it started, how long it ran).
-            let (direct, other) = match rate {
+            // Each batch: (its trace, when it started, how long it ran);
+            // and the CPU time the other path's process spent meanwhile.
+            let (direct, other, spent) = match rate {
                 // Paced: the direct path and the other one side by side, so
                 // the machine's slow moments fall on both alike. Which of
                 // the two goes first in a slot alternates by round.
@@ -279,13 +280,13 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
                     };
                     let (mut traces, start, elapsed) =
                         side_by_side(&client, &order, body, concurrency, BATCH, rate).await;
-                    cpu[i].push(cpu_seconds(pid) - cpu_before);
+                    let spent = cpu_seconds(pid) - cpu_before;
                     if round % 2 == 1 {
                         traces.reverse();
                     }
                     let [direct, other]: [Vec<(f64, f64)>; 2] =
                         traces.try_into().expect("two traces");
-                    ((direct, start, elapsed), (other, start, elapsed))
+                    ((direct, start, elapsed), (other, start, elapsed), spent)
                 }
                 // Saturating: one after the other (side by side they would
                 // share the load generator's CPU).
@@ -293,14 +294,10 @@ async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Opti
                     let direct = batch(&client, mock, body, concurrency, BATCH, rate).await;
                     let cpu_before = cpu_seconds(pid);
                     let other = batch(&client, target, body, concurrency, BATCH, rate).await;
-                    cpu[i].push(cpu_seconds(pid) - cpu_before);
-                    (direct, other)
+                    (direct, other, cpu_seconds(pid) - cpu_before)
                 }
             };
-            let requests = other.0.len().max(1) as f64;
-            if let Some(spent) = cpu[i].last_mut() {
-                *spent /= requests;
-            }
+            cpu[i].push(spent / other.0.len().max(1) as f64);
             let beside = format!("direct-beside-{who}");
             for (j, (name, (trace, start, elapsed))) in [(beside.as_str(), direct), (who, other)]
                 .into_iter()

@@ -149,8 +149,8 @@ fn main() {
                 loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
                 println!(
                     "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} | {:.1} µs |",
-                    ms(row.direct_p50), ms(row.proxy_p50), ms(row.proxy_p50 - row.direct_p50),
-                    ms(row.direct_p99), ms(row.proxy_p99), ms(row.proxy_p99 - row.direct_p99),
+                    ms(row.direct_p50), ms(row.proxy_p50), ms(row.added_p50()),
+                    ms(row.direct_p99), ms(row.proxy_p99), ms(row.added_p99()),
                     row.direct_rps, row.proxy_rps, row.proxy_cpu * 1e6
                 );
                 floors.push((name, row));
@@ -164,9 +164,9 @@ fn main() {
             for (name, row) in &floors {
                 println!(
                     "| {name} | {} | {} | {} | {} | **{}** | {:.1} / {:.1} µs |",
-                    ms(row.bare_added_p50), ms(row.proxy_p50 - row.direct_p50),
-                    ms(row.bare_added_p99), ms(row.proxy_p99 - row.direct_p99),
-                    ms(row.proxy_p99 - row.direct_p99 - row.bare_added_p99),
+                    ms(row.bare_added_p50), ms(row.added_p50()),
+                    ms(row.bare_added_p99), ms(row.added_p99()),
+                    ms(row.added_p99() - row.bare_added_p99),
                     row.bare_cpu * 1e6, row.proxy_cpu * 1e6
                 );
             }
@@ -234,6 +234,18 @@ struct Row {
     /// beside it.
     bare_added_p50: f64,
     bare_added_p99: f64,
+}
+
+impl Row {
+    /// What the proxy adds to the direct path's p50.
+    fn added_p50(&self) -> f64 {
+        self.proxy_p50 - self.direct_p50
+    }
+
+    /// What the proxy adds to the direct path's p99.
+    fn added_p99(&self) -> f64 {
+        self.proxy_p99 - self.direct_p99
+    }
 }
 
 /// Where the load goes: the mock (direct), the proxy, the bare forwarder.

@@ -102,7 +102,7 @@ impl Default for RawStore {
             retention_days: 30,
             max_bytes: 10 * 1024 * 1024 * 1024,
             sweep_interval_ms: 60_000,
-            durability: Durability::Full,
+            durability: Durability::default(),
         }
     }
 }

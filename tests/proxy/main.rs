@@ -2,6 +2,7 @@
 //! real TCP port, in front of a mock upstream (also real TCP) that records
 //! what it received. No fixed ports, no network beyond loopback.
 
+mod anthropic;
 mod faults;
 mod hostile;
 mod mock;

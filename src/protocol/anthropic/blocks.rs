@@ -7,6 +7,8 @@
 //! appended, tool input parsed from its JSON pieces, citations collected),
 //! so a thinking block goes back with its signature exactly as it came.
 
+use crate::protocol::json_scan::Scanner;
+use crate::protocol::json_string;
 use crate::recall::{RecallCall, RecallTool};
 use crate::stub::RecallToolNames;
 use serde_json::{Map, Value};
@@ -56,51 +58,66 @@ pub(super) fn kind_of(
     }
 }
 
-/// A streamed block being rebuilt.
+/// A streamed block being rebuilt: the `content_block` of its
+/// `content_block_start` as it came, and what the deltas add, spliced into
+/// it at the end so every key keeps its place (and a tool input its own key
+/// order, as the model wrote it).
 #[derive(Debug)]
 pub(super) struct Rebuilt {
-    /// The `content_block` of `content_block_start`.
+    /// The start block's JSON text.
+    raw: String,
+    /// The start block, read (for its type, id and name).
     block: Map<String, Value>,
+    /// Text appended to string members (`text`, `thinking`, `signature`), in
+    /// the order first seen.
+    appended: Vec<(&'static str, String)>,
     /// Concatenated `input_json_delta` pieces.
     partial_json: String,
+    /// `citations_delta` citations, as they came.
+    citations: Vec<String>,
 }
 
 impl Rebuilt {
-    pub fn start(block: Map<String, Value>) -> Rebuilt {
+    /// `raw` is the `content_block` value of a `content_block_start`.
+    pub fn start(raw: &str) -> Rebuilt {
+        let (raw, block) = match serde_json::from_str(raw) {
+            Ok(Value::Object(map)) => (raw.to_string(), map),
+            _ => ("{}".to_string(), Map::new()),
+        };
         Rebuilt {
+            raw,
             block,
+            appended: Vec::new(),
             partial_json: String::new(),
+            citations: Vec::new(),
         }
     }
 
     pub fn kind_name(&self) -> &str {
-        self.block.get("type").and_then(Value::as_str).unwrap_or("")
+        self.field("type").unwrap_or("")
     }
 
     fn field(&self, key: &str) -> Option<&str> {
         self.block.get(key).and_then(Value::as_str)
     }
 
+    fn append(&mut self, key: &'static str, piece: Option<&Value>) {
+        let Some(piece) = piece.and_then(Value::as_str) else {
+            return;
+        };
+        match self.appended.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, text)) => text.push_str(piece),
+            None => self.appended.push((key, piece.to_string())),
+        }
+    }
+
     /// Applies one `delta` object of a `content_block_delta`. Deltas of a
     /// type not known here are ignored (the block goes back without them).
     pub fn apply(&mut self, delta: &Map<String, Value>) {
-        let append = |block: &mut Map<String, Value>, key: &str, piece: Option<&Value>| {
-            let Some(piece) = piece.and_then(Value::as_str) else {
-                return;
-            };
-            match block.get_mut(key) {
-                Some(Value::String(s)) => s.push_str(piece),
-                _ => {
-                    block.insert(key.to_string(), Value::String(piece.to_string()));
-                }
-            }
-        };
         match delta.get("type").and_then(Value::as_str) {
-            Some("text_delta") => append(&mut self.block, "text", delta.get("text")),
-            Some("thinking_delta") => append(&mut self.block, "thinking", delta.get("thinking")),
-            Some("signature_delta") => {
-                append(&mut self.block, "signature", delta.get("signature"));
-            }
+            Some("text_delta") => self.append("text", delta.get("text")),
+            Some("thinking_delta") => self.append("thinking", delta.get("thinking")),
+            Some("signature_delta") => self.append("signature", delta.get("signature")),
             Some("input_json_delta") => {
                 if let Some(piece) = delta.get("partial_json").and_then(Value::as_str) {
                     self.partial_json.push_str(piece);
@@ -108,15 +125,7 @@ impl Rebuilt {
             }
             Some("citations_delta") => {
                 if let Some(citation) = delta.get("citation") {
-                    match self.block.get_mut("citations") {
-                        Some(Value::Array(list)) => list.push(citation.clone()),
-                        _ => {
-                            self.block.insert(
-                                "citations".to_string(),
-                                Value::Array(vec![citation.clone()]),
-                            );
-                        }
-                    }
+                    self.citations.push(citation.to_string());
                 }
             }
             _ => {}
@@ -124,20 +133,32 @@ impl Rebuilt {
     }
 
     /// The finished block and its kind.
-    pub fn finish(mut self, names: &RecallToolNames) -> RoundBlock {
-        let input = if self.partial_json.trim().is_empty() {
-            None
-        } else {
-            // A tool input that does not parse goes back as an empty input
-            // (the API would refuse a string there).
-            let parsed = serde_json::from_str::<Value>(&self.partial_json)
-                .unwrap_or_else(|_| Value::Object(Map::new()));
-            Some(parsed)
-        };
-        if let Some(input) = &input {
-            self.block.insert("input".to_string(), input.clone());
+    pub fn finish(self, names: &RecallToolNames) -> RoundBlock {
+        let mut members: Vec<(&str, String)> = Vec::new();
+        for (key, piece) in &self.appended {
+            let start = self.field(key).unwrap_or("");
+            members.push((key, json_string(&format!("{start}{piece}"))));
         }
-        let input_text = self.block.get("input").map(Value::to_string);
+        let input = self.partial_json.trim();
+        if !input.is_empty() {
+            // A tool input that does not parse goes back as an empty input
+            // (the API would refuse anything but an object there).
+            let valid = matches!(serde_json::from_str::<Value>(input), Ok(Value::Object(_)));
+            members.push(("input", if valid { input.to_string() } else { "{}".to_string() }));
+        }
+        if !self.citations.is_empty() {
+            let mut list: Vec<String> = match self.block.get("citations") {
+                Some(Value::Array(existing)) => existing.iter().map(Value::to_string).collect(),
+                _ => Vec::new(),
+            };
+            list.extend(self.citations.iter().cloned());
+            members.push(("citations", format!("[{}]", list.join(","))));
+        }
+        let json = set_members(&self.raw, &members);
+        let input_text = match &json {
+            Some(_) if !input.is_empty() => Some(members.iter().find(|(k, _)| *k == "input").map(|(_, v)| v.clone()).unwrap_or_default()),
+            _ => self.block.get("input").map(Value::to_string),
+        };
         let kind = kind_of(
             names,
             self.kind_name(),
@@ -147,9 +168,35 @@ impl Rebuilt {
         );
         RoundBlock {
             kind,
-            json: Value::Object(self.block).to_string(),
+            json: json.unwrap_or(self.raw),
         }
     }
+}
+
+/// `object` (a JSON object's text) with each member's value replaced by the
+/// given JSON text, or added at the end when absent; `None` if `object` is
+/// not an object.
+fn set_members(object: &str, members: &[(&str, String)]) -> Option<String> {
+    let mut spans: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let mut missing: Vec<&(&str, String)> = members.iter().collect();
+    let mut scanner = Scanner::new(object);
+    let mut close = 0;
+    scanner.object(|s, key| {
+        let raw = s.value()?;
+        if let Some(i) = missing.iter().position(|(k, _)| *k == key) {
+            let (_, value) = missing.remove(i);
+            spans.push((crate::protocol::span_in(object, raw)?, value.clone()));
+        }
+        close = s.offset();
+        Some(())
+    })?;
+    let end = object.trim_end().len().checked_sub(1)?;
+    let empty = close == 0;
+    for (key, value) in missing {
+        let comma = if empty && spans.is_empty() { "" } else { "," };
+        spans.push((end..end, format!("{comma}{}:{value}", json_string(key))));
+    }
+    Some(crate::rewrite::splice(object, spans))
 }
 
 /// `{"role":"assistant","content":[...]}` of some blocks.
@@ -177,21 +224,26 @@ mod tests {
         }
     }
 
+    fn start(raw: &str) -> Rebuilt {
+        Rebuilt::start(raw)
+    }
+
     #[test]
     fn rebuilds_text_thinking_and_tool_input_as_the_sdk_does() {
         let names = RecallToolNames::default();
-        let mut thinking = Rebuilt::start(map(json!({"type":"thinking","thinking":"","signature":""})));
+        let mut thinking = start(r#"{"type":"thinking","thinking":"","signature":""}"#);
         thinking.apply(&map(json!({"type":"thinking_delta","thinking":"Let me "})));
         thinking.apply(&map(json!({"type":"thinking_delta","thinking":"think."})));
         thinking.apply(&map(json!({"type":"signature_delta","signature":"EqQBCg=="})));
         let block = thinking.finish(&names);
         assert_eq!(block.kind, BlockKind::Other);
-        let v: Value = serde_json::from_str(&block.json).expect("json");
-        assert_eq!(v, json!({"type":"thinking","thinking":"Let me think.","signature":"EqQBCg=="}));
+        assert_eq!(
+            block.json,
+            r#"{"type":"thinking","thinking":"Let me think.","signature":"EqQBCg=="}"#,
+            "every key in its place"
+        );
 
-        let mut call = Rebuilt::start(map(
-            json!({"type":"tool_use","id":"toolu_1","name":"tool_result_read","input":{}}),
-        ));
+        let mut call = start(r#"{"type":"tool_use","id":"toolu_1","name":"tool_result_read","input":{}}"#);
         for piece in ["", "{\"ref\": \"tr_", "x\", \"limit\": 5}"] {
             call.apply(&map(json!({"type":"input_json_delta","partial_json":piece})));
         }
@@ -200,26 +252,40 @@ mod tests {
             panic!("a recall call: {block:?}")
         };
         assert_eq!(recall.id, "toolu_1");
-        let args: Value = serde_json::from_str(&recall.arguments).expect("args");
-        assert_eq!(args, json!({"ref":"tr_x","limit":5}));
+        assert_eq!(recall.arguments, r#"{"ref": "tr_x", "limit": 5}"#);
+        assert_eq!(
+            block.json,
+            r#"{"type":"tool_use","id":"toolu_1","name":"tool_result_read","input":{"ref": "tr_x", "limit": 5}}"#,
+            "the input as the model wrote it"
+        );
 
-        let client = Rebuilt::start(map(
-            json!({"type":"tool_use","id":"toolu_2","name":"Read","input":{}}),
-        ))
-        .finish(&names);
+        let client = start(r#"{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}"#)
+            .finish(&names);
         assert_eq!(client.kind, BlockKind::ClientTool);
-        let v: Value = serde_json::from_str(&client.json).expect("json");
-        assert_eq!(v["input"], json!({}));
+        assert_eq!(
+            client.json,
+            r#"{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}"#
+        );
+        let mut broken = start(r#"{"type":"tool_use","id":"t","name":"Read","input":{}}"#);
+        broken.apply(&map(json!({"type":"input_json_delta","partial_json":"{\"a\": "})));
+        let v: Value = serde_json::from_str(&broken.finish(&names).json).expect("json");
+        assert_eq!(v["input"], json!({}), "an input cut short goes back empty");
     }
 
     #[test]
     fn citations_and_unknown_deltas() {
-        let mut text = Rebuilt::start(map(json!({"type":"text","text":""})));
+        let mut text = start(r#"{"type":"text","text":""}"#);
         text.apply(&map(json!({"type":"text_delta","text":"a"})));
         text.apply(&map(json!({"type":"citations_delta","citation":{"cited_text":"c"}})));
         text.apply(&map(json!({"type":"future_delta","x":1})));
-        let v: Value =
-            serde_json::from_str(&text.finish(&RecallToolNames::default()).json).expect("json");
-        assert_eq!(v, json!({"type":"text","text":"a","citations":[{"cited_text":"c"}]}));
+        assert_eq!(
+            text.finish(&RecallToolNames::default()).json,
+            r#"{"type":"text","text":"a","citations":[{"cited_text":"c"}]}"#
+        );
+        let empty = start("{}").finish(&RecallToolNames::default());
+        assert_eq!(empty.json, "{}");
+        let mut added = start(r#"{ }"#);
+        added.apply(&map(json!({"type":"text_delta","text":"x"})));
+        assert_eq!(added.finish(&RecallToolNames::default()).json, r#"{ "text":"x"}"#);
     }
 }

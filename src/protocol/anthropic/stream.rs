@@ -118,6 +118,20 @@ fn reindexed(event: &Event, kind: &str, from: u64, to: u64) -> Bytes {
     }
 }
 
+/// The raw text of a top-level member of an event's data.
+fn raw_member<'a>(data: &'a str, key: &str) -> Option<&'a str> {
+    let mut scanner = Scanner::new(data);
+    let mut found = None;
+    scanner.object(|s, k| {
+        let raw = s.value()?;
+        if k == key {
+            found = Some(raw);
+        }
+        Some(())
+    })?;
+    found
+}
+
 /// Where the top-level `index` value is in an event's data.
 fn index_span(data: &str) -> Option<std::ops::Range<usize>> {
     let mut scanner = Scanner::new(data);
@@ -158,11 +172,7 @@ pub(super) fn event(rounds: &mut AnthropicRounds, event: &Event) -> Vec<Bytes> {
             }
         }
         ("content_block_start", Some(index)) => {
-            let block = match value.get("content_block") {
-                Some(Value::Object(block)) => block.clone(),
-                _ => Map::new(),
-            };
-            let rebuilt = Rebuilt::start(block);
+            let rebuilt = Rebuilt::start(&raw_member(data, "content_block").unwrap_or("{}"));
             let tool_use = rebuilt.kind_name() == "tool_use";
             let name = value
                 .get("content_block")

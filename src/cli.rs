@@ -43,9 +43,16 @@ struct ServeArgs {
     /// Address to listen on (server.listen).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// The OpenAI-compatible API to forward to (upstream.base_url).
+    /// The API to forward to (upstream.base_url): every path goes there,
+    /// e.g. https://api.openai.com or https://api.anthropic.com.
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
+    /// Another upstream for paths under a prefix (upstream.routes), e.g.
+    /// `--route /anthropic=https://api.anthropic.com`: requests to
+    /// /anthropic/v1/messages go to https://api.anthropic.com/v1/messages.
+    /// Repeatable.
+    #[arg(long = "route", value_name = "PREFIX=URL")]
+    routes: Vec<String>,
     /// The SQLite file holding the originals (store.path).
     #[arg(long, value_name = "FILE")]
     db: Option<PathBuf>,
@@ -92,6 +99,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         listen: args.listen,
         upstream: args.upstream,
         db: args.db,
+        routes: args.routes,
     };
     let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     init_logging(&config);

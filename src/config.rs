@@ -67,6 +67,9 @@ pub struct RawUpstream {
     pub ca_file: Option<PathBuf>,
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
+    /// More upstreams by path prefix: a request whose path starts with the
+    /// prefix goes to that base URL, the prefix removed.
+    pub routes: BTreeMap<String, String>,
 }
 
 impl Default for RawUpstream {
@@ -78,6 +81,7 @@ impl Default for RawUpstream {
             ca_file: None,
             pool_idle_timeout_ms: 90_000,
             pool_max_idle_per_host: 64,
+            routes: BTreeMap::new(),
         }
     }
 }
@@ -118,6 +122,9 @@ pub struct RawExternalization {
     pub min_preview_chars: usize,
     pub failure_mode: FailureMode,
     pub mime_by_tool: BTreeMap<String, String>,
+    /// Whether outputs the client flags as errors (Anthropic `is_error`)
+    /// may be externalized; by default they stay verbatim.
+    pub externalize_errors: bool,
 }
 
 impl Default for RawExternalization {
@@ -132,6 +139,7 @@ impl Default for RawExternalization {
             min_preview_chars: b.min_preview_chars,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
+            externalize_errors: false,
         }
     }
 }
@@ -154,6 +162,13 @@ pub enum FailureMode {
 pub struct RawRecall {
     pub enabled: bool,
     pub max_rounds: usize,
+    /// Put hidden recall exchanges back into the history the client sends
+    /// on its next turn.
+    pub restore_history: bool,
+    /// While the proxy runs recall calls or waits for the next round, a
+    /// streaming client gets a keep-alive event after this long without a
+    /// byte (Claude Code warns after 20 s).
+    pub keepalive_ms: u64,
     pub read_tool: String,
     pub search_tool: String,
     pub list_tool: String,
@@ -165,6 +180,8 @@ impl Default for RawRecall {
         RawRecall {
             enabled: true,
             max_rounds: 8,
+            restore_history: true,
+            keepalive_ms: 5_000,
             read_tool: names.read,
             search_tool: names.search,
             list_tool: names.list,
@@ -213,6 +230,8 @@ pub struct Config {
     pub failure_mode: FailureMode,
     pub policy: Policy,
     pub recall_max_rounds: usize,
+    pub restore_history: bool,
+    pub keepalive: Duration,
     pub operator_api: OperatorApiConfig,
 }
 
@@ -225,6 +244,8 @@ pub struct UpstreamConfig {
     pub ca_file: Option<PathBuf>,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
+    /// (path prefix without a trailing `/`, base URL), longest prefix first.
+    pub routes: Vec<(String, http::Uri)>,
 }
 
 #[derive(Clone, Debug)]
@@ -240,6 +261,8 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub upstream: Option<String>,
     pub db: Option<PathBuf>,
+    /// `PREFIX=URL` pairs (`upstream.routes`), added to the file's.
+    pub routes: Vec<String>,
 }
 
 /// Loads the configuration: `file` (if any), then `env` (`TOOLSTUB_*`
@@ -278,6 +301,22 @@ pub fn load(
             "base_url",
             toml::Value::String(upstream.clone()),
         );
+    }
+    for route in &overrides.routes {
+        let Some((prefix, url)) = route.split_once('=') else {
+            bail!("--route takes PREFIX=URL, e.g. /anthropic=https://api.anthropic.com: {route:?}");
+        };
+        let entry = table
+            .entry("upstream".to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(upstream) = entry {
+            let routes = upstream
+                .entry("routes".to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(routes) = routes {
+                routes.insert(prefix.to_string(), toml::Value::String(url.to_string()));
+            }
+        }
     }
     if let Some(db) = &overrides.db {
         set(
@@ -332,26 +371,47 @@ fn set(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
     }
 }
 
+/// An upstream base URL: http or https, a host, no query.
+fn base_url(key: &str, raw: &str) -> Result<http::Uri> {
+    let base = raw.trim_end_matches('/');
+    let url: http::Uri = base
+        .parse()
+        .with_context(|| format!("{key}: not a URL: {raw:?}"))?;
+    match url.scheme_str() {
+        Some("http" | "https") => {}
+        _ => bail!("{key} must start with http:// or https://: {base}"),
+    }
+    if url.host().is_none() {
+        bail!("{key} has no host: {base}");
+    }
+    if url.query().is_some() {
+        bail!("{key} must not carry a query: {base}");
+    }
+    Ok(url)
+}
+
 fn validate(raw: RawConfig) -> Result<Config> {
     let listen: SocketAddr = raw
         .server
         .listen
         .parse()
         .with_context(|| format!("server.listen: not an address: {:?}", raw.server.listen))?;
-    let base = raw.upstream.base_url.trim_end_matches('/');
-    let base_url: http::Uri = base
-        .parse()
-        .with_context(|| format!("upstream.base_url: not a URL: {:?}", raw.upstream.base_url))?;
-    match base_url.scheme_str() {
-        Some("http" | "https") => {}
-        _ => bail!("upstream.base_url must start with http:// or https://: {base}"),
+    let default_base = base_url("upstream.base_url", &raw.upstream.base_url)?;
+    let mut routes = Vec::new();
+    for (prefix, url) in &raw.upstream.routes {
+        let key = format!("upstream.routes.{prefix:?}");
+        let trimmed = prefix.trim_end_matches('/');
+        let ok = trimmed.starts_with('/')
+            && trimmed.len() > 1
+            && trimmed
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-_.~".contains(&b));
+        if !ok || trimmed.starts_with("/toolstub") || trimmed == "/healthz" || trimmed == "/metrics" {
+            bail!("{key}: a route prefix is a path such as \"/anthropic\" (letters, digits, - _ . ~ /), not one of toolstub's own paths");
+        }
+        routes.push((trimmed.to_string(), base_url(&key, url)?));
     }
-    if base_url.host().is_none() {
-        bail!("upstream.base_url has no host: {base}");
-    }
-    if base_url.query().is_some() {
-        bail!("upstream.base_url must not carry a query: {base}");
-    }
+    routes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     let log_format = match raw.server.log_format.as_str() {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
@@ -414,12 +474,13 @@ fn validate(raw: RawConfig) -> Result<Config> {
         log_format,
         log_level: raw.server.log_level.clone(),
         upstream: UpstreamConfig {
-            base_url,
+            base_url: default_base,
             connect_timeout: ms(raw.upstream.connect_timeout_ms.max(1)),
             first_byte_timeout: ms(raw.upstream.first_byte_timeout_ms.max(1)),
             ca_file: raw.upstream.ca_file.clone(),
             pool_idle_timeout: ms(raw.upstream.pool_idle_timeout_ms),
             pool_max_idle_per_host: raw.upstream.pool_max_idle_per_host,
+            routes,
         },
         store: raw.store.clone(),
         failure_mode: e.failure_mode,
@@ -435,8 +496,11 @@ fn validate(raw: RawConfig) -> Result<Config> {
             recall_enabled: raw.recall.enabled,
             recall_names: names,
             mime_by_tool: e.mime_by_tool.clone(),
+            externalize_errors: e.externalize_errors,
         },
         recall_max_rounds: raw.recall.max_rounds,
+        restore_history: raw.recall.restore_history,
+        keepalive: ms(raw.recall.keepalive_ms.max(100)),
         operator_api: OperatorApiConfig {
             enabled: raw.operator_api.enabled,
             listen: operator_listen,

@@ -133,6 +133,8 @@ pub struct Metrics {
     recall_calls: Counters<&'static str>,
     recall_errors: Counters<&'static str>,
     recall_rounds: Histogram,
+    exchanges_kept: AtomicU64,
+    restored: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -147,6 +149,8 @@ impl Default for Metrics {
             recall_calls: Counters::default(),
             recall_errors: Counters::default(),
             recall_rounds: Histogram::new(&ROUND_BUCKETS),
+            exchanges_kept: AtomicU64::new(0),
+            restored: AtomicU64::new(0),
         }
     }
 }
@@ -190,6 +194,16 @@ impl Metrics {
         self.recall_rounds.observe(rounds as f64);
     }
 
+    /// A hidden recall exchange stored for restoration.
+    pub fn exchange_kept(&self) {
+        self.exchanges_kept.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hidden recall exchanges put back into a request's history.
+    pub fn restored(&self, n: u64) {
+        self.restored.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
@@ -213,7 +227,7 @@ impl Metrics {
         self.unchanged.render(
             &mut out,
             "toolstub_chat_unchanged_total",
-            "Chat completions forwarded byte for byte, by reason.",
+            "Requests of the rewritten routes (chat completions, messages, count_tokens) forwarded byte for byte, by reason.",
             &["reason"],
         );
         let _ = writeln!(
@@ -242,7 +256,17 @@ impl Metrics {
         self.recall_rounds.render(
             &mut out,
             "toolstub_recall_rounds",
-            "Recall rounds per chat completion.",
+            "Recall rounds per request that offered the recall tools.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP toolstub_exchanges_kept_total Hidden recall exchanges stored for history restoration.\n# TYPE toolstub_exchanges_kept_total counter\ntoolstub_exchanges_kept_total {}",
+            self.exchanges_kept.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP toolstub_history_restored_total Hidden recall exchanges put back into the history a client sent.\n# TYPE toolstub_history_restored_total counter\ntoolstub_history_restored_total {}",
+            self.restored.load(Ordering::Relaxed)
         );
         out
     }

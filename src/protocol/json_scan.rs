@@ -47,6 +47,16 @@ impl<'a> Scanner<'a> {
         None
     }
 
+    /// The byte offset of the next value, after whitespace.
+    pub fn position(&mut self) -> Option<usize> {
+        self.peek().map(|_| self.pos)
+    }
+
+    /// The byte offset just after what was consumed last.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
     /// Consumes `byte` after whitespace.
     fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.pos += 1)

@@ -1,23 +1,34 @@
 //! Protocol adapters: the only code that knows a wire format.
 //!
-//! An adapter reads a request body into a [`ParsedRequest`]: the tool outputs
-//! it carries (their text, tool name, call id, assistant-turn group, and the
-//! byte span of their content in the body), and where recall tools can be
-//! added. It also encodes what the rewrite puts back: a stub in the shape the
-//! content had, and the recall tool definitions. The rewrite core
-//! ([`crate::rewrite`]) is generic over [`Protocol`], so adding Anthropic
-//! Messages or the OpenAI Responses API is one new adapter.
+//! One adapter per API protocol behind one trait, [`Protocol`], for both
+//! halves of the work:
+//! - the rewrite: reading a request body into a [`ParsedRequest`] (the tool
+//!   outputs it carries, their text, tool name, call id, group and the byte
+//!   span of their content; where recall tools go; the conversation's
+//!   messages, for history restoration), encoding a stub in the shape the
+//!   content had, and the recall tool definitions;
+//! - recall rounds: [`Protocol::rounds`] gives the per-request state machine
+//!   ([`crate::recall::Rounds`]) that reads each round's response, whole or
+//!   streamed, says which recall calls to run, builds what the next round
+//!   appends, splices what the client sees, and describes the hidden
+//!   exchange for restoration.
+//!
+//! The rewrite core ([`crate::rewrite`]) and the recall driver
+//! (`proxy::recall`) are written against the trait only; each protocol
+//! lives in its own directory (`openai_chat/`, `anthropic/`).
 //!
 //! Architecture invariant: adapters are synchronous and wire-only. They do no
 //! I/O, hold no state across requests, and never re-serialize what they do not
 //! change: every span they report points into the original body.
 
+pub mod anthropic;
 pub mod json_scan;
 pub mod json_text;
 pub mod openai_chat;
 #[cfg(test)]
 mod openai_chat_serde;
 
+use crate::recall::Rounds;
 use crate::stub::RecallToolNames;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -25,9 +36,10 @@ use std::ops::Range;
 /// The shape a tool output's content had, so a stub can keep it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContentShape {
-    /// A JSON string.
+    /// A JSON string (the content itself, or the `text` of the block that
+    /// carries the stub): replaced by the stub as a JSON string.
     String,
-    /// An array of `{"type":"text","text":...}` parts.
+    /// An array of `{"type":"text","text":...}` parts, replaced whole.
     TextParts,
 }
 
@@ -69,9 +81,15 @@ pub struct ToolOutput<'b> {
     pub tool_name: Option<Cow<'b, str>>,
     /// The output's text.
     pub content: Content<'b>,
-    /// Where the content value sits in the body, and its shape.
+    /// Where the value that carries the stub sits in the body, and its shape.
     pub content_span: Range<usize>,
     pub shape: ContentShape,
+    /// Spans deleted when the output is externalized (Anthropic: the text
+    /// blocks other than the one carrying the stub, each with its
+    /// separator), sorted, disjoint from `content_span`.
+    pub removed: Vec<Range<usize>>,
+    /// The client flagged the output as an error (Anthropic `is_error`).
+    pub is_error: bool,
 }
 
 /// Where recall tools go.
@@ -83,6 +101,14 @@ pub enum ToolsSlot {
     ReplaceNull { span: Range<usize> },
     /// Add a new member before the top-level object's closing `}` at this index.
     AddMember { close: usize, empty: bool },
+}
+
+/// One message of the conversation, as history restoration needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageSpan {
+    /// The whole message value (`{...}`) in the body.
+    pub span: Range<usize>,
+    pub assistant: bool,
 }
 
 /// What an adapter understood of a request body.
@@ -98,19 +124,166 @@ pub struct ParsedRequest<'b> {
     pub opening: String,
     /// Whether the client asked for a streamed response (`"stream": true`).
     pub streaming: bool,
+    /// Every message of the conversation, in order.
+    pub messages: Vec<MessageSpan>,
+}
+
+/// How an API shapes its errors (the proxy's own failures answer in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// `{"error":{"message","type","code"}}`.
+    OpenAi,
+    /// `{"type":"error","error":{"type","message"}}`.
+    Anthropic,
+}
+
+impl Flavor {
+    /// The JSON body of an error with this HTTP status; `code` is the
+    /// proxy's low-cardinality code (OpenAI's `error.code`).
+    pub fn error_body(self, status: u16, code: &str, message: &str) -> String {
+        match self {
+            Flavor::OpenAi => {
+                let kind = match status {
+                    400..=499 => "invalid_request_error",
+                    _ => "toolstub_error",
+                };
+                serde_json::json!({"error": {"message": message, "type": kind, "code": code}})
+                    .to_string()
+            }
+            Flavor::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {"type": anthropic::error_type(status), "message": message},
+            })
+            .to_string(),
+        }
+    }
+}
+
+/// What a recall round needs to know of the request it continues.
+#[derive(Clone, Debug, Default)]
+pub struct RoundsContext {
+    pub names: RecallToolNames,
+    /// [`Protocol::message_canon`] of the request's last message: with the
+    /// canonical form of the answer the client sees, it identifies the turn
+    /// whose hidden exchange is restored later ([`turn_identity`]).
+    pub last_canon: Option<String>,
 }
 
 /// One API protocol's wire format.
-pub trait Protocol {
+pub trait Protocol: Send + Sync {
     /// Reads a request body; `None` when it is not a request of this protocol
     /// or has a shape the adapter does not know (it is then forwarded as is).
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>>;
 
     /// The JSON value that replaces a tool output's content.
-    fn encode_content(&self, shape: ContentShape, stub: &str) -> String;
+    fn encode_content(&self, shape: ContentShape, stub: &str) -> String {
+        let text = json_string(stub);
+        match shape {
+            ContentShape::String => text,
+            ContentShape::TextParts => format!("[{{\"type\":\"text\",\"text\":{text}}}]"),
+        }
+    }
 
     /// The JSON definitions of the recall tools, in the order to append them.
     fn recall_tools(&self, names: &RecallToolNames) -> Vec<String>;
+
+    /// A canonical text of one message (a JSON object) that survives a
+    /// client's re-serialization of it: what identifies the message, not
+    /// its bytes (no `cache_control`, no whitespace or key order, no tool
+    /// output content, no thinking). `None` when it is not a message.
+    fn message_canon(&self, message: &str) -> Option<String>;
+
+    /// The state machine of the recall rounds of one request.
+    fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds>;
+
+    /// `body` with `items` (JSON values) appended to its conversation
+    /// (`messages`); `None` when the body has no such array.
+    fn append_items(&self, body: &str, items: &[String]) -> Option<String>;
+
+    /// Whether the round after the last allowed recall round still carries
+    /// the recall tools (Anthropic: the tool definitions head the cache
+    /// prefix, and the history holds calls to them); otherwise it is sent
+    /// without them.
+    fn keeps_recall_tools_in_last_round(&self) -> bool {
+        false
+    }
+
+    /// How this API shapes errors.
+    fn flavor(&self) -> Flavor;
+}
+
+/// The identity of an assistant message for history restoration: the
+/// canonical forms of the message before it and of the message itself,
+/// hashed. The same answer after the same message gets the same identity
+/// however the client re-serializes them.
+pub fn turn_identity(previous: &str, message: &str) -> String {
+    crate::refs::sha256_hex(&format!("{previous}\u{1f}{message}"))
+}
+
+/// A JSON string literal for `s`.
+pub fn json_string(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// The byte index of the `]` closing the array that is the top-level
+/// member `key` of the object `body`.
+pub fn member_array_close(body: &str, key: &str) -> Option<usize> {
+    let mut scanner = json_scan::Scanner::new(body);
+    let mut close = None;
+    scanner.object(|s, k| {
+        let raw = s.value()?;
+        if k == key && raw.starts_with('[') {
+            close = span_in(body, raw).map(|span| span.end - 1);
+        }
+        Some(())
+    })?;
+    scanner.finish()?;
+    close
+}
+
+/// `body` with `items` appended to the top-level array member `key`.
+pub fn append_to_member(body: &str, key: &str, items: &[String]) -> Option<String> {
+    let close = member_array_close(body, key)?;
+    let empty = body[..close].trim_end().ends_with('[');
+    let mut out = String::with_capacity(body.len() + items.iter().map(String::len).sum::<usize>() + items.len());
+    out.push_str(&body[..close]);
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 || !empty {
+            out.push(',');
+        }
+        out.push_str(item);
+    }
+    out.push_str(&body[close..]);
+    Some(out)
+}
+
+/// The three recall tools: name, description, JSON schema of the arguments.
+/// Shared wording for every adapter; only the envelope is wire-specific.
+pub fn recall_tool_definitions(
+    names: &RecallToolNames,
+) -> [(String, &'static str, &'static str); 3] {
+    [
+        (
+            names.read.clone(),
+            "Read the raw text of a tool output that was externalized and replaced by a [toolstub] stub. \
+             Pass the stub's ref. Offsets and limits count Unicode characters. Returns the text window \
+             plus total_chars, has_more and next_offset; call again with offset=next_offset to continue.",
+            r#"{"type":"object","properties":{"ref":{"type":"string","description":"The ref shown in the stub, e.g. tr_call_abc_1f2e3d4c5b6a7980."},"offset":{"type":"integer","minimum":0,"default":0,"description":"First character to read (0-based, Unicode characters)."},"limit":{"type":"integer","minimum":-1,"default":20000,"description":"How many characters to read; -1 reads to the end."}},"required":["ref"],"additionalProperties":false}"#,
+        ),
+        (
+            names.search.clone(),
+            "Search externalized tool outputs. With a ref: exact, case-sensitive substring matches in that \
+             output, each with its character offset and surrounding context. Without a ref: ranked \
+             full-text search across this session's externalized outputs, each hit naming its ref and offset.",
+            r#"{"type":"object","properties":{"query":{"type":"string","description":"Text to find. With a ref it is matched exactly; without one, as search words."},"ref":{"type":"string","description":"Limit the search to this output (exact substring search)."},"limit":{"type":"integer","minimum":1,"default":20,"description":"Maximum number of matches or hits."},"context_chars":{"type":"integer","minimum":0,"default":300,"description":"Characters of context shown on each side of a match."}},"required":["query"],"additionalProperties":false}"#,
+        ),
+        (
+            names.list.clone(),
+            "List the tool outputs externalized in this session, newest first: ref, tool name, kind, \
+             original size in characters and creation time.",
+            r#"{"type":"object","properties":{"tool_name":{"type":"string","description":"Only outputs of this tool."},"limit":{"type":"integer","minimum":1,"default":50,"description":"Maximum number of entries."}},"additionalProperties":false}"#,
+        ),
+    ]
 }
 
 /// The byte offset of `part` inside `whole`. `part` must be a subslice of

@@ -3,7 +3,7 @@
 //! the oracle of differential tests: both must understand every body the same.
 
 use super::openai_chat::{append_opening, tools_slot};
-use super::{span_in, Content, ContentShape, ParsedRequest, ToolOutput};
+use super::{span_in, Content, ContentShape, MessageSpan, ParsedRequest, ToolOutput};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -50,8 +50,10 @@ impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for StructAsMap<
 
 #[derive(Deserialize)]
 struct Body<'a> {
+    /// Raw, so each message's span is known; each is read as a
+    /// [`Message`] below.
     #[serde(borrow)]
-    messages: Vec<Obj<Message<'a>>>,
+    messages: Vec<&'a RawValue>,
     /// Kept raw, `null` included (an `Option` would read `null` as absent).
     #[serde(borrow, default, deserialize_with = "raw_value")]
     tools: Option<&'a RawValue>,
@@ -118,8 +120,14 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
     let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
     let mut group = 0usize;
     let mut in_tool_run = false;
-    for Obj(message) in parsed.messages {
+    let mut messages = Vec::new();
+    for raw in parsed.messages {
+        let Obj(message): Obj<Message<'b>> = serde_json::from_str(raw.get()).ok()?;
         let role = message.role.as_deref().unwrap_or("");
+        messages.push(MessageSpan {
+            span: span_in(body, raw.get())?,
+            assistant: role == "assistant",
+        });
         if !opening_done {
             append_opening(&mut opening, role, message.content.map(RawValue::get));
             opening_done = role == "user";
@@ -151,6 +159,8 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
                     content: text,
                     content_span: span_in(body, content.get())?,
                     shape,
+                    removed: Vec::new(),
+                    is_error: false,
                 });
             }
             _ => {
@@ -173,6 +183,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
         client_tool_names,
         opening,
         streaming: is_streaming(body.as_bytes()),
+        messages,
     })
 }
 

@@ -1,9 +1,12 @@
-//! The proxy's own failures: each knows its HTTP status, its OpenAI-format
-//! body (`{"error":{"message","type","code"}}`) and a low-cardinality label.
-//! Upstream errors (4xx/5xx answered by the upstream) are not these: they
-//! pass through as they are.
+//! The proxy's own failures: each knows its HTTP status, a low-cardinality
+//! label, and its body in the format of the API the client speaks
+//! ([`Flavor`]: OpenAI's `{"error":{"message","type","code"}}` or
+//! Anthropic's `{"type":"error","error":{"type","message"}}`). Upstream
+//! errors (4xx/5xx answered by the upstream) are not these: they pass
+//! through as they are.
 
 use super::body::{full, BoxBody};
+use crate::protocol::Flavor;
 use http::{header, Response, StatusCode};
 
 #[derive(Debug, thiserror::Error)]
@@ -78,23 +81,11 @@ impl ProxyError {
         }
     }
 
-    fn kind(&self) -> &'static str {
-        match self.status().as_u16() {
-            400..=499 => "invalid_request_error",
-            _ => "toolstub_error",
-        }
-    }
-
-    pub fn into_response(self) -> Response<BoxBody> {
+    /// The error as a response in the client's API format.
+    pub fn into_response(self, flavor: Flavor) -> Response<BoxBody> {
         let allow = matches!(self, ProxyError::MethodNotAllowed(_));
-        let body = serde_json::json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "code": self.code(),
-            }
-        });
-        let mut response = Response::new(full(body.to_string()));
+        let body = flavor.error_body(self.status().as_u16(), self.code(), &self.to_string());
+        let mut response = Response::new(full(body));
         *response.status_mut() = self.status();
         response.headers_mut().insert(
             header::CONTENT_TYPE,

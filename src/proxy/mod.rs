@@ -1,19 +1,21 @@
 //! The proxy server: accept loop, graceful shutdown, routing, and the
-//! passthrough path. The chat-completions path lives in [`chat`].
+//! passthrough path. The rewritten API routes (chat completions, Anthropic
+//! messages and count_tokens) live in [`api`], their recall rounds in
+//! [`recall`].
 //!
 //! One request goes through named phases (as Pingora does it): classify the
-//! route; for chat completions read the body within a cap, rewrite it (pure,
-//! [`crate::rewrite`]), store the originals ([`crate::store`]) and only then
-//! send it upstream; stream the response head and body back; finally record
-//! metrics and one log line. Everything else is forwarded unchanged with both
-//! bodies streamed.
+//! route (the protocol is chosen by path); for a rewritten route read the
+//! body within a cap, rewrite it (pure, [`crate::rewrite`]), store the
+//! originals ([`crate::store`]) and only then send it upstream; stream the
+//! response head and body back; finally record metrics and one log line.
+//! Everything else is forwarded unchanged with both bodies streamed.
 //!
 //! Architecture invariant: the proxy layer owns all I/O around the rewrite
 //! (sockets, upstream, store) and never parses a wire format itself: that is
 //! the protocol adapters' job.
 
+mod api;
 mod body;
-mod chat;
 mod error;
 pub mod large_buffers;
 pub mod memory;
@@ -26,7 +28,7 @@ pub use error::ProxyError;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::protocol::openai_chat::OpenAiChat;
+use crate::protocol::Flavor;
 use crate::store::{AsyncResultStore, ResultStore, StoreConfig, Tenant};
 use anyhow::{Context, Result};
 use body::{boxed, full};
@@ -53,7 +55,6 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub store: AsyncResultStore,
     upstream: Upstream,
-    protocol: OpenAiChat,
     /// Digests and synopses of outputs seen before (repeated turns).
     memo: crate::rewrite::memo::Memo,
 }
@@ -82,7 +83,6 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             store: AsyncResultStore::new(store),
             upstream,
-            protocol: OpenAiChat,
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
         })
     }
@@ -93,7 +93,8 @@ impl App {
 enum Route {
     Healthz,
     Metrics,
-    ChatCompletions,
+    /// A rewritten API route.
+    Api(api::Api),
     Operator,
     Passthrough,
 }
@@ -103,8 +104,14 @@ impl Route {
         match (method, path) {
             (&Method::GET, "/healthz") => Route::Healthz,
             (&Method::GET, "/metrics") => Route::Metrics,
-            (&Method::POST, p) if p.ends_with("/chat/completions") => Route::ChatCompletions,
             (_, p) if p.starts_with("/toolstub/v1/") => Route::Operator,
+            (&Method::POST, p) if p.ends_with("/chat/completions") => {
+                Route::Api(api::Api::ChatCompletions)
+            }
+            (&Method::POST, p) if p.ends_with("/v1/messages") => Route::Api(api::Api::Messages),
+            (&Method::POST, p) if p.ends_with("/v1/messages/count_tokens") => {
+                Route::Api(api::Api::CountTokens)
+            }
             _ => Route::Passthrough,
         }
     }
@@ -113,9 +120,23 @@ impl Route {
         match self {
             Route::Healthz => "healthz",
             Route::Metrics => "metrics",
-            Route::ChatCompletions => "chat_completions",
+            Route::Api(api::Api::ChatCompletions) => "chat_completions",
+            Route::Api(api::Api::Messages) => "messages",
+            Route::Api(api::Api::CountTokens) => "count_tokens",
             Route::Operator => "operator",
             Route::Passthrough => "passthrough",
+        }
+    }
+
+    /// The error format of the proxy's own failures on this route: the
+    /// route's protocol's; elsewhere Anthropic's when the client speaks it
+    /// (an `anthropic-version` header), else OpenAI's.
+    fn flavor(self, headers: &HeaderMap) -> Flavor {
+        match self {
+            Route::Api(api) => api.protocol().flavor(),
+            Route::Operator => Flavor::OpenAi,
+            _ if headers.contains_key("anthropic-version") => Flavor::Anthropic,
+            _ => Flavor::OpenAi,
         }
     }
 }
@@ -286,6 +307,7 @@ async fn handle(
 ) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
     let route = Route::of(req.method(), req.uri().path());
+    let flavor = route.flavor(req.headers());
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let separate_operator =
@@ -308,12 +330,12 @@ async fn handle(
                 text,
             ))
         }
-        Route::ChatCompletions => chat::handle(&app, req).await,
+        Route::Api(api) => api::handle(&app, api, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
     let response = result.unwrap_or_else(|e| {
         tracing::warn!(code = e.code(), error = %e, "request failed");
-        e.into_response()
+        e.into_response(flavor)
     });
     app.metrics
         .request(route.label(), response.status().as_u16());

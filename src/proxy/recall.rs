@@ -1,25 +1,30 @@
 //! Driving recall rounds (SPEC section 6): the proxy answers the model's
 //! recall calls itself and asks the upstream again, so the client sees one
-//! ordinary response.
+//! ordinary response. The driver knows no wire format: the protocol's
+//! [`Rounds`] reads each response, says which calls to run, builds what the
+//! next round appends and what the client sees.
 //!
 //! Non-streaming: each round's response is read whole; recall calls are run
-//! against the store; the assistant message (recall calls only) and the
-//! results are appended to the conversation; at most `recall.max_rounds`
-//! rounds, then one last request without the recall tools. Streaming: a task
-//! feeds each round's events through the [`Splicer`] into a bounded channel
-//! that is the client's response body; a dropped client ends the task, which
-//! drops (cancels) the upstream request.
+//! against the store; the round's messages are appended to the
+//! conversation; at most `recall.max_rounds` rounds, then one last request
+//! in which recall calls are not run (sent without the recall tools unless
+//! the protocol keeps them). Streaming: the first round's head goes to the
+//! client at once; a task feeds each round's events through the rounds'
+//! splicer into a bounded channel that is the client's response body, and
+//! sends a keep-alive event whenever the client has had no byte for
+//! `recall.keepalive_ms` (while calls run and the next round starts). A
+//! dropped client ends the task, which drops (cancels) the upstream request.
+//! When the answer is complete, its hidden exchange is stored for history
+//! restoration before the client gets the last bytes.
 
+use super::api::{keep_exchange, plan, Api, Plan};
 use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
 use super::error::ProxyError;
 use super::{stream_back, upstream_request, App};
-use crate::recall::openai::{
-    append_messages, assistant_message, recall_calls, strip_recall_calls, tool_message, Usage,
-};
+use crate::protocol::{Protocol, RoundsContext};
 use crate::recall::sse::SseParser;
-use crate::recall::stream::{RoundEnd, Splicer};
-use crate::recall::{execute, RecallCall, RecallScope};
-use crate::rewrite::{rewrite_with, Mode, Outcome, Policy};
+use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
+use crate::rewrite::Mode;
 use crate::store::Tenant;
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -27,8 +32,10 @@ use http::{header, HeaderValue, Response};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::Value;
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use tokio::time::Instant;
 
 /// The largest upstream response read whole in a non-streaming round.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
@@ -37,51 +44,60 @@ const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// Frames buffered between the recall driver and a slow client.
 const CHANNEL_FRAMES: usize = 16;
 
-/// One chat completion that carries stubs and offers the recall tools.
+/// One request that carries stubs and offers the recall tools.
 pub(super) struct RecallRequest {
+    pub protocol: &'static dyn Protocol,
+    pub api: Api,
     pub parts: http::request::Parts,
     pub tenant: Tenant,
     pub session: String,
     pub names: RecallToolNames,
-    /// The rewritten body, recall tools included.
+    /// The canonical form of the request's last message (restoration).
+    pub last_canon: Option<String>,
+    /// The rewritten body, recall tools included, history restored.
     pub body: Bytes,
     /// The client's body, to derive the last round's body without recall tools.
     pub original: Bytes,
+    /// The hidden exchanges restored into `body`, by identity.
+    pub restorations: BTreeMap<String, String>,
     /// Response headers to add (`x-toolstub-*`).
     pub extra_headers: Vec<(&'static str, HeaderValue)>,
 }
 
 impl RecallRequest {
-    /// The body of the next round: the base (with or without the recall
-    /// tools) plus the messages appended so far.
-    fn round_body(
-        &self,
-        app: &App,
-        appended: &[Value],
-        offered: bool,
-    ) -> Result<Bytes, ProxyError> {
-        let base = if offered {
-            String::from_utf8_lossy(&self.body).into_owned()
-        } else {
-            let policy = Policy {
-                recall_enabled: false,
-                ..app.config.policy.clone()
-            };
-            match rewrite_with(
-                &self.original,
-                &policy,
-                &app.protocol,
-                Mode::WithRefs,
-                &app.memo,
-            ) {
-                Outcome::Rewritten(r) => r.body,
-                Outcome::Unchanged(_) => String::from_utf8_lossy(&self.original).into_owned(),
-            }
-        };
-        if appended.is_empty() {
-            return Ok(Bytes::from(base));
+    fn rounds(&self) -> Box<dyn Rounds> {
+        self.protocol.rounds(RoundsContext {
+            names: self.names.clone(),
+            last_canon: self.last_canon.clone(),
+        })
+    }
+
+    /// The base of the round after the last allowed one: `body` when the
+    /// protocol keeps the recall tools, otherwise the request rewritten
+    /// without them (history restored the same way).
+    async fn last_base(&self, app: &Arc<App>) -> Result<Bytes, ProxyError> {
+        if self.protocol.keeps_recall_tools_in_last_round() {
+            return Ok(self.body.clone());
         }
-        append_messages(&base, appended)
+        Ok(
+            match plan(app, self.api, self.original.clone(), Mode::WithRefs, false).await? {
+                Plan::Rewritten(mut r) => {
+                    r.restore(&self.restorations);
+                    r.body
+                }
+                Plan::Unchanged(_) => self.original.clone(),
+            },
+        )
+    }
+
+    /// The body of the next round: the base plus what the rounds appended.
+    fn round_body(&self, base: &Bytes, rounds: &dyn Rounds) -> Result<Bytes, ProxyError> {
+        if rounds.appended().is_empty() {
+            return Ok(base.clone());
+        }
+        std::str::from_utf8(base)
+            .ok()
+            .and_then(|text| self.protocol.append_items(text, rounds.appended()))
             .map(Bytes::from)
             .ok_or_else(|| ProxyError::Internal("cannot append recall messages".to_string()))
     }
@@ -94,28 +110,37 @@ impl RecallRequest {
         Ok(response)
     }
 
-    /// Runs the recall calls of one round; returns the messages to append.
-    async fn run_calls(
-        &self,
-        app: &App,
-        content: Option<&str>,
-        calls: &[RecallCall],
-    ) -> Vec<Value> {
+    /// Runs the recall calls of one round.
+    async fn run_calls(&self, app: &App, calls: Vec<RecallCall>) -> Vec<CallResult> {
         let scope = RecallScope {
             store: &app.store,
             tenant: &self.tenant,
             session: &self.session,
         };
-        let mut messages = vec![assistant_message(content, calls)];
+        let mut results = Vec::with_capacity(calls.len());
         for call in calls {
             app.metrics.recall_call(call.tool.label());
-            let (result, failed) = execute(&scope, call).await;
-            if failed {
+            let (text, is_error) = execute(&scope, &call).await;
+            if is_error {
                 app.metrics.recall_error(call.tool.label());
             }
-            messages.push(tool_message(&call.id, &result));
+            results.push(CallResult {
+                call,
+                text,
+                is_error,
+            });
         }
-        messages
+        results
+    }
+
+    /// Stores the answer's hidden exchange, if there was one.
+    async fn keep(&self, app: &App, rounds: &dyn Rounds) {
+        if !app.config.restore_history {
+            return;
+        }
+        if let Some(restoration) = rounds.restoration() {
+            keep_exchange(app, &self.tenant, &self.session, restoration).await;
+        }
     }
 
     fn decorate(&self, response: &mut Response<BoxBody>) {
@@ -130,15 +155,27 @@ pub(super) async fn non_streaming(
     app: &Arc<App>,
     req: RecallRequest,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let mut appended: Vec<Value> = Vec::new();
-    let mut usage = Usage::default();
-    let mut rounds = 0usize;
+    let mut rounds = req.rounds();
+    let mut done = 0usize;
+    let mut last_base = None;
     loop {
-        let offered = rounds < app.config.recall_max_rounds;
-        let body = req.round_body(app, &appended, offered)?;
+        let offered = done < app.config.recall_max_rounds;
+        let base = if offered {
+            req.body.clone()
+        } else {
+            match &last_base {
+                Some(base) => Bytes::clone(base),
+                None => {
+                    let base = req.last_base(app).await?;
+                    last_base = Some(base.clone());
+                    base
+                }
+            }
+        };
+        let body = req.round_body(&base, rounds.as_ref())?;
         let response = req.send(app, body).await?;
         if !response.status().is_success() {
-            app.metrics.recall_rounds(rounds);
+            app.metrics.recall_rounds(done);
             let mut response = stream_back(response);
             req.decorate(&mut response);
             return Ok(response);
@@ -157,50 +194,21 @@ pub(super) async fn non_streaming(
                 ))
             }
         };
-        let parsed = serde_json::from_slice::<Value>(&bytes).ok();
-        let Some(mut value) = parsed else {
-            app.metrics.recall_rounds(rounds);
-            let mut response = Response::from_parts(head, full(bytes));
-            req.decorate(&mut response);
-            return Ok(response);
-        };
-        usage.add(value.get("usage"));
-        let calls = if offered {
-            recall_calls(&value, &req.names)
-        } else {
-            Vec::new()
-        };
-        if calls.is_empty() {
-            app.metrics.recall_rounds(rounds);
-            let body = if rounds == 0 && !mentions_recall(&value, &req.names) {
-                bytes // nothing to hide: the upstream's bytes as they are
-            } else {
-                strip_recall_calls(&mut value, &req.names);
-                if usage.seen {
-                    if let Some(u) = value.get_mut("usage") {
-                        usage.apply(u);
-                    }
-                }
-                Bytes::from(value.to_string())
-            };
-            let mut response = Response::from_parts(head, full(body));
-            req.decorate(&mut response);
-            return Ok(response);
+        match rounds.response(&bytes, offered) {
+            Step::Final(answer) => {
+                app.metrics.recall_rounds(done);
+                req.keep(app, rounds.as_ref()).await;
+                let mut response = Response::from_parts(head, full(answer.unwrap_or(bytes)));
+                req.decorate(&mut response);
+                return Ok(response);
+            }
+            Step::Recall(calls) => {
+                done += 1;
+                let results = req.run_calls(app, calls).await;
+                rounds.answered(results);
+            }
         }
-        rounds += 1;
-        let content = value
-            .pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        appended.extend(req.run_calls(app, content.as_deref(), &calls).await);
     }
-}
-
-/// Whether a response names a recall tool anywhere in its tool calls.
-fn mentions_recall(value: &Value, names: &RecallToolNames) -> bool {
-    let mut copy = value.clone();
-    strip_recall_calls(&mut copy, names);
-    copy != *value
 }
 
 /// The streaming loop: the first round's head goes to the client at once;
@@ -209,8 +217,7 @@ pub(super) async fn streaming(
     app: &Arc<App>,
     req: RecallRequest,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let first_body = req.round_body(app, &[], app.config.recall_max_rounds > 0)?;
-    let response = req.send(app, first_body).await?;
+    let response = req.send(app, req.body.clone()).await?;
     if !response.status().is_success() {
         let mut response = stream_back(response);
         req.decorate(&mut response);
@@ -221,10 +228,15 @@ pub(super) async fn streaming(
     head.headers.remove(header::CONTENT_LENGTH);
     let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL_FRAMES);
     let app = app.clone();
-    let names = req.names.clone();
     let extra = req.extra_headers.clone();
     tokio::spawn(async move {
-        drive(&app, &req, upstream_body, Splicer::new(names), tx).await;
+        let rounds = req.rounds();
+        let mut client = Client {
+            tx,
+            last_sent: Instant::now(),
+            keepalive: app.config.keepalive,
+        };
+        drive(&app, &req, upstream_body, rounds, &mut client).await;
     });
     let mut response = Response::from_parts(head, ChannelBody(rx).boxed());
     for (name, value) in extra {
@@ -235,28 +247,62 @@ pub(super) async fn streaming(
 
 type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, super::body::BoxError>>;
 
-/// Sends bytes to the client; `false` when the client is gone.
-async fn send_all(tx: &Sender, chunks: Vec<Bytes>) -> bool {
-    for chunk in chunks {
-        if tx.send(Ok(Frame::data(chunk))).await.is_err() {
-            return false;
+/// The client's end of a streamed response.
+struct Client {
+    tx: Sender,
+    /// When the client last got a byte.
+    last_sent: Instant,
+    keepalive: std::time::Duration,
+}
+
+impl Client {
+    /// Sends bytes; `false` when the client is gone.
+    async fn send(&mut self, chunks: Vec<Bytes>) -> bool {
+        for chunk in chunks {
+            if self.tx.send(Ok(Frame::data(chunk))).await.is_err() {
+                return false;
+            }
+            self.last_sent = Instant::now();
+        }
+        true
+    }
+
+    /// Awaits `work`, sending `keepalive` whenever the client has had no
+    /// byte for the keep-alive interval; `None` when the client is gone.
+    async fn wait<F: Future>(&mut self, work: F, keepalive: &Bytes) -> Option<F::Output> {
+        tokio::pin!(work);
+        loop {
+            let due = self.last_sent + self.keepalive;
+            tokio::select! {
+                out = &mut work => return Some(out),
+                () = tokio::time::sleep_until(due) => {
+                    if !self.send(vec![keepalive.clone()]).await {
+                        return None;
+                    }
+                }
+            }
         }
     }
-    true
 }
 
 async fn drive(
-    app: &App,
+    app: &Arc<App>,
     req: &RecallRequest,
     mut body: Incoming,
-    mut splicer: Splicer,
-    tx: Sender,
+    mut rounds: Box<dyn Rounds>,
+    client: &mut Client,
 ) {
-    let mut appended: Vec<Value> = Vec::new();
-    let mut rounds = 0usize;
+    let keepalive = rounds.keepalive();
+    let mut done = 0usize;
+    let mut offered = app.config.recall_max_rounds > 0;
+    let mut last_base: Option<Bytes> = None;
     loop {
         let mut parser = SseParser::new(MAX_EVENT_BYTES);
-        while let Some(frame) = body.frame().await {
+        loop {
+            let Some(frame) = client.wait(body.frame(), &keepalive).await else {
+                return; // the client is gone: dropping `body` cancels the upstream
+            };
+            let Some(frame) = frame else { break };
             let data = match frame {
                 Ok(frame) => match frame.into_data() {
                     Ok(data) => data,
@@ -264,77 +310,93 @@ async fn drive(
                 },
                 Err(e) => {
                     let message = format!("the upstream stream failed: {e}");
-                    let _ = send_all(
-                        &tx,
-                        vec![Splicer::error_event(&message, "upstream_stream_failed")],
-                    )
-                    .await;
-                    app.metrics.recall_rounds(rounds);
+                    let end = rounds.error_event(&message, "upstream_stream_failed");
+                    client.send(vec![end]).await;
+                    app.metrics.recall_rounds(done);
                     return;
                 }
             };
             let events = match parser.push(&data) {
                 Ok(events) => events,
                 Err(e) => {
-                    let _ = send_all(
-                        &tx,
-                        vec![Splicer::error_event(
-                            &e.to_string(),
-                            "upstream_stream_invalid",
-                        )],
-                    )
-                    .await;
+                    let end = rounds.error_event(&e.to_string(), "upstream_stream_invalid");
+                    client.send(vec![end]).await;
                     return;
                 }
             };
             for event in &events {
-                if !send_all(&tx, splicer.event(event)).await {
-                    return; // the client is gone: dropping `body` cancels the upstream
+                let out = rounds.event(event);
+                if !client.send(out).await {
+                    return;
                 }
             }
         }
         if let Some(event) = parser.finish() {
-            if !send_all(&tx, splicer.event(&event)).await {
+            let out = rounds.event(&event);
+            if !client.send(out).await {
                 return;
             }
         }
-        match splicer.end_round() {
+        let (released, end) = rounds.end_round(offered);
+        if !client.send(released).await {
+            return;
+        }
+        match end {
             RoundEnd::Done => {
-                app.metrics.recall_rounds(rounds);
-                let _ = send_all(&tx, splicer.finish()).await;
+                app.metrics.recall_rounds(done);
+                if client
+                    .wait(req.keep(app, rounds.as_ref()), &keepalive)
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+                client.send(rounds.finish()).await;
                 return;
             }
             RoundEnd::UpstreamError => {
-                app.metrics.recall_rounds(rounds);
+                app.metrics.recall_rounds(done);
                 return;
             }
             RoundEnd::Truncated => {
-                app.metrics.recall_rounds(rounds);
-                let message = "the upstream stream ended before [DONE]";
-                let _ = send_all(
-                    &tx,
-                    vec![Splicer::error_event(message, "upstream_stream_truncated")],
-                )
-                .await;
+                app.metrics.recall_rounds(done);
+                let message = "the upstream stream ended before its end";
+                let end = rounds.error_event(message, "upstream_stream_truncated");
+                client.send(vec![end]).await;
                 return;
             }
-            RoundEnd::Recall { content, calls } => {
-                rounds += 1;
-                appended.extend(req.run_calls(app, content.as_deref(), &calls).await);
-                let offered = rounds < app.config.recall_max_rounds;
-                let next = match req.round_body(app, &appended, offered) {
-                    Ok(next) => next,
-                    Err(e) => {
-                        let _ = send_all(&tx, vec![Splicer::error_event(&e.to_string(), e.code())])
-                            .await;
-                        return;
-                    }
+            RoundEnd::Recall(calls) => {
+                done += 1;
+                let Some(results) = client.wait(req.run_calls(app, calls), &keepalive).await
+                else {
+                    return;
                 };
-                let response = match req.send(app, next).await {
+                rounds.answered(results);
+                offered = done < app.config.recall_max_rounds;
+                let next = async {
+                    let base = if offered {
+                        req.body.clone()
+                    } else {
+                        match &last_base {
+                            Some(base) => base.clone(),
+                            None => {
+                                let base = req.last_base(app).await?;
+                                last_base = Some(base.clone());
+                                base
+                            }
+                        }
+                    };
+                    let body = req.round_body(&base, rounds.as_ref())?;
+                    req.send(app, body).await
+                };
+                let Some(response) = client.wait(next, &keepalive).await else {
+                    return;
+                };
+                let response = match response {
                     Ok(response) => response,
                     Err(e) => {
-                        let _ = send_all(&tx, vec![Splicer::error_event(&e.to_string(), e.code())])
-                            .await;
+                        let end = rounds.error_event(&e.to_string(), e.code());
+                        client.send(vec![end]).await;
                         return;
                     }
                 };
@@ -350,11 +412,11 @@ async fn drive(
                         "the upstream answered {status} during a recall round: {}",
                         crate::synopsis::clip(&detail, 500)
                     );
-                    let _ =
-                        send_all(&tx, vec![Splicer::error_event(&message, "upstream_error")]).await;
+                    let end = rounds.error_event(&message, "upstream_error");
+                    client.send(vec![end]).await;
                     return;
                 }
-                splicer.next_round(offered);
+                rounds.next_round();
                 body = response.into_body();
             }
         }

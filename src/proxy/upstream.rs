@@ -32,6 +32,8 @@ const HOP_BY_HOP: [&str; 9] = [
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, BoxBody>,
     base: Uri,
+    /// (path prefix, base URL), longest prefix first (`upstream.routes`).
+    routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
 }
 
@@ -79,16 +81,36 @@ impl Upstream {
         Ok(Upstream {
             client,
             base: config.base_url.clone(),
+            routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
         })
     }
 
-    /// `base_url` + the request's path and query.
+    /// The route a request path takes: the matching `upstream.routes`
+    /// prefix with its base URL, or `""` and `base_url`.
+    fn route(&self, path: &str) -> (&str, &Uri) {
+        self.routes
+            .iter()
+            .find(|(prefix, _)| {
+                path.strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
+            })
+            .map_or(("", &self.base), |(prefix, base)| (prefix.as_str(), base))
+    }
+
+    /// The upstream URL of a request: its route's base URL + the path (its
+    /// route prefix removed) and query.
     pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, ProxyError> {
-        let prefix = self.base.path().trim_end_matches('/');
-        let scheme = self.base.scheme_str().unwrap_or("https");
-        let authority = self
-            .base
+        let (route, base) = self.route(path_and_query);
+        let rest = &path_and_query[route.len()..];
+        let path_and_query = if rest.is_empty() || rest.starts_with('?') {
+            format!("/{rest}")
+        } else {
+            rest.to_string()
+        };
+        let prefix = base.path().trim_end_matches('/');
+        let scheme = base.scheme_str().unwrap_or("https");
+        let authority = base
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
@@ -201,6 +223,10 @@ mod tests {
             ca_file: None,
             pool_idle_timeout: Duration::from_secs(1),
             pool_max_idle_per_host: 1,
+            routes: vec![(
+                "/anthropic".to_string(),
+                "http://127.0.0.1:9".parse().expect("uri"),
+            )],
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(
@@ -209,5 +235,21 @@ mod tests {
                 .to_string(),
             "https://example.com/api/v1/chat/completions?x=1"
         );
+        assert_eq!(
+            up.uri_for("/anthropic/v1/messages?beta=true")
+                .expect("uri")
+                .to_string(),
+            "http://127.0.0.1:9/v1/messages?beta=true"
+        );
+        assert_eq!(
+            up.uri_for("/anthropic").expect("uri").to_string(),
+            "http://127.0.0.1:9/"
+        );
+        assert_eq!(
+            up.uri_for("/anthropicx/v1").expect("uri").to_string(),
+            "https://example.com/api/anthropicx/v1",
+            "a prefix matches whole path segments only"
+        );
+
     }
 }

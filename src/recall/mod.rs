@@ -4,24 +4,26 @@
 //! - [`execute`]: runs one recall call against the store (tenant and session
 //!   scope) and returns the tool result the model sees; invalid arguments and
 //!   unknown or expired refs are results too, never failures.
-//! - [`openai`]: the OpenAI Chat wire shapes of a recall round: which calls in
-//!   a response are recall calls, the messages appended for the next round,
-//!   summed usage, and the cleaned final response.
-//! - [`sse`] and [`stream`]: the streaming variant, an explicit state machine
-//!   over server-sent events that splices rounds into one client stream.
+//! - [`Rounds`]: the protocol-independent face of one request's recall
+//!   rounds, implemented once per wire format in `crate::protocol`: which
+//!   calls in a response are recall calls, what the next round appends, what
+//!   the client sees (whole or streamed), and the hidden exchange to restore
+//!   on the client's next turn.
+//! - [`sse`]: a bounded server-sent events parser keeping original bytes.
 //!
 //! Architecture invariant: everything here but [`execute`] is pure (no I/O);
-//! the proxy layer drives the rounds. Recall results stay inside the request:
-//! they are never stored or externalized.
+//! the proxy layer drives the rounds without knowing the protocol. Recall
+//! results stay inside the request and its restored history: they are never
+//! stored as outputs or externalized.
 
 pub mod execute;
-pub mod openai;
 pub mod sse;
-pub mod stream;
 
 pub use execute::{execute, RecallScope};
 
 use crate::stub::RecallToolNames;
+use bytes::Bytes;
+use sse::Event;
 
 /// The three recall tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,4 +65,85 @@ pub struct RecallCall {
     pub tool: RecallTool,
     /// The JSON arguments, as the model wrote them.
     pub arguments: String,
+}
+
+/// A recall call answered, as the next round sends it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallResult {
+    pub call: RecallCall,
+    /// The tool result text (JSON).
+    pub text: String,
+    /// The call failed (bad arguments, unknown or expired ref).
+    pub is_error: bool,
+}
+
+/// What a whole (non-streaming) round's response amounts to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The model called recall tools: run them, hand the results to
+    /// [`Rounds::answered`], and send the next round.
+    Recall(Vec<RecallCall>),
+    /// The response for the client; `None`: the upstream's bytes unchanged.
+    Final(Option<Bytes>),
+}
+
+/// How a streamed round ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RoundEnd {
+    /// The model called recall tools: run them, then start the next round.
+    Recall(Vec<RecallCall>),
+    /// The response is complete; [`Rounds::finish`] gives the closing bytes.
+    Done,
+    /// The upstream sent an error event (already forwarded).
+    UpstreamError,
+    /// The stream ended before its end marker.
+    Truncated,
+}
+
+/// A hidden exchange, kept so the client's next turn can be restored to
+/// the conversation the model really had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restoration {
+    /// [`crate::protocol::turn_identity`] of the request's last message and
+    /// the answer as the client saw it.
+    pub identity: String,
+    /// What replaces that answer when the client sends it back: the hidden
+    /// rounds' messages and the last round's answer, JSON values joined by
+    /// commas, byte for byte as first sent upstream.
+    pub replacement: String,
+}
+
+/// One request's recall rounds in one protocol: a state machine fed with
+/// each round's response (whole, or event by event), pure.
+pub trait Rounds: Send + Sync {
+    /// A whole round's response body (a 2xx JSON response).
+    fn response(&mut self, body: &[u8], recall_allowed: bool) -> Step;
+
+    /// One event of a streamed round; returns the bytes for the client.
+    fn event(&mut self, event: &Event) -> Vec<Bytes>;
+
+    /// The streamed round's upstream body has ended: bytes for the client
+    /// (blocks held back until the round's end), and how it ended.
+    fn end_round(&mut self, recall_allowed: bool) -> (Vec<Bytes>, RoundEnd);
+
+    /// A streamed round begins after [`Rounds::answered`].
+    fn next_round(&mut self);
+
+    /// The closing bytes of the client's stream.
+    fn finish(&mut self) -> Vec<Bytes>;
+
+    /// The results of the calls of the round that just ended.
+    fn answered(&mut self, results: Vec<CallResult>);
+
+    /// JSON items the next round appends to the conversation, in order.
+    fn appended(&self) -> &[String];
+
+    /// After the last round: the hidden exchange, if there was one.
+    fn restoration(&self) -> Option<Restoration>;
+
+    /// A well-formed event that ends the client's stream with an error.
+    fn error_event(&self, message: &str, code: &str) -> Bytes;
+
+    /// An event that keeps the client's stream alive and means nothing.
+    fn keepalive(&self) -> Bytes;
 }

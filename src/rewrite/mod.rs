@@ -15,7 +15,8 @@
 pub mod memo;
 pub mod select;
 
-use crate::protocol::{Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use crate::protocol::{turn_identity, Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use crate::recall::RecallTool;
 use crate::refs::{result_ref, sha256_hex};
 use crate::stub::{render, RecallToolNames, StubHeader};
 use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
@@ -37,6 +38,9 @@ pub struct Policy {
     pub recall_names: RecallToolNames,
     /// A MIME hint per tool name.
     pub mime_by_tool: BTreeMap<String, String>,
+    /// Whether outputs the client flagged as errors may be externalized
+    /// (off by default: an agent must see its errors).
+    pub externalize_errors: bool,
 }
 
 impl Default for Policy {
@@ -47,6 +51,7 @@ impl Default for Policy {
             recall_enabled: true,
             recall_names: RecallToolNames::default(),
             mime_by_tool: BTreeMap::new(),
+            externalize_errors: false,
         }
     }
 }
@@ -116,6 +121,22 @@ pub struct Rewritten<'b> {
     pub opening: String,
     /// Whether the client asked for a streamed response.
     pub streaming: bool,
+    /// The assistant messages whose hidden recall exchange, if one is
+    /// stored, replaces them (history restoration), with their spans in
+    /// `body`.
+    pub turns: Vec<Turn>,
+    /// [`Protocol::message_canon`] of the request's last message.
+    pub last_canon: Option<String>,
+}
+
+/// An assistant message that may be one the client saw in place of a
+/// hidden recall exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turn {
+    /// [`turn_identity`] of the message before it and of it.
+    pub identity: String,
+    /// The message's span in the rewritten body.
+    pub span: Range<usize>,
 }
 
 /// The outcome of [`rewrite`].
@@ -129,7 +150,7 @@ pub enum Outcome<'b> {
 pub fn rewrite<'b>(
     body: &'b [u8],
     policy: &Policy,
-    protocol: &impl Protocol,
+    protocol: &dyn Protocol,
     mode: Mode,
 ) -> Outcome<'b> {
     rewrite_with(body, policy, protocol, mode, &Memo::new(0))
@@ -139,7 +160,7 @@ pub fn rewrite<'b>(
 pub fn rewrite_with<'b>(
     body: &'b [u8],
     policy: &Policy,
-    protocol: &impl Protocol,
+    protocol: &dyn Protocol,
     mode: Mode,
     memo: &Memo,
 ) -> Outcome<'b> {
@@ -159,7 +180,7 @@ fn rewrite_parsed<'b>(
     body: &'b str,
     parsed: ParsedRequest<'b>,
     policy: &Policy,
-    protocol: &impl Protocol,
+    protocol: &dyn Protocol,
     mode: Mode,
     memo: &Memo,
 ) -> Outcome<'b> {
@@ -189,9 +210,10 @@ fn rewrite_parsed<'b>(
     if outputs.is_empty() {
         return Outcome::Unchanged(Unchanged::NothingOverBudget);
     }
+    let first_stub = splices.iter().map(|(r, _)| r.start).min().unwrap_or(0);
     if policy.recall_enabled && mode == Mode::WithRefs {
         let tools = protocol.recall_tools(&names).join(",");
-        splices.push(match parsed.tools {
+        splices.push(match parsed.tools.clone() {
             ToolsSlot::AppendToArray { close, empty } => (
                 close..close,
                 if empty { tools } else { format!(",{tools}") },
@@ -210,6 +232,12 @@ fn rewrite_parsed<'b>(
         .iter()
         .map(|o| o.original_chars.saturating_sub(o.stub.chars().count()))
         .sum();
+    splices.sort_by_key(|(range, _)| (range.start, range.end));
+    let turns = turns(body, &parsed, protocol, first_stub, &splices);
+    let last_canon = parsed
+        .messages
+        .last()
+        .and_then(|m| protocol.message_canon(&body[m.span.clone()]));
     Outcome::Rewritten(Rewritten {
         body: splice(body, splices),
         outputs,
@@ -217,7 +245,50 @@ fn rewrite_parsed<'b>(
         recall_names: names,
         opening: parsed.opening,
         streaming: parsed.streaming,
+        turns,
+        last_canon,
     })
+}
+
+/// The assistant messages after the first stub (only a request carrying
+/// stubs can have had a hidden recall exchange, and its answer comes after
+/// them), with their identities and their spans once `splices` (sorted)
+/// are applied. Splices never fall inside an assistant message.
+fn turns(
+    body: &str,
+    parsed: &ParsedRequest<'_>,
+    protocol: &dyn Protocol,
+    first_stub: usize,
+    splices: &[(Range<usize>, String)],
+) -> Vec<Turn> {
+    let mut turns = Vec::new();
+    let mut shift: isize = 0;
+    let mut next_splice = 0;
+    for (i, message) in parsed.messages.iter().enumerate() {
+        if message.span.start < first_stub || !message.assistant || i == 0 {
+            continue;
+        }
+        while let Some((range, text)) = splices.get(next_splice) {
+            if range.end > message.span.start {
+                break;
+            }
+            shift += text.len() as isize - range.len() as isize;
+            next_splice += 1;
+        }
+        let previous = protocol.message_canon(&body[parsed.messages[i - 1].span.clone()]);
+        let this = protocol.message_canon(&body[message.span.clone()]);
+        if let (Some(previous), Some(this)) = (previous, this) {
+            let start = message.span.start as isize + shift;
+            let end = message.span.end as isize + shift;
+            if let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) {
+                turns.push(Turn {
+                    identity: turn_identity(&previous, &this),
+                    span: start..end,
+                });
+            }
+        }
+    }
+    turns
 }
 
 /// Selects and renders the stubs of one assistant-turn group.
@@ -227,15 +298,26 @@ fn rewrite_group<'b>(
     policy: &Policy,
     names: &RecallToolNames,
     mode: Mode,
-    protocol: &impl Protocol,
+    protocol: &dyn Protocol,
     memo: &Memo,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) {
-    // Outputs whose text cannot be decoded stay inline, whatever their size.
+    // Outputs whose text cannot be decoded stay inline, whatever their size;
+    // so do errors (unless configured otherwise) and the proxy's own recall
+    // results (in a restored history).
     let mut prepared: Vec<Option<Prepared<'b>>> = group
         .iter()
-        .map(|o| Prepared::new(o, policy, memo))
+        .map(|o| {
+            let recall = o
+                .tool_name
+                .as_deref()
+                .is_some_and(|n| RecallTool::named(names, n).is_some());
+            if recall || (o.is_error && !policy.externalize_errors) {
+                return None;
+            }
+            Prepared::new(o, policy, memo)
+        })
         .collect();
     let lengths: Vec<usize> = prepared
         .iter()
@@ -263,6 +345,7 @@ fn rewrite_group<'b>(
             output.content_span.clone(),
             protocol.encode_content(output.shape, &stub),
         ));
+        splices.extend(output.removed.iter().map(|r| (r.clone(), String::new())));
         outputs.push(Externalized {
             result_ref: (mode == Mode::WithRefs).then(|| p.result_ref.clone()),
             sha256: p.sha256.clone(),
@@ -436,7 +519,7 @@ pub fn recall_names_for(configured: &RecallToolNames, client: &[Cow<'_, str>]) -
 }
 
 /// Replaces each range of `body` with its text; ranges do not overlap.
-fn splice(body: &str, mut splices: Vec<(Range<usize>, String)>) -> String {
+pub fn splice(body: &str, mut splices: Vec<(Range<usize>, String)>) -> String {
     splices.sort_by_key(|(range, _)| (range.start, range.end));
     let extra: usize = splices.iter().map(|(_, s)| s.len()).sum();
     let mut out = String::with_capacity(body.len() + extra);

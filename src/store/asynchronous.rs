@@ -6,7 +6,7 @@
 
 use super::writer::{self, Job};
 use super::{
-    NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResultStore, SearchHit,
+    Exchange, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResultStore, SearchHit,
     StoreError, Stored, Tenant,
 };
 use std::sync::Arc;
@@ -146,6 +146,35 @@ impl AsyncResultStore {
         let tool_name = tool_name.map(str::to_string);
         self.blocking(move |s| s.list(&tenant, session_id.as_deref(), tool_name.as_deref(), limit))
             .await
+    }
+
+    /// [`ResultStore::put_exchange`]: resolves once committed.
+    pub async fn put_exchange(
+        &self,
+        tenant: &Tenant,
+        exchange: Exchange,
+    ) -> Result<bool, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::PutExchange {
+                tenant: tenant.clone(),
+                exchange,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::exchanges`].
+    pub async fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let tenant = tenant.clone();
+        self.blocking(move |s| s.exchanges(&tenant, &keys)).await
     }
 
     /// [`ResultStore::flush_index`], off the runtime.

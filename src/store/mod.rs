@@ -32,7 +32,7 @@ pub use asynchronous::AsyncResultStore;
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
 pub use types::{
-    Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreStats,
+    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreStats,
     Stored, Tenant, OFFSET_UNIT,
 };
 pub use writer::SweepReport;
@@ -288,6 +288,32 @@ impl ResultStore {
     /// expired): the proxy skips re-storing what a repeated turn resends.
     pub fn held(&self, tenant: &Tenant, refs: &[String]) -> Result<Vec<bool>, StoreError> {
         self.inner.readers.with(|c| reader::held(c, tenant, refs))
+    }
+
+    /// Stores a hidden recall exchange (committed durably, per
+    /// [`Durability`], before it returns). A key already stored keeps its
+    /// first exchange; returns whether this one was new.
+    pub fn put_exchange(&self, tenant: &Tenant, exchange: Exchange) -> Result<bool, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::PutExchange {
+                tenant: tenant.clone(),
+                exchange,
+                reply,
+            })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// The stored exchanges of `tenant` among `keys`: (key, replacement).
+    pub fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::exchanges(c, tenant, keys))
     }
 
     /// Everything stored about one output.

@@ -158,6 +158,31 @@ pub(crate) fn held(
         .collect()
 }
 
+/// The stored exchanges of `tenant` among `keys`, in key order.
+pub(crate) fn exchanges(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    keys: &[String],
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut found = Vec::new();
+    let mut stmt = conn
+        .prepare_cached("SELECT replacement FROM exchanges WHERE tenant = ?1 AND key = ?2")
+        .ctx("preparing the exchange lookup")?;
+    let mut keys: Vec<&String> = keys.iter().collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let replacement: Option<String> = stmt
+            .query_row(rusqlite::params![tenant.as_str(), key], |r| r.get(0))
+            .optional()
+            .ctx("looking up a hidden exchange")?;
+        if let Some(replacement) = replacement {
+            found.push((key.clone(), replacement));
+        }
+    }
+    Ok(found)
+}
+
 pub(crate) fn meta(
     conn: &mut Connection,
     tenant: &Tenant,

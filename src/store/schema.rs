@@ -8,7 +8,10 @@ use super::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 
 /// The migration list, oldest first. Append; never edit a released one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_exchanges.sql"),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -77,6 +77,17 @@ pub struct NewOutput {
     pub sha256: Option<String>,
 }
 
+/// A hidden recall exchange, kept for history restoration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    /// Derived from the session and the identity of the answer the client
+    /// saw (the caller's business; the store only matches it).
+    pub key: String,
+    pub session_id: String,
+    /// The messages that replace that answer upstream, as first sent.
+    pub replacement: String,
+}
+
 /// What `put` reports for one output, once it is committed durably.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stored {

@@ -11,7 +11,7 @@
 
 use super::error::SqlContext;
 use super::text::{self, CHUNK_BITS, MAX_CHUNKS};
-use super::{age_cutoff, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
+use super::{age_cutoff, Exchange, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -51,6 +51,11 @@ pub(crate) enum Job {
     },
     FlushIndex {
         reply: Reply<u64>,
+    },
+    PutExchange {
+        tenant: Tenant,
+        exchange: Exchange,
+        reply: Reply<bool>,
     },
     Sweep {
         now_ms: i64,
@@ -274,6 +279,14 @@ impl Writer {
                 Job::FlushIndex { reply } => {
                     let _ = reply.send(self.flush_index());
                 }
+                Job::PutExchange {
+                    tenant,
+                    exchange,
+                    reply,
+                } => {
+                    let _ = reply.send(self.put_exchange(&tenant, &exchange));
+                    self.last_put = std::time::Instant::now();
+                }
                 Job::Sweep { now_ms, reply } => {
                     let _ = reply.send(self.sweep(now_ms));
                 }
@@ -380,6 +393,31 @@ impl Writer {
         }
     }
 
+    /// Stores a hidden exchange unless one is stored under its key (the
+    /// first wins: restoration sends what was first sent); `true` if new.
+    fn put_exchange(&mut self, tenant: &Tenant, exchange: &Exchange) -> Result<bool, StoreError> {
+        self.set_synchronous(self.durable_level())?;
+        let now = self.config.clock.now_ms();
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO exchanges (tenant, key, session_id, replacement, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    tenant.as_str(),
+                    exchange.key,
+                    exchange.session_id,
+                    exchange.replacement,
+                    now
+                ])
+            })
+            .ctx("storing a hidden recall exchange")?;
+        self.wal_dirty += exchange.replacement.len() as u64;
+        Ok(n > 0)
+    }
+
     fn flush_index(&mut self) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
@@ -446,6 +484,14 @@ impl Writer {
             .ctx("starting a retention sweep")?;
         let mut report = SweepReport::default();
         if let Some(cutoff) = age_cutoff(&self.config, now_ms) {
+            let gone = tx
+                .execute(
+                    "DELETE FROM exchanges WHERE (tenant, key) IN (SELECT tenant, key \
+                     FROM exchanges WHERE created_at < ?1 LIMIT ?2)",
+                    params![cutoff, SWEEP_BATCH],
+                )
+                .ctx("deleting old hidden exchanges")?;
+            report.more |= gone as i64 == SWEEP_BATCH;
             let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
             report.more |= victims.len() as i64 == SWEEP_BATCH;
             for (id, blob) in victims {

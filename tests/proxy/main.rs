@@ -38,6 +38,7 @@ fn config_for(upstream: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> Co
         listen: Some("127.0.0.1:0".to_string()),
         upstream: Some(upstream.to_string()),
         db: Some(dir.join("toolstub.db")),
+        routes: Vec::new(),
     };
     let env: Vec<(String, String)> = env
         .iter()

@@ -730,7 +730,7 @@ async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
     reader.join().expect("log reader");
     let log = log.lock().expect("lock").clone();
     assert!(log.contains("\"level\":\"DEBUG\""), "debug logs were on");
-    assert!(log.contains("chat completion rewritten"));
+    assert!(log.contains("request rewritten"));
     let mut files = vec![
         ("metrics".to_string(), metrics.to_vec()),
         ("log".to_string(), log.into_bytes()),

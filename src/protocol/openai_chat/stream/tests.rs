@@ -67,10 +67,10 @@ fn a_recall_round_is_spliced_into_one_stream() {
         true,
     );
     let mut out = run_round(&mut s, &round0);
-    let end = s.end_round();
+    let end = s.end_round(true);
     assert_eq!(
         end,
-        RoundEnd::Recall {
+        SplicerEnd::Recall {
             content: Some("Let me look. ".to_string()),
             calls: vec![RecallCall {
                 id: "c1".to_string(),
@@ -80,7 +80,7 @@ fn a_recall_round_is_spliced_into_one_stream() {
             }],
         }
     );
-    s.next_round(true);
+    s.next_round();
     let round1 = events(
         &[
             chunk("b", json!({"role": "assistant", "content": ""}), None),
@@ -91,7 +91,7 @@ fn a_recall_round_is_spliced_into_one_stream() {
         true,
     );
     out.extend(run_round(&mut s, &round1));
-    assert_eq!(s.end_round(), RoundEnd::Done);
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
     out.extend(s.finish());
 
     let datas = datas(&out);
@@ -173,8 +173,8 @@ fn client_tool_calls_pass_through_renumbered() {
     assert_eq!(calls[0]["index"], 0, "the client call becomes index 0");
     assert_eq!(calls[0]["function"]["name"], "get_weather");
     assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Paris\"}");
-    match s.end_round() {
-        RoundEnd::Recall { calls, .. } => assert_eq!(calls[0].id, "r1"),
+    match s.end_round(true) {
+        SplicerEnd::Recall { calls, .. } => assert_eq!(calls[0].id, "r1"),
         other => panic!("{other:?}"),
     }
 }
@@ -199,7 +199,7 @@ fn ordinary_streams_pass_through_byte_for_byte() {
     let raw: Vec<u8> = round0[..4].iter().flat_map(|e| e.raw.to_vec()).collect();
     let got: Vec<u8> = out.iter().flat_map(|b| b.to_vec()).collect();
     assert_eq!(got, raw);
-    assert_eq!(s.end_round(), RoundEnd::Done);
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
 }
 
 #[test]
@@ -209,14 +209,14 @@ fn a_stream_without_done_is_truncated_and_errors_are_reported() {
         &mut s,
         &events(&[chunk("a", json!({"content": "x"}), None)], false),
     );
-    assert_eq!(s.end_round(), RoundEnd::Truncated);
+    assert_eq!(s.end_round(true), SplicerEnd::Truncated);
     let mut s = Splicer::new(RecallToolNames::default());
     let out = run_round(
         &mut s,
         &events(&[json!({"error": {"message": "boom"}})], false),
     );
     assert_eq!(out.len(), 1);
-    assert_eq!(s.end_round(), RoundEnd::UpstreamError);
+    assert_eq!(s.end_round(true), SplicerEnd::UpstreamError);
     let e = Splicer::error_event("upstream failed", "upstream_unreachable");
     assert!(String::from_utf8_lossy(&e).starts_with("data: {\"error\""));
 }

@@ -1,7 +1,10 @@
-//! The chat-completions path, phase by phase: decide whether to look at the
-//! body at all; read it within the cap; rewrite it (pure, off the runtime
-//! when large); commit the originals to the store before anything goes
-//! upstream; forward; stream the response back with the toolstub headers.
+//! The rewritten API routes (Chat Completions, Anthropic Messages and its
+//! `count_tokens`), phase by phase, the same for every protocol: decide
+//! whether to look at the body at all; read it within the cap; rewrite it
+//! (pure, off the runtime when large); commit the originals to the store
+//! and look up hidden recall exchanges to restore, before anything goes
+//! upstream; forward, or run the recall rounds; stream the response back
+//! with the toolstub headers.
 //!
 //! Whatever cannot be read or understood goes upstream as it came: bypassed,
 //! compressed, oversized or unparsable bodies are forwarded byte for byte.
@@ -11,22 +14,54 @@ use super::error::ProxyError;
 use super::recall::{self, RecallRequest};
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
-use crate::protocol::{json_text, span_in_bytes, Content};
-use crate::rewrite::{derive_session, rewrite_with, Mode, Outcome};
-use crate::store::NewOutput;
+use crate::protocol::anthropic::AnthropicMessages;
+use crate::protocol::openai_chat::OpenAiChat;
+use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
+use crate::rewrite::{derive_session, rewrite_with, splice, Mode, Outcome, Turn};
+use crate::store::{Exchange, NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Bodies larger than this are rewritten on the blocking pool, so a 10 MB
 /// synopsis never stalls other requests on the same runtime thread.
 const INLINE_REWRITE_BYTES: usize = 256 * 1024;
 
+/// A rewritten route: which protocol, and whether the proxy runs recall
+/// rounds on its responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Api {
+    /// `POST .../chat/completions`.
+    ChatCompletions,
+    /// `POST .../v1/messages`.
+    Messages,
+    /// `POST .../v1/messages/count_tokens`: rewritten as the messages
+    /// request it precedes would be, the response forwarded as it is.
+    CountTokens,
+}
+
+impl Api {
+    pub(super) fn protocol(self) -> &'static dyn Protocol {
+        match self {
+            Api::ChatCompletions => &OpenAiChat,
+            Api::Messages | Api::CountTokens => &AnthropicMessages,
+        }
+    }
+
+    /// Whether responses can carry recall calls to answer.
+    fn answers_recall(self) -> bool {
+        self != Api::CountTokens
+    }
+}
+
 pub(super) async fn handle(
     app: &Arc<App>,
+    api: Api,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
@@ -59,7 +94,8 @@ pub(super) async fn handle(
         .filter(|s| !s.is_empty() && s.len() <= 256)
         .map(str::to_string);
 
-    let mut rewritten = match plan(app, original.clone(), Mode::WithRefs).await? {
+    let plan_of = |mode| plan(app, api, original.clone(), mode, true);
+    let mut rewritten = match plan_of(Mode::WithRefs).await? {
         Plan::Rewritten(rewritten) => rewritten,
         Plan::Unchanged(why) => {
             app.metrics.unchanged(why);
@@ -72,28 +108,45 @@ pub(super) async fn handle(
         output.new.session_id.clone_from(&session);
     }
     let rewritten_us = started.elapsed().as_micros() as u64;
-    let stored = store_outputs(app, &tenant, &mut rewritten, &original).await;
+    let turns = std::mem::take(&mut rewritten.turns);
+    let (stored, found) = tokio::join!(
+        store_outputs(app, &tenant, &mut rewritten, &original),
+        async {
+            if app.config.restore_history && !turns.is_empty() {
+                find_exchanges(app, &tenant, &session, &turns).await
+            } else {
+                BTreeMap::new()
+            }
+        }
+    );
+    rewritten.turns = turns;
     tracing::debug!(
         read_us,
         rewrite_us = rewritten_us - read_us,
         store_us = started.elapsed().as_micros() as u64 - rewritten_us,
         outputs = rewritten.outputs.len(),
-        "chat completion rewritten"
+        restored = found.len(),
+        "request rewritten"
     );
+    let mut restorations = found;
     if let Err(e) = stored {
         app.metrics.store_error("put");
         tracing::error!(error = %e, "storing tool outputs failed");
         match app.config.failure_mode {
             FailureMode::PreserveRaw => return forward(app, &parts, full(original)).await,
             FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
-            FailureMode::PreviewOnly => {
-                match plan(app, original.clone(), Mode::PreviewOnly).await? {
-                    Plan::Rewritten(preview_only) => rewritten = preview_only,
-                    Plan::Unchanged(_) => return forward(app, &parts, full(original)).await,
+            FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
+                // No recall tools, so no restored recall calls either.
+                Plan::Rewritten(preview_only) => {
+                    rewritten = preview_only;
+                    restorations.clear();
                 }
-            }
+                Plan::Unchanged(_) => return forward(app, &parts, full(original)).await,
+            },
         }
     }
+    rewritten.restore(&restorations);
+    app.metrics.restored(restorations.len() as u64);
     for output in &rewritten.outputs {
         app.metrics.externalized(
             output.new.synopsis.kind.as_str(),
@@ -101,7 +154,7 @@ pub(super) async fn handle(
         );
     }
     app.metrics.chars_saved(rewritten.saved_chars as u64);
-    let extra_headers = vec![
+    let mut extra_headers = vec![
         (
             "x-toolstub-externalized",
             HeaderValue::from(rewritten.outputs.len()),
@@ -111,16 +164,26 @@ pub(super) async fn handle(
             HeaderValue::from(rewritten.saved_chars),
         ),
     ];
+    if !restorations.is_empty() {
+        extra_headers.push((
+            "x-toolstub-restored",
+            HeaderValue::from(restorations.len()),
+        ));
+    }
 
-    if rewritten.recall_offered {
+    if rewritten.recall_offered && api.answers_recall() {
         let streaming = rewritten.streaming;
         let req = RecallRequest {
+            protocol: api.protocol(),
+            api,
             parts,
             tenant,
             session,
             names: rewritten.recall_names,
+            last_canon: rewritten.last_canon,
             body: rewritten.body,
             original,
+            restorations,
             extra_headers,
         };
         return if streaming {
@@ -140,6 +203,68 @@ pub(super) async fn handle(
     Ok(response)
 }
 
+/// The key a hidden exchange is stored under: the session and the identity
+/// of the answer the client saw.
+pub(super) fn exchange_key(session: &str, identity: &str) -> String {
+    crate::refs::sha256_hex(&format!("{session}\u{0}{identity}"))
+}
+
+/// The stored exchanges among the request's candidate turns, by identity.
+/// A failed lookup restores nothing (the request still goes on).
+async fn find_exchanges(
+    app: &App,
+    tenant: &Tenant,
+    session: &str,
+    turns: &[Turn],
+) -> BTreeMap<String, String> {
+    let by_key: BTreeMap<String, &str> = turns
+        .iter()
+        .map(|t| (exchange_key(session, &t.identity), t.identity.as_str()))
+        .collect();
+    match app
+        .store
+        .exchanges(tenant, by_key.keys().cloned().collect())
+        .await
+    {
+        Ok(found) => found
+            .into_iter()
+            .filter_map(|(key, replacement)| {
+                by_key
+                    .get(&key)
+                    .map(|identity| (identity.to_string(), replacement))
+            })
+            .collect(),
+        Err(e) => {
+            app.metrics.store_error("exchanges");
+            tracing::warn!(error = %e, "looking up hidden recall exchanges failed");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// Stores a round's hidden exchange (best effort: without it the next turn
+/// is sent as the client has it).
+pub(super) async fn keep_exchange(
+    app: &App,
+    tenant: &Tenant,
+    session: &str,
+    restoration: crate::recall::Restoration,
+) {
+    let exchange = Exchange {
+        key: exchange_key(session, &restoration.identity),
+        session_id: session.to_string(),
+        replacement: restoration.replacement,
+    };
+    match app.store.put_exchange(tenant, exchange).await {
+        Ok(true) => app.metrics.exchange_kept(),
+        Ok(false) => {}
+        Err(e) => {
+            app.metrics.store_error("put_exchange");
+            tracing::warn!(error = %e, "storing a hidden recall exchange failed");
+        }
+    }
+}
+
 /// The metrics label of a reason (a closed set).
 fn reason_label(reason: &str) -> &'static str {
     match reason {
@@ -151,7 +276,7 @@ fn reason_label(reason: &str) -> &'static str {
     }
 }
 
-/// Why a chat completion is forwarded without reading its body, if it is.
+/// Why a request is forwarded without reading its body, if it is.
 fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str> {
     if headers
         .get("x-toolstub-bypass")
@@ -176,13 +301,13 @@ fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str>
 }
 
 /// The rewrite's outcome, owned, so it can cross from the blocking pool.
-enum Plan {
+pub(super) enum Plan {
     Unchanged(&'static str),
     Rewritten(OwnedRewrite),
 }
 
-struct OwnedRewrite {
-    body: Bytes,
+pub(super) struct OwnedRewrite {
+    pub body: Bytes,
     outputs: Vec<PlannedOutput>,
     saved_chars: usize,
     opening: String,
@@ -191,6 +316,29 @@ struct OwnedRewrite {
     recall_offered: bool,
     /// Whether the client asked for a streamed response.
     streaming: bool,
+    /// Candidate answers for history restoration, spans in `body`.
+    turns: Vec<Turn>,
+    last_canon: Option<String>,
+}
+
+impl OwnedRewrite {
+    /// Replaces each candidate answer whose hidden exchange was found (by
+    /// identity) with that exchange, as first sent.
+    pub(super) fn restore(&mut self, found: &BTreeMap<String, String>) {
+        if found.is_empty() {
+            return;
+        }
+        let splices: Vec<(Range<usize>, String)> = self
+            .turns
+            .iter()
+            .filter_map(|t| Some((t.span.clone(), found.get(&t.identity)?.clone())))
+            .collect();
+        let Ok(body) = std::str::from_utf8(&self.body) else {
+            return;
+        };
+        self.body = Bytes::from(splice(body, splices));
+        self.turns.clear();
+    }
 }
 
 struct PlannedOutput {
@@ -206,7 +354,7 @@ struct PlannedOutput {
 /// Where an output's text is, so that it is decoded only when stored.
 enum TextSource {
     /// A JSON string literal at this span of the client's body.
-    Literal(std::ops::Range<usize>),
+    Literal(Range<usize>),
     Decoded(String),
 }
 
@@ -215,7 +363,7 @@ enum TextSource {
 /// Decoded texts are moved into the store, not copied.
 async fn store_outputs(
     app: &App,
-    tenant: &crate::store::Tenant,
+    tenant: &Tenant,
     rewritten: &mut OwnedRewrite,
     original: &Bytes,
 ) -> Result<(), crate::store::StoreError> {
@@ -267,18 +415,36 @@ async fn store_outputs(
 }
 
 /// Runs the pure rewrite, on the blocking pool for large bodies.
-async fn plan(app: &Arc<App>, body: Bytes, mode: Mode) -> Result<Plan, ProxyError> {
+/// `recall` off rewrites as if `recall.enabled` were false (the last round
+/// of a recall loop that drops the tools).
+pub(super) async fn plan(
+    app: &Arc<App>,
+    api: Api,
+    body: Bytes,
+    mode: Mode,
+    recall: bool,
+) -> Result<Plan, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
-        return Ok(plan_now(app, &body, mode));
+        return Ok(plan_now(app, api, &body, mode, recall));
     }
     let app = app.clone();
-    tokio::task::spawn_blocking(move || plan_now(&app, &body, mode))
+    tokio::task::spawn_blocking(move || plan_now(&app, api, &body, mode, recall))
         .await
         .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
 }
 
-fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
-    match rewrite_with(body, &app.config.policy, &app.protocol, mode, &app.memo) {
+fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan {
+    let policy;
+    let policy = if recall {
+        &app.config.policy
+    } else {
+        policy = crate::rewrite::Policy {
+            recall_enabled: false,
+            ..app.config.policy.clone()
+        };
+        &policy
+    };
+    match rewrite_with(body, policy, api.protocol(), mode, &app.memo) {
         Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
         Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
             body: Bytes::from(r.body),
@@ -286,7 +452,9 @@ fn plan_now(app: &App, body: &[u8], mode: Mode) -> Plan {
             opening: r.opening,
             recall_names: r.recall_names,
             streaming: r.streaming,
-            recall_offered: app.config.policy.recall_enabled && mode == Mode::WithRefs,
+            recall_offered: policy.recall_enabled && mode == Mode::WithRefs,
+            turns: r.turns,
+            last_canon: r.last_canon,
             outputs: r
                 .outputs
                 .into_iter()

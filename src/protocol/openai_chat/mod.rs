@@ -6,12 +6,22 @@
 //! preceding assistant message; a function message carries its own `name`.
 //! Consecutive tool messages form one assistant-turn group.
 
+mod rounds;
+mod stream;
+
 use super::json_scan::Scanner;
 use super::json_text;
-use super::{span_in, Content, ContentShape, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
+use super::{
+    json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
+    ParsedRequest, Protocol, RoundsContext, ToolOutput, ToolsSlot,
+};
+use crate::recall::Rounds;
 use crate::stub::RecallToolNames;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
+
+pub use rounds::ChatRounds;
 
 /// The OpenAI Chat Completions wire format.
 #[derive(Clone, Copy, Debug, Default)]
@@ -29,6 +39,8 @@ struct Body<'b> {
 
 /// The fields of one message the adapter reads.
 struct Message<'b> {
+    /// The whole message value in the body.
+    span: Range<usize>,
     role: Option<Cow<'b, str>>,
     /// The raw content value; `None` when absent or `null`.
     content: Option<&'b str>,
@@ -47,7 +59,7 @@ struct ToolCall<'b> {
 /// Sets a field read from an object; a second occurrence of the same key
 /// makes the body not understood (serde_json's derived readers refuse
 /// duplicate fields too, and which one wins is ambiguous).
-fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
+pub(super) fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
     field.is_none().then(|| *field = Some(value))
 }
 
@@ -82,6 +94,7 @@ fn read_body(body: &str) -> Option<Body<'_>> {
 }
 
 fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {
+    let start = s.position()?;
     let (mut role, mut content, mut tool_call_id, mut name, mut tool_calls) =
         (None, None, None, None, None);
     s.object(|s, key| match key {
@@ -102,6 +115,7 @@ fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {
         _ => s.value().map(drop),
     })?;
     Some(Message {
+        span: start..s.offset(),
         role: role.flatten(),
         content: content.flatten(),
         tool_call_id: tool_call_id.flatten(),
@@ -148,8 +162,13 @@ impl Protocol for OpenAiChat {
         let mut call_names: BTreeMap<Cow<'b, str>, Cow<'b, str>> = BTreeMap::new();
         let mut group = 0usize;
         let mut in_tool_run = false;
+        let mut messages = Vec::with_capacity(parsed.messages.len());
         for message in parsed.messages {
             let role = message.role.as_deref().unwrap_or("");
+            messages.push(MessageSpan {
+                span: message.span.clone(),
+                assistant: role == "assistant",
+            });
             if !opening_done {
                 append_opening(&mut opening, role, message.content);
                 opening_done = role == "user";
@@ -181,6 +200,8 @@ impl Protocol for OpenAiChat {
                         content: text,
                         content_span: span_in(body, content)?,
                         shape,
+                        removed: Vec::new(),
+                        is_error: false,
                     });
                 }
                 _ => {
@@ -202,15 +223,8 @@ impl Protocol for OpenAiChat {
             client_tool_names,
             opening,
             streaming: parsed.streaming,
+            messages,
         })
-    }
-
-    fn encode_content(&self, shape: ContentShape, stub: &str) -> String {
-        let text = json_string(stub);
-        match shape {
-            ContentShape::String => text,
-            ContentShape::TextParts => format!("[{{\"type\":\"text\",\"text\":{text}}}]"),
-        }
     }
 
     fn recall_tools(&self, names: &RecallToolNames) -> Vec<String> {
@@ -225,39 +239,38 @@ impl Protocol for OpenAiChat {
             })
             .collect()
     }
-}
 
-/// The three recall tools: name, description, JSON schema of the arguments.
-/// Shared wording for every adapter; only the envelope is wire-specific.
-pub fn recall_tool_definitions(
-    names: &RecallToolNames,
-) -> [(String, &'static str, &'static str); 3] {
-    [
-        (
-            names.read.clone(),
-            "Read the raw text of a tool output that was externalized and replaced by a [toolstub] stub. \
-             Pass the stub's ref. Offsets and limits count Unicode characters. Returns the text window \
-             plus total_chars, has_more and next_offset; call again with offset=next_offset to continue.",
-            r#"{"type":"object","properties":{"ref":{"type":"string","description":"The ref shown in the stub, e.g. tr_call_abc_1f2e3d4c5b6a7980."},"offset":{"type":"integer","minimum":0,"default":0,"description":"First character to read (0-based, Unicode characters)."},"limit":{"type":"integer","minimum":-1,"default":20000,"description":"How many characters to read; -1 reads to the end."}},"required":["ref"],"additionalProperties":false}"#,
-        ),
-        (
-            names.search.clone(),
-            "Search externalized tool outputs. With a ref: exact, case-sensitive substring matches in that \
-             output, each with its character offset and surrounding context. Without a ref: ranked \
-             full-text search across this session's externalized outputs, each hit naming its ref and offset.",
-            r#"{"type":"object","properties":{"query":{"type":"string","description":"Text to find. With a ref it is matched exactly; without one, as search words."},"ref":{"type":"string","description":"Limit the search to this output (exact substring search)."},"limit":{"type":"integer","minimum":1,"default":20,"description":"Maximum number of matches or hits."},"context_chars":{"type":"integer","minimum":0,"default":300,"description":"Characters of context shown on each side of a match."}},"required":["query"],"additionalProperties":false}"#,
-        ),
-        (
-            names.list.clone(),
-            "List the tool outputs externalized in this session, newest first: ref, tool name, kind, \
-             original size in characters and creation time.",
-            r#"{"type":"object","properties":{"tool_name":{"type":"string","description":"Only outputs of this tool."},"limit":{"type":"integer","minimum":1,"default":50,"description":"Maximum number of entries."}},"additionalProperties":false}"#,
-        ),
-    ]
-}
+    fn message_canon(&self, message: &str) -> Option<String> {
+        let mut scanner = Scanner::new(message);
+        let message = read_message(&mut scanner)?;
+        scanner.finish()?;
+        let mut canon = message.role.as_deref().unwrap_or("").to_string();
+        canon.push('\u{1e}');
+        if let Some((text, _)) = message.content.and_then(content_of) {
+            canon.push_str(&text.decode()?);
+        }
+        for call in &message.tool_calls {
+            canon.push('\u{1e}');
+            canon.push_str(call.id.as_deref().unwrap_or(""));
+        }
+        if let Some(id) = &message.tool_call_id {
+            canon.push('\u{1e}');
+            canon.push_str(id);
+        }
+        Some(canon)
+    }
 
-fn json_string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
+    fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
+        Box::new(ChatRounds::new(context))
+    }
+
+    fn append_items(&self, body: &str, items: &[String]) -> Option<String> {
+        super::append_to_member(body, "messages", items)
+    }
+
+    fn flavor(&self) -> Flavor {
+        Flavor::OpenAi
+    }
 }
 
 /// The text of a content value: a string (left encoded until needed), or
@@ -322,7 +335,7 @@ pub(super) fn tools_slot(body: &str, tools: Option<&str>) -> Option<ToolsSlot> {
 
 /// The names of the client's own tools: `function.name` (Chat Completions)
 /// or a top-level `name` of each entry of `tools`, which must be objects.
-fn client_tool_names(tools: Option<&str>) -> Option<Vec<Cow<'_, str>>> {
+pub(super) fn client_tool_names(tools: Option<&str>) -> Option<Vec<Cow<'_, str>>> {
     let Some(raw) = tools.filter(|raw| *raw != "null") else {
         return Some(Vec::new());
     };

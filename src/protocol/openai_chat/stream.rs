@@ -14,9 +14,9 @@
 //!
 //! Pure: events in, bytes out; the proxy's driver does the I/O.
 
-use super::openai::Usage;
-use super::sse::Event;
-use super::{RecallCall, RecallTool};
+use super::rounds::Usage;
+use crate::recall::sse::Event;
+use crate::recall::{RecallCall, RecallTool};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
@@ -43,7 +43,7 @@ struct CallState {
 
 /// How a round ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum RoundEnd {
+pub enum SplicerEnd {
     /// The model called recall tools: run them, then start the next round.
     Recall {
         content: Option<String>,
@@ -59,8 +59,6 @@ pub enum RoundEnd {
 
 pub struct Splicer {
     names: RecallToolNames,
-    /// Whether the recall tools are offered in the current round.
-    recall_offered: bool,
     round: usize,
     id: Option<String>,
     model: Option<String>,
@@ -68,6 +66,10 @@ pub struct Splicer {
     /// The last usage chunk seen, to re-emit with the sums at the end.
     usage_chunk: Option<Value>,
     next_client_index: u64,
+    /// The content of every round, as the client received it.
+    visible_content: String,
+    /// The client calls shown so far, by client index: (id, name, arguments).
+    client_calls: BTreeMap<u64, (String, String, String)>,
     // Per-round state.
     calls: BTreeMap<u64, CallState>,
     content: String,
@@ -80,13 +82,14 @@ impl Splicer {
     pub fn new(names: RecallToolNames) -> Splicer {
         Splicer {
             names,
-            recall_offered: true,
             round: 0,
             id: None,
             model: None,
             usage: Usage::default(),
             usage_chunk: None,
             next_client_index: 0,
+            visible_content: String::new(),
+            client_calls: BTreeMap::new(),
             calls: BTreeMap::new(),
             content: String::new(),
             held_finish: None,
@@ -95,11 +98,9 @@ impl Splicer {
         }
     }
 
-    /// Starts the next round; `recall_offered` says whether its request still
-    /// carries the recall tools.
-    pub fn next_round(&mut self, recall_offered: bool) {
+    /// Starts the next round.
+    pub fn next_round(&mut self) {
         self.round += 1;
-        self.recall_offered = recall_offered;
         self.calls.clear();
         self.content.clear();
         self.held_finish = None;
@@ -166,6 +167,7 @@ impl Splicer {
             }
             if let Some(text) = delta.get("content").and_then(Value::as_str) {
                 self.content.push_str(text);
+                self.visible_content.push_str(text);
             }
             if let Some(deltas) = delta.remove("tool_calls") {
                 let released = self.tool_deltas(deltas);
@@ -284,13 +286,47 @@ impl Splicer {
         vec![Bytes::from(format!("data: {chunk}\n\n"))]
     }
 
-    /// Called when the round's upstream stream has ended.
-    pub fn end_round(&mut self) -> RoundEnd {
+    /// The content of the current round.
+    pub fn round_content(&self) -> Option<&str> {
+        (!self.content.is_empty()).then_some(self.content.as_str())
+    }
+
+    /// The content of every round so far, as the client received it.
+    pub fn visible_content(&self) -> Option<&str> {
+        (!self.visible_content.is_empty()).then_some(self.visible_content.as_str())
+    }
+
+    /// Every client tool call shown so far, in the client's order, as an
+    /// assistant message's `tool_calls` entries.
+    pub fn client_calls(&self) -> Vec<Value> {
+        self.client_calls
+            .values()
+            .map(|(id, name, arguments)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+            })
+            .collect()
+    }
+
+    /// Called when the round's upstream stream has ended; `recall_allowed`
+    /// says whether recall calls of this round may be run.
+    pub fn end_round(&mut self, recall_allowed: bool) -> SplicerEnd {
         if self.errored {
-            return RoundEnd::UpstreamError;
+            return SplicerEnd::UpstreamError;
         }
         if !self.done {
-            return RoundEnd::Truncated;
+            return SplicerEnd::Truncated;
+        }
+        for call in self.calls.values() {
+            if let Decision::Client(index) = call.decision {
+                self.client_calls.insert(
+                    index,
+                    (
+                        call.id.clone().unwrap_or_default(),
+                        call.name.clone().unwrap_or_default(),
+                        call.arguments.clone(),
+                    ),
+                );
+            }
         }
         let calls: Vec<RecallCall> = self
             .calls
@@ -310,10 +346,10 @@ impl Splicer {
                 })
             })
             .collect();
-        if calls.is_empty() || !self.recall_offered {
-            return RoundEnd::Done;
+        if calls.is_empty() || !recall_allowed {
+            return SplicerEnd::Done;
         }
-        RoundEnd::Recall {
+        SplicerEnd::Recall {
             content: (!self.content.is_empty()).then(|| self.content.clone()),
             calls,
         }

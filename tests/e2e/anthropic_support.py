@@ -19,6 +19,16 @@ def ordered(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def assert_faithful(got, want, what: str) -> None:
+    """``got`` is ``want`` byte-faithfully: the same values, and the same key
+    order (a block rebuilt from stream events keeps the wire's order, type
+    first, and a tool_use input keeps the model's own JSON)."""
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True), \
+        f"{what}: not the same JSON\n got: {ordered(got)[:1500]}\nwant: {ordered(want)[:1500]}"
+    assert ordered(got) == ordered(want), \
+        f"{what}: the same JSON, but its key order changed\n got: {ordered(got)[:1500]}\nwant: {ordered(want)[:1500]}"
+
+
 def sha16(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -99,7 +109,7 @@ def check_recall_round(first: ma.Recorded, second: ma.Recorded, round1_content: 
     assistant, user = r2["messages"][-2:]
     kept = [b for b in round1_content
             if b["type"] != "tool_use" or b["name"] in RECALL_TOOLS]
-    assert ordered(assistant) == ordered({"role": "assistant", "content": kept}), assistant
+    assert_faithful(assistant, {"role": "assistant", "content": kept}, "round 1's assistant message in round 2")
     assert user["role"] == "user"
     assert [b["tool_use_id"] for b in user["content"]] == recall_ids
     results = []

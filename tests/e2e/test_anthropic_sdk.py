@@ -16,8 +16,8 @@ import anthropic
 import pytest
 
 import mock_anthropic as ma
-from anthropic_support import (RECALL_TOOLS, THRESHOLD, check_recall_round, check_recall_tools, check_stub,
-                               expected_ref, ordered, ref_of, tenant_of, tool_result_blocks)
+from anthropic_support import (RECALL_TOOLS, THRESHOLD, assert_faithful, check_recall_round, check_recall_tools,
+                               check_stub, expected_ref, ordered, ref_of, tenant_of, tool_result_blocks)
 from conftest import ANTHROPIC_KEY, free_port, start_proxy, stop_proxy
 
 TOOL = "fetch_build_log"
@@ -495,9 +495,9 @@ def test_the_next_turn_restores_the_hidden_exchange(aclient, amock):
     got = third.json["messages"]
     assert len(got) == 3 + 3 + 1, [m["role"] for m in got]
     assert ordered(got[:3]) == ordered(first.json["messages"]), "turn 1's messages, stubbed as before"
-    assert ordered(got[3]) == ordered(second.json["messages"][-2]), "round 1 as the model had it"
-    assert ordered(got[4]) == ordered(second.json["messages"][-1]), "the recall result as sent"
-    assert ordered(got[5]) == ordered({"role": "assistant", "content": script.round2["content"]})
+    assert_faithful(got[3], second.json["messages"][-2], "round 1 restored as sent in round 2")
+    assert_faithful(got[4], second.json["messages"][-1], "the recall result restored as sent")
+    assert_faithful(got[5], {"role": "assistant", "content": script.round2["content"]}, "round 2 restored")
     assert got[6] == turn2["messages"][-1]
     check_recall_tools(third.json["tools"], [TOOL])
 

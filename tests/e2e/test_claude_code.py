@@ -21,8 +21,8 @@ import pytest
 
 import claude_code
 import mock_anthropic as ma
-from anthropic_support import (RECALL_TOOLS, STUB_HEADER, check_recall_round, check_recall_tools, check_stub,
-                               ordered, tenant_of, tool_result_blocks)
+from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_recall_tools,
+                               check_stub, ordered, tenant_of, tool_result_blocks)
 
 TOOL_ID = "toolu_01E2eClientTool"
 RECALL_ID = "toolu_01E2eRecall"
@@ -207,16 +207,16 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     msgs = turn2.json["messages"]
     [(i, _, again)] = [(i, j, b) for i, j, b in tool_result_blocks(turn2.json) if b["tool_use_id"] == TOOL_ID]
     assert again["content"] == stub, "turn 2 must carry turn 1's stub unchanged (prompt cache)"
-    assert ordered(msgs[i + 1]) == ordered(round_c.json["messages"][-2]), \
-        f"round B's assistant message (with the recall call) restored as sent: {json.dumps(msgs[i + 1])[:600]}"
-    assert ordered(msgs[i + 2]) == ordered(round_c.json["messages"][-1]), "the recall result restored as sent"
+    assert_faithful(msgs[i + 1], round_c.json["messages"][-2], "round B (with the recall call) restored as sent")
+    assert_faithful(msgs[i + 2], round_c.json["messages"][-1], "the recall result restored as sent")
     restored = msgs[i + 3]
     assert restored["role"] == "assistant"
-    assert [b for b in restored["content"] if b["type"] == "text"] == [ma.text(script.final_text)], restored
+    assert_faithful([b for b in restored["content"] if b["type"] == "text"], [ma.text(script.final_text)],
+                    "round C's text restored")
     for b in restored["content"]:
         assert b["type"] in ("text", "thinking"), b
         if b["type"] == "thinking":
-            assert b == script.round_c["content"][0], b
+            assert_faithful(b, script.round_c["content"][0], "round C's thinking restored")
     assert msgs[i + 4]["role"] == "user" and TURN2 in json.dumps(msgs[i + 4]), msgs[i + 4:]
     assert len(msgs) == i + 5, [m["role"] for m in msgs[i:]]
     check_recall_tools(turn2.json["tools"], client_tools)

@@ -1,5 +1,6 @@
-"""Fixtures: the mock upstream, the real `toolstub serve` binary in front of
-it, and `openai` SDK clients pointed at the proxy.
+"""Fixtures: the mock upstreams (OpenAI: mock_upstream.py; Anthropic:
+mock_anthropic.py), the real `toolstub serve` binary in front of each, and
+`openai` / `anthropic` SDK clients pointed at the proxy.
 
 The binary is $TOOLSTUB_BIN, or target/debug/toolstub of this repository
 ($CARGO_TARGET_DIR/debug/toolstub when that is set); `scripts/e2e` builds it.
@@ -16,13 +17,16 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
+import mock_anthropic
 import mock_upstream
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test"
+ANTHROPIC_KEY = "sk-ant-test-e2e-sdk"
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
 
@@ -69,7 +73,7 @@ class Proxy:
             return "(no log)"
 
 
-def start_proxy(upstream: str, workdir: Path) -> Proxy:
+def start_proxy(upstream: str, workdir: Path, extra_env: dict[str, str] | None = None) -> Proxy:
     binary = toolstub_bin()
     if not binary.is_file():
         pytest.fail(f"no toolstub binary at {binary}: run scripts/e2e, or set TOOLSTUB_BIN")
@@ -80,6 +84,7 @@ def start_proxy(upstream: str, workdir: Path) -> Proxy:
         if not k.startswith("TOOLSTUB_") and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
     }
     env.setdefault("RUST_LOG", "info")
+    env.update(extra_env or {})
     db = workdir / "toolstub.db"
     log = workdir / "toolstub.log"
     last_error = ""
@@ -183,3 +188,42 @@ def idle_client(proxy) -> openai.OpenAI:
         http_client=openai.DefaultHttpxClient(trust_env=False),
     )
     yield c
+
+
+# --- the Anthropic Messages route -----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def anthropic_upstream() -> mock_anthropic.MockAnthropic:
+    m = mock_anthropic.start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="session")
+def aproxy(anthropic_upstream, tmp_path_factory) -> Proxy:
+    """toolstub serve in front of the mock Anthropic upstream."""
+    p = start_proxy(anthropic_upstream.url, tmp_path_factory.mktemp("toolstub-anthropic"))
+    yield p
+    code = stop_proxy(p)
+    assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"
+
+
+@pytest.fixture
+def amock(anthropic_upstream) -> mock_anthropic.MockAnthropic:
+    """The mock Anthropic upstream, emptied and unscripted for each test; a
+    script that raised fails the test."""
+    anthropic_upstream.reset()
+    yield anthropic_upstream
+    errors = list(anthropic_upstream.errors)
+    anthropic_upstream.reset()
+    assert not errors, f"the mock's script failed: {errors}"
+
+
+@pytest.fixture
+def aclient(aproxy, amock, sent) -> anthropic.Anthropic:
+    http_client = anthropic.DefaultHttpxClient(trust_env=False, event_hooks={"request": [sent.hook]})
+    c = anthropic.Anthropic(base_url=aproxy.url, api_key=ANTHROPIC_KEY, max_retries=0, timeout=30.0,
+                            http_client=http_client)
+    yield c
+    c.close()

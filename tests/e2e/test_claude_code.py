@@ -1,0 +1,267 @@
+"""End-to-end with the real Claude Code CLI (headless `claude -p`), through
+the real `toolstub serve` binary, against the mock Anthropic upstream.
+
+The mock plays the model, deciding each answer from the request's content:
+turn 1 asks Claude Code to run a tool (Read of a large file, or Bash with a
+large output); once the tool_result comes back (as a stub), it calls
+tool_result_read on the stub's ref; once the proxy appended the recall
+result, it answers with a final text quoting it. Claude Code must print that
+text and never learn of the recall call. Turn 2 (`claude -p --continue`)
+checks that the hidden exchange is back in the history upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import claude_code
+import mock_anthropic as ma
+from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_recall_tools,
+                               check_stub, ordered, tenant_of, tool_result_blocks)
+
+TOOL_ID = "toolu_01E2eClientTool"
+RECALL_ID = "toolu_01E2eRecall"
+TURN1 = "E2E-TURN-1"
+TURN2 = "E2E-TURN-2"
+LOOKING = "Reading it."
+RECALLING = "Let me read the stored output."
+
+
+def routes_json(nonce: str) -> str:
+    """~40 KB of pretty-printed JSON, under Read's 2,000 default lines."""
+    routes = [f"/api/v{i % 3 + 1}/resource_{i:04d} -> handlers.resource_{i:04d}.{['get', 'put', 'list'][i % 3]}"
+              for i in range(700)]
+    text = json.dumps({"nonce": nonce, "service": "e2e-routes", "routes": routes}, indent=2)
+    assert 38_000 < len(text) < 45_000 and text.count("\n") < 2000, (len(text), text.count("\n"))
+    return text
+
+
+def build_log(nonce: str) -> str:
+    """~25 KB of command output: over toolstub's 20,000, under Claude Code's own ~30,000 cut."""
+    lines = [f"build {nonce} started"]
+    lines += [f"line {i:05d} INFO compiling unit {i} of the e2e build: ok" for i in range(440)]
+    text = "\n".join(lines) + "\n"
+    assert 23_000 < len(text) < 27_000, len(text)
+    return text
+
+
+class ClaudeCodeScript:
+    """The mock's model for one Claude Code test."""
+
+    def __init__(self, tool: str, tool_input: dict, marker: str):
+        self.tool, self.tool_input, self.marker = tool, tool_input, marker
+        self.round_b: dict | None = None
+        self.round_c: dict | None = None
+        self.final_text: str | None = None
+
+    def __call__(self, r: ma.Recorded):
+        body = r.json
+        if self.tool not in ma.tool_names(body):
+            return None  # a side call: the default text
+        last = ma.last_tool_results(body)
+        if last and last[0].get("tool_use_id") == RECALL_ID:
+            read = json.loads(ma.tool_result_text(last[0]))
+            self.final_text = (f"{self.marker} read={json.dumps(read.get('content', '')[:160])} "
+                               f"total_chars={read.get('total_chars')}")
+            self.round_c = ma.message([ma.thinking("I have what I need.", "sig_e2e_round_c"),
+                                       ma.text(self.final_text)], id="msg_e2e_round_c")
+            return self.round_c
+        if last and last[0].get("tool_use_id") == TOOL_ID:
+            content = ma.tool_result_text(last[0])
+            ref = ma.stub_ref(content) if content.startswith(STUB_HEADER) else None
+            if ref is None or "tool_result_read" not in ma.tool_names(body):
+                return ma.message([ma.text(f"NOT-STUBBED ({len(content)} characters inline)")])
+            self.round_b = ma.message(
+                [ma.thinking("The output was externalized; read its start.", "sig_e2e_round_b"),
+                 ma.text(RECALLING),
+                 ma.tool_use(RECALL_ID, "tool_result_read", {"ref": ref, "offset": 0, "limit": 400})],
+                "tool_use", id="msg_e2e_round_b")
+            return self.round_b
+        newest = (ma.user_texts(body) or [""])[-1]
+        if TURN2 in newest:
+            return ma.message([ma.text(f"{self.marker}-TURN-2 done")], id="msg_e2e_turn_2")
+        if TURN1 in newest:
+            return ma.message([ma.thinking("I need the tool.", "sig_e2e_round_a"), ma.text(LOOKING),
+                               ma.tool_use(TOOL_ID, self.tool, self.tool_input)], "tool_use", id="msg_e2e_round_a")
+        return None
+
+
+@pytest.fixture
+def dirs(tmp_path) -> tuple[Path, Path]:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    return home, work
+
+
+def transcripts(home: Path) -> str:
+    """Everything Claude Code keeps of its sessions under HOME."""
+    files = sorted((home / ".claude").rglob("*.jsonl"))
+    assert files, f"no session transcript under {home / '.claude'}"
+    return "\n".join(f.read_text(errors="replace") for f in files)
+
+
+def posts_with(amock, text: str) -> list[ma.Recorded]:
+    return [r for r in amock.messages_posts() if any(text in t for t in ma.user_texts(r.json)[-1:])]
+
+
+def assert_all_answered(amock) -> None:
+    bad = [(r.method, r.path, r.status) for r in amock.requests() if r.status != 200]
+    assert not bad, f"requests the mock did not answer with 200: {bad}"
+
+
+def test_claude_code_runs_against_the_mock_directly(amock, dirs):
+    """The harness itself, with no proxy: Claude Code's every request gets a
+    valid answer from the mock, and the scripted Read round trip completes."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    target = work / "routes.json"
+    target.write_text(routes_json(nonce))
+
+    def script(r: ma.Recorded):
+        body = r.json
+        last = ma.last_tool_results(body)
+        if last and last[0].get("tool_use_id") == TOOL_ID and "Read" in ma.tool_names(body):
+            return ma.message([ma.text(f"DIRECT-OK {len(ma.tool_result_text(last[0]))}")])
+        if "Read" in ma.tool_names(body) and TURN1 in (ma.user_texts(body) or [""])[-1]:
+            return ma.message([ma.text(LOOKING), ma.tool_use(TOOL_ID, "Read", {"file_path": str(target)})],
+                              "tool_use")
+        return None
+
+    amock.script = script
+    run = claude_code.prompt(f"{TURN1} Read {target}.", base_url=amock.url, home=home, cwd=work)
+    assert run.returncode == 0, run.describe()
+    [(_, _, block)] = tool_result_blocks(amock.messages_posts()[-1].json)
+    inline = ma.tool_result_text(block)
+    assert f"DIRECT-OK {len(inline)}" in run.stdout, run.describe()
+    assert nonce in inline and not inline.startswith(STUB_HEADER)
+    assert_all_answered(amock)
+
+
+def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str):
+    home, work = dirs
+    marker = f"E2E-DONE-{secrets.token_hex(4)}"
+    script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
+
+    # Turn 1: tool call, stub, hidden recall round, final text.
+    run = claude_code.prompt(f"{TURN1} Look at the output, please.", base_url=aproxy.url, home=home, cwd=work)
+    assert run.returncode == 0, run.describe()
+    assert "NOT-STUBBED" not in run.stdout, "the tool_result reached the mock inline:\n" + run.describe()
+    assert marker in run.stdout, run.describe()
+    assert nonce in run.stdout, "the recall result did not reach the final round:\n" + run.describe()
+    assert script.round_b is not None and script.round_c is not None
+    assert_all_answered(amock)
+
+    turn1 = posts_with(amock, TURN1)
+    [round_b] = [r for r in turn1 if ma.last_tool_results(r.json)
+                 and ma.last_tool_results(r.json)[0]["tool_use_id"] == TOOL_ID]
+    [round_c] = [r for r in turn1 if ma.last_tool_results(r.json)
+                 and ma.last_tool_results(r.json)[0]["tool_use_id"] == RECALL_ID]
+    [round_a] = [r for r in turn1 if not ma.last_tool_results(r.json)]
+    assert not set(ma.tool_names(round_a.json)) & set(RECALL_TOOLS), "nothing to recall in round A"
+
+    # Round B: the tool output arrived as a stub, every other field as sent.
+    [block] = ma.last_tool_results(round_b.json)
+    stub = block["content"]
+    assert isinstance(stub, str), block
+    assert stub.startswith(STUB_HEADER + "\n")
+    stored = subprocess.run(
+        [str(aproxy.binary), "results", "read", "--db", str(aproxy.db), "--ref", ma.stub_ref(stub),
+         "--tenant", tenant_of(claude_code.API_KEY), "--limit", "-1", "--json"],
+        capture_output=True, text=True, timeout=20)
+    assert stored.returncode == 0, stored.stderr
+    original = json.loads(stored.stdout)["content"]
+    assert nonce in original
+    check_stub(stub, call_id=TOOL_ID, original=original, tool_name=tool_name)
+    assert block["cache_control"] == {"type": "ephemeral"}, block
+    assert list(block)[:3] == ["tool_use_id", "type", "content"] and list(block)[-1] == "cache_control", list(block)
+    names = ma.tool_names(round_b.json)
+    client_tools = names[:-len(RECALL_TOOLS)]
+    assert tool in client_tools and len(client_tools) >= 5, names
+    check_recall_tools(round_b.json["tools"], client_tools)
+    assert ordered(round_b.json["tools"][:-3]) == ordered(round_a.json["tools"]), "Claude Code's tools unchanged"
+
+    # Round C: round B's body plus the hidden exchange.
+    [result] = check_recall_round(round_b, round_c, script.round_b["content"], [RECALL_ID])
+    assert result["content"] == original[:400]
+    assert result["total_chars"] == len(original)
+    assert f"total_chars={len(original)}" in run.stdout
+
+    # Claude Code never saw the recall call: its transcript holds the merged
+    # answer (both rounds' text) and nothing of tool_result_read.
+    kept = transcripts(home)
+    assert RECALLING in kept and marker in kept
+    assert "tool_result_read" not in kept and RECALL_ID not in kept
+
+    # Turn 2: the history upstream has the hidden exchange restored.
+    run2 = claude_code.prompt(f"{TURN2} Anything else?", base_url=aproxy.url, home=home, cwd=work, cont=True)
+    assert run2.returncode == 0, run2.describe()
+    assert f"{marker}-TURN-2 done" in run2.stdout, run2.describe()
+    assert_all_answered(amock)
+    [turn2] = posts_with(amock, TURN2)
+    msgs = turn2.json["messages"]
+    [(i, _, again)] = [(i, j, b) for i, j, b in tool_result_blocks(turn2.json) if b["tool_use_id"] == TOOL_ID]
+    assert again["content"] == stub, "turn 2 must carry turn 1's stub unchanged (prompt cache)"
+    assert_faithful(msgs[i + 1], round_c.json["messages"][-2], "round B (with the recall call) restored as sent")
+    assert_faithful(msgs[i + 2], round_c.json["messages"][-1], "the recall result restored as sent")
+    restored = msgs[i + 3]
+    assert restored["role"] == "assistant"
+    assert_faithful([b for b in restored["content"] if b["type"] == "text"], [ma.text(script.final_text)],
+                    "round C's text restored")
+    for b in restored["content"]:
+        assert b["type"] in ("text", "thinking"), b
+        if b["type"] == "thinking":
+            assert_faithful(b, script.round_c["content"][0], "round C's thinking restored")
+    assert msgs[i + 4]["role"] == "user" and TURN2 in json.dumps(msgs[i + 4]), msgs[i + 4:]
+    assert len(msgs) == i + 5, [m["role"] for m in msgs[i:]]
+    check_recall_tools(turn2.json["tools"], client_tools)
+
+
+def test_claude_code_read_of_a_large_file(amock, aproxy, dirs):
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    target = work / "routes.json"
+    target.write_text(routes_json(nonce))
+    run_two_turns(amock, aproxy, dirs, "Read", {"file_path": str(target)}, nonce, "Read")
+
+
+def test_claude_code_bash_with_a_large_output(amock, aproxy, dirs):
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    run_two_turns(amock, aproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                  nonce, "Bash")
+
+
+def test_claude_code_with_a_small_output_goes_through_unchanged(amock, aproxy, dirs):
+    """Nothing over budget: the tool_result reaches the mock inline and no
+    recall tool is offered."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    small = work / "small.txt"
+    small.write_text(f"small {nonce}\n" + "".join(f"row {i}\n" for i in range(300)))
+
+    def script(r: ma.Recorded):
+        body = r.json
+        last = ma.last_tool_results(body)
+        if last and last[0].get("tool_use_id") == TOOL_ID:
+            return ma.message([ma.text(f"SMALL-OK {ma.tool_result_text(last[0]).count(nonce)}")])
+        if "Bash" in ma.tool_names(body) and TURN1 in (ma.user_texts(body) or [""])[-1]:
+            return ma.message([ma.tool_use(TOOL_ID, "Bash", {"command": f"cat {small}", "description": "cat"})],
+                              "tool_use")
+        return None
+
+    amock.script = script
+    run = claude_code.prompt(f"{TURN1} Show it.", base_url=aproxy.url, home=home, cwd=work)
+    assert run.returncode == 0, run.describe()
+    assert "SMALL-OK 1" in run.stdout, run.describe()
+    for r in amock.messages_posts():
+        assert not set(ma.tool_names(r.json)) & set(RECALL_TOOLS)
+        assert STUB_HEADER.encode() not in r.body
+    assert_all_answered(amock)

@@ -406,7 +406,8 @@ fn validate(raw: RawConfig) -> Result<Config> {
             && trimmed
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"/-_.~".contains(&b));
-        if !ok || trimmed.starts_with("/toolstub") || trimmed == "/healthz" || trimmed == "/metrics" {
+        if !ok || trimmed.starts_with("/toolstub") || trimmed == "/healthz" || trimmed == "/metrics"
+        {
             bail!("{key}: a route prefix is a path such as \"/anthropic\" (letters, digits, - _ . ~ /), not one of toolstub's own paths");
         }
         routes.push((trimmed.to_string(), base_url(&key, url)?));
@@ -614,6 +615,55 @@ mod tests {
         };
         let err = load(None, no_env(), &bad).expect_err("bad scheme");
         assert!(format!("{err:#}").contains("http"));
+    }
+
+    #[test]
+    fn routes_come_from_the_file_the_environment_and_flags() {
+        let env = vec![(
+            "TOOLSTUB_UPSTREAM_ROUTES".to_string(),
+            r#"{ "/anthropic/" = "https://api.anthropic.com" }"#.to_string(),
+        )];
+        let flags = Overrides {
+            routes: vec!["/a/b=http://127.0.0.1:9/base".to_string()],
+            ..Overrides::default()
+        };
+        let c = load(None, env, &flags).expect("routes");
+        let routes: Vec<(String, String)> = c
+            .upstream
+            .routes
+            .iter()
+            .map(|(p, u)| (p.clone(), u.to_string()))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                (
+                    "/anthropic".to_string(),
+                    "https://api.anthropic.com/".to_string()
+                ),
+                ("/a/b".to_string(), "http://127.0.0.1:9/base".to_string()),
+            ],
+            "longest prefix first, trailing slash dropped"
+        );
+        for bad in [
+            "anthropic=https://x",
+            "/toolstub=https://x",
+            "/a=ftp://x",
+            "/a b=https://x",
+            "/a",
+        ] {
+            let flags = Overrides {
+                routes: vec![bad.to_string()],
+                ..Overrides::default()
+            };
+            let err = load(None, no_env(), &flags).expect_err(bad);
+            let text = format!("{err:#}");
+            assert!(text.contains("route"), "{bad}: {text}");
+        }
+        let c = load(None, no_env(), &Overrides::default()).expect("defaults");
+        assert!(c.restore_history);
+        assert_eq!(c.keepalive, Duration::from_secs(5));
+        assert!(!c.policy.externalize_errors);
     }
 
     #[test]

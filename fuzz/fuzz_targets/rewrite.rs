@@ -1,19 +1,25 @@
-//! Fuzz target: the request rewrite on any bytes as a chat-completion body,
-//! under any configuration within its bounds, in both modes.
+//! Fuzz target: the request rewrite on any bytes as a request body of
+//! either protocol (OpenAI Chat Completions or Anthropic Messages), under
+//! any configuration within its bounds, in both modes.
 //!
-//! Input layout: the first [`CONFIG_BYTES`] bytes derive the [`Policy`]
-//! (switches, MIME hint, and the five budgets of SPEC section 2 within sane
-//! bounds, small values as likely as large ones); the rest is the body.
+//! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
+//! the [`Policy`] (switches, MIME hint, and the five budgets of SPEC section
+//! 2 within sane bounds, small values as likely as large ones); the rest is
+//! the body.
 //!
 //! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`; when
 //! rewritten, the new body is valid JSON with the same number of messages,
-//! and it is the original byte for byte except for (a) the contents of the
-//! externalized outputs, each replaced by its encoded stub, in order, and
-//! (b) one insertion of the recall tools (when recall is on and refs exist).
+//! and it is the original byte for byte except for (a) each externalized
+//! output, in order: its content replaced by its encoded stub and the spans
+//! the adapter named for removal (Anthropic's other text blocks) gone, and
+//! (b) one insertion of the recall tools (when recall is on and refs exist);
+//! every restoration candidate's span is an assistant message of the new
+//! body.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
+use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::Protocol;
 use toolstub::rewrite::select::Budget;
@@ -55,6 +61,7 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
         recall_enabled: c[0] & 1 != 0,
         recall_names: RecallToolNames::default(),
         mime_by_tool,
+        externalize_errors: c[0] & 0x20 != 0,
     }
 }
 
@@ -66,12 +73,17 @@ fuzz_target!(|data: &[u8]| {
     let mut c = [0u8; CONFIG_BYTES];
     c.copy_from_slice(config);
     let policy = policy(&c);
+    let protocol: &dyn Protocol = if c[0] & 0x40 != 0 {
+        &AnthropicMessages
+    } else {
+        &OpenAiChat
+    };
     let is_json = std::str::from_utf8(body)
         .ok()
         .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok());
 
     for mode in [Mode::WithRefs, Mode::PreviewOnly] {
-        match rewrite(body, &policy, &OpenAiChat, mode) {
+        match rewrite(body, &policy, protocol, mode) {
             Outcome::Unchanged(why) => {
                 if !policy.enabled {
                     assert_eq!(why, Unchanged::Disabled);
@@ -82,13 +94,19 @@ fuzz_target!(|data: &[u8]| {
             Outcome::Rewritten(r) => {
                 assert!(policy.enabled, "rewritten while disabled");
                 assert!(is_json, "rewrote a body that is not JSON");
-                check_rewritten(body, &r, &policy, mode);
+                check_rewritten(body, &r, &policy, mode, protocol);
             }
         }
     }
 });
 
-fn check_rewritten(body: &[u8], r: &Rewritten<'_>, policy: &Policy, mode: Mode) {
+fn check_rewritten(
+    body: &[u8],
+    r: &Rewritten<'_>,
+    policy: &Policy,
+    mode: Mode,
+    protocol: &dyn Protocol,
+) {
     assert!(!r.outputs.is_empty(), "rewritten without outputs");
     let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
 
@@ -101,11 +119,11 @@ fn check_rewritten(body: &[u8], r: &Rewritten<'_>, policy: &Policy, mode: Mode) 
     assert_eq!(old, new, "message count changed");
 
     // Byte for byte: walk the original's gaps and contents along the new body.
-    let parsed = OpenAiChat
+    let parsed = protocol
         .parse(original)
         .expect("rewritten implies parsed");
     let insertions: Vec<(String, String)> = if policy.recall_enabled && mode == Mode::WithRefs {
-        let tools = OpenAiChat.recall_tools(&r.recall_names).join(",");
+        let tools = protocol.recall_tools(&r.recall_names).join(",");
         vec![
             (String::new(), format!(",{tools}")),
             (String::new(), tools.clone()),
@@ -124,30 +142,40 @@ fn check_rewritten(body: &[u8], r: &Rewritten<'_>, policy: &Policy, mode: Mode) 
     let mut p = 0; // in the new body
     for output in &parsed.outputs {
         let span = output.content_span.clone();
+        // One output's bytes: its removable spans, what lies between them,
+        // and its content.
+        let unit_start = output.removed.first().map_or(span.start, |r| r.start);
         p = walk_gap(
-            &old_bytes[at..span.start],
+            &old_bytes[at..unit_start],
             new_body,
             p,
             &insertions,
             &mut inserted,
         );
-        // The content: the next stub, or unchanged.
-        let stub = stubs
-            .peek()
-            .map(|o| OpenAiChat.encode_content(output.shape, &o.stub))
-            .filter(|s| new_body[p..].starts_with(s.as_bytes()));
-        match stub {
+        // Externalized: the removable spans gone, the content the next stub.
+        let stubbed = stubs.peek().map(|o| {
+            let mut expected = Vec::new();
+            let mut from = unit_start;
+            for removed in &output.removed {
+                expected.extend_from_slice(&old_bytes[from..removed.start]);
+                from = removed.end;
+            }
+            expected.extend_from_slice(&old_bytes[from..span.start]);
+            expected.extend_from_slice(protocol.encode_content(output.shape, &o.stub).as_bytes());
+            expected
+        });
+        match stubbed.filter(|s| new_body[p..].starts_with(s)) {
             Some(s) => {
                 p += s.len();
                 stubs.next();
             }
             None => {
-                let content = &old_bytes[span.clone()];
+                let kept = &old_bytes[unit_start..span.end];
                 assert!(
-                    new_body[p..].starts_with(content),
-                    "content at {span:?} neither kept nor stubbed"
+                    new_body[p..].starts_with(kept),
+                    "output at {span:?} neither kept nor stubbed"
                 );
-                p += content.len();
+                p += kept.len();
             }
         }
         at = span.end;
@@ -163,6 +191,16 @@ fn check_rewritten(body: &[u8], r: &Rewritten<'_>, policy: &Policy, mode: Mode) 
         policy.recall_enabled && mode == Mode::WithRefs,
         "recall tools inserted: {inserted}"
     );
+    // Restoration candidates point at assistant messages of the new body.
+    for turn in &r.turns {
+        let message = &r.body[turn.span.clone()];
+        let canon = protocol.message_canon(message);
+        assert!(
+            canon.as_deref().is_some_and(|c| c.starts_with("assistant")),
+            "turn {:?} is not an assistant message: {message:.80}",
+            turn.span
+        );
+    }
 }
 
 /// The number of messages, read without decoding strings (`serde_json::Value`

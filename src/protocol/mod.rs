@@ -245,7 +245,9 @@ pub fn member_array_close(body: &str, key: &str) -> Option<usize> {
 pub fn append_to_member(body: &str, key: &str, items: &[String]) -> Option<String> {
     let close = member_array_close(body, key)?;
     let empty = body[..close].trim_end().ends_with('[');
-    let mut out = String::with_capacity(body.len() + items.iter().map(String::len).sum::<usize>() + items.len());
+    let mut out = String::with_capacity(
+        body.len() + items.iter().map(String::len).sum::<usize>() + items.len(),
+    );
     out.push_str(&body[..close]);
     for (i, item) in items.iter().enumerate() {
         if i > 0 || !empty {

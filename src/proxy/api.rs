@@ -165,10 +165,7 @@ pub(super) async fn handle(
         ),
     ];
     if !restorations.is_empty() {
-        extra_headers.push((
-            "x-toolstub-restored",
-            HeaderValue::from(restorations.len()),
-        ));
+        extra_headers.push(("x-toolstub-restored", HeaderValue::from(restorations.len())));
     }
 
     if rewritten.recall_offered && api.answers_recall() {

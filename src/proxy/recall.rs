@@ -367,8 +367,7 @@ async fn drive(
             }
             RoundEnd::Recall(calls) => {
                 done += 1;
-                let Some(results) = client.wait(req.run_calls(app, calls), &keepalive).await
-                else {
+                let Some(results) = client.wait(req.run_calls(app, calls), &keepalive).await else {
                     return;
                 };
                 rounds.answered(results);

@@ -250,6 +250,5 @@ mod tests {
             "https://example.com/api/anthropicx/v1",
             "a prefix matches whole path segments only"
         );
-
     }
 }

@@ -143,7 +143,7 @@ pub struct Turn {
 #[derive(Clone, Debug)]
 pub enum Outcome<'b> {
     Unchanged(Unchanged),
-    Rewritten(Rewritten<'b>),
+    Rewritten(Box<Rewritten<'b>>),
 }
 
 /// Rewrites one request body.
@@ -238,7 +238,7 @@ fn rewrite_parsed<'b>(
         .messages
         .last()
         .and_then(|m| protocol.message_canon(&body[m.span.clone()]));
-    Outcome::Rewritten(Rewritten {
+    Outcome::Rewritten(Box::new(Rewritten {
         body: splice(body, splices),
         outputs,
         saved_chars,
@@ -247,7 +247,7 @@ fn rewrite_parsed<'b>(
         streaming: parsed.streaming,
         turns,
         last_canon,
-    })
+    }))
 }
 
 /// The assistant messages after the first stub (only a request carrying

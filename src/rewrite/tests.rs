@@ -44,7 +44,7 @@ fn run(body: &str) -> Outcome<'_> {
 
 fn rewritten(body: &str) -> Rewritten<'_> {
     match run(body) {
-        Outcome::Rewritten(r) => r,
+        Outcome::Rewritten(r) => *r,
         Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
     }
 }

@@ -32,8 +32,8 @@ pub use asynchronous::AsyncResultStore;
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
 pub use types::{
-    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreStats,
-    Stored, Tenant, OFFSET_UNIT,
+    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit,
+    StoreStats, Stored, Tenant, OFFSET_UNIT,
 };
 pub use writer::SweepReport;
 

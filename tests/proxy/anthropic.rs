@@ -48,7 +48,8 @@ fn messages_body(outputs: &[Value], tail: &[Value], extra: &str) -> String {
     if let Some(last) = results.last_mut() {
         last["cache_control"] = json!({"type": "ephemeral"});
     }
-    let mut assistant = vec![json!({"type": "thinking", "thinking": "Reading them.", "signature": "sig-0"})];
+    let mut assistant =
+        vec![json!({"type": "thinking", "thinking": "Reading them.", "signature": "sig-0"})];
     assistant.extend(calls);
     let mut messages = vec![
         json!({"role": "user", "content": [{"type": "text", "text": "Look at the files."}]}),
@@ -174,9 +175,11 @@ fn streamed(id: &str, blocks: &[Value], stop: &str, input: u64, output: u64) -> 
             }
         };
         out.push(json!({"type": "content_block_start", "index": index, "content_block": start}));
-        out.extend(deltas.into_iter().map(
-            |d| json!({"type": "content_block_delta", "index": index, "delta": d}),
-        ));
+        out.extend(
+            deltas
+                .into_iter()
+                .map(|d| json!({"type": "content_block_delta", "index": index, "delta": d})),
+        );
         out.push(json!({"type": "content_block_stop", "index": index}));
     }
     out.push(json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": output}}));
@@ -253,7 +256,10 @@ fn events_of(bytes: &[u8]) -> Vec<(String, Value)> {
                 .filter_map(|l| l.strip_prefix("data: "))
                 .collect::<Vec<_>>()
                 .join("\n");
-            (kind, serde_json::from_str(&data).expect("event data is JSON"))
+            (
+                kind,
+                serde_json::from_str(&data).expect("event data is JSON"),
+            )
         })
         .collect()
 }
@@ -342,7 +348,13 @@ async fn a_request_with_nothing_over_budget_arrives_byte_identical() {
 #[tokio::test]
 async fn tool_results_over_budget_become_stubs_that_read_back() {
     let s = setup(Arc::new(|_: &Recorded| {
-        json_reply(message("m", json!([{"type": "text", "text": "ok"}]), "end_turn", 1, 1))
+        json_reply(message(
+            "m",
+            json!([{"type": "text", "text": "ok"}]),
+            "end_turn",
+            1,
+            1,
+        ))
     }))
     .await;
     let listing = big_listing(1_500);
@@ -360,14 +372,23 @@ async fn tool_results_over_budget_become_stubs_that_read_back() {
     assert_eq!(response_headers["x-toolstub-externalized"], "2");
     let sent = body_json(&s.mock.last());
     let results = sent["messages"][2]["content"].as_array().expect("results");
-    let stub = results[0]["content"].as_str().expect("a string stays a string");
+    let stub = results[0]["content"]
+        .as_str()
+        .expect("a string stays a string");
     assert!(stub.starts_with(STUB_MARK), "{stub:.200}");
     assert!(stub.contains("tool_name: Read"));
     let blocks = results[1]["content"].as_array().expect("blocks");
     assert_eq!(blocks.len(), 2);
-    assert!(blocks[0]["text"].as_str().unwrap_or("").starts_with(STUB_MARK));
+    assert!(blocks[0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with(STUB_MARK));
     assert_eq!(blocks[1]["type"], "image", "other blocks stay");
-    assert_eq!(results[2]["content"], json!(error_output), "errors stay verbatim");
+    assert_eq!(
+        results[2]["content"],
+        json!(error_output),
+        "errors stay verbatim"
+    );
     assert_eq!(results[2]["is_error"], true);
     assert_eq!(results[2]["cache_control"], json!({"type": "ephemeral"}));
     assert_eq!(sent["messages"][1]["content"][0]["signature"], "sig-0");
@@ -379,7 +400,12 @@ async fn tool_results_over_budget_become_stubs_that_read_back() {
         .collect();
     assert_eq!(
         tools,
-        ["Read", "tool_result_read", "tool_result_search", "tool_result_list"]
+        [
+            "Read",
+            "tool_result_read",
+            "tool_result_search",
+            "tool_result_list"
+        ]
     );
     // The ref reads back, whole, through the operator API, for this key.
     let reference = stub
@@ -425,7 +451,10 @@ async fn a_whole_recall_round_with_thinking_gives_one_message() {
     // messages array closes: everything else byte for byte.
     let close = find_messages_close(first);
     assert_eq!(&second[..close], &first[..close]);
-    assert_eq!(&second[second.len() - (first.len() - close)..], &first[close..]);
+    assert_eq!(
+        &second[second.len() - (first.len() - close)..],
+        &first[close..]
+    );
     let round2 = body_json(&requests[1]);
     let messages = round2["messages"].as_array().expect("messages");
     let assistant = &messages[messages.len() - 2];
@@ -436,7 +465,10 @@ async fn a_whole_recall_round_with_thinking_gives_one_message() {
     );
     assert_eq!(assistant["content"][2]["name"], "tool_result_read");
     let read = last_recall_result(&round2).expect("the recall result");
-    assert_eq!(read["content"], json!(listing.chars().take(30).collect::<String>()));
+    assert_eq!(
+        read["content"],
+        json!(listing.chars().take(30).collect::<String>())
+    );
     // The client's message: both rounds, no recall call, the first id.
     assert_eq!(got["id"], "msg_round1");
     let kinds: Vec<&str> = got["content"]
@@ -507,9 +539,15 @@ async fn a_streamed_recall_round_is_one_well_formed_message() {
         ])
     );
     assert_eq!(message["stop_reason"], "end_turn");
-    assert_eq!(message["usage"]["input_tokens"], 150, "the last round's input");
+    assert_eq!(
+        message["usage"]["input_tokens"], 150,
+        "the last round's input"
+    );
     assert_eq!(message["usage"]["output_tokens"], 29, "output summed");
-    assert!(events.iter().filter(|(k, _)| k == "ping").count() >= 2, "pings forwarded");
+    assert!(
+        events.iter().filter(|(k, _)| k == "ping").count() >= 2,
+        "pings forwarded"
+    );
     assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 2);
@@ -539,7 +577,11 @@ async fn two_turns(s: &Setup, streaming: bool) -> (Vec<u8>, Vec<u8>) {
     let next = json!({"role": "user", "content": [{"type": "text", "text": "And then?", "cache_control": {"type": "ephemeral"}}]});
     let turn2 = messages_body(&[json!(listing)], &[seen, next], extra);
     // Claude Code moves its breakpoint to the newest user block.
-    let turn2 = turn2.replacen(r#","cache_control":{"type":"ephemeral"}}]},{"role":"assistant""#, r#"}]},{"role":"assistant""#, 1);
+    let turn2 = turn2.replacen(
+        r#","cache_control":{"type":"ephemeral"}}]},{"role":"assistant""#,
+        r#"}]},{"role":"assistant""#,
+        1,
+    );
     if streaming {
         stream(s, "/v1/messages", turn2).await;
     } else {
@@ -600,7 +642,11 @@ async fn the_next_turn_gets_the_hidden_exchange_back() {
 
 #[tokio::test]
 async fn without_restoration_the_upstream_sees_the_history_the_client_has() {
-    let s = setup_with(reader(false), &[("TOOLSTUB_RECALL_RESTORE_HISTORY", "false")]).await;
+    let s = setup_with(
+        reader(false),
+        &[("TOOLSTUB_RECALL_RESTORE_HISTORY", "false")],
+    )
+    .await;
     let (_, turn2) = two_turns(&s, false).await;
     let v: Value = serde_json::from_slice(&turn2).expect("json");
     let messages = v["messages"].as_array().expect("messages");
@@ -611,7 +657,11 @@ async fn without_restoration_the_upstream_sees_the_history_the_client_has() {
         .iter()
         .filter_map(|b| b["type"].as_str())
         .collect();
-    assert_eq!(kinds, ["thinking", "text", "thinking", "text"], "the merged answer");
+    assert_eq!(
+        kinds,
+        ["thinking", "text", "thinking", "text"],
+        "the merged answer"
+    );
     s.proxy.shutdown().await;
 }
 
@@ -621,19 +671,36 @@ async fn count_tokens_is_rewritten_as_the_messages_request_would_be() {
         if r.path_and_query.contains("count_tokens") {
             json_reply(json!({"input_tokens": 1234}).to_string())
         } else {
-            json_reply(message("m", json!([{"type": "text", "text": "ok"}]), "end_turn", 1, 1))
+            json_reply(message(
+                "m",
+                json!([{"type": "text", "text": "ok"}]),
+                "end_turn",
+                1,
+                1,
+            ))
         }
     }))
     .await;
     let listing = big_listing(1_500);
-    let count_body = messages_body(&[json!(listing)], &[], "")
-        .replacen(r#""max_tokens":32000,"#, "", 1);
+    let count_body =
+        messages_body(&[json!(listing)], &[], "").replacen(r#""max_tokens":32000,"#, "", 1);
     let (status, _, bytes) = post(&s, "/v1/messages/count_tokens?beta=true", count_body).await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_slice::<Value>(&bytes).expect("json")["input_tokens"], 1234);
-    post(&s, "/v1/messages", messages_body(&[json!(listing)], &[], "")).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&bytes).expect("json")["input_tokens"],
+        1234
+    );
+    post(
+        &s,
+        "/v1/messages",
+        messages_body(&[json!(listing)], &[], ""),
+    )
+    .await;
     let requests = s.mock.requests();
-    assert_eq!(requests[0].path_and_query, "/v1/messages/count_tokens?beta=true");
+    assert_eq!(
+        requests[0].path_and_query,
+        "/v1/messages/count_tokens?beta=true"
+    );
     let (counted, sent) = (body_json(&requests[0]), body_json(&requests[1]));
     assert_eq!(counted["messages"], sent["messages"], "the same stubs");
     assert_eq!(counted["tools"], sent["tools"], "the same recall tools");
@@ -668,7 +735,10 @@ async fn the_proxys_own_errors_are_in_anthropic_format() {
         let v: Value = serde_json::from_slice(&bytes).expect("json");
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "api_error");
-        assert!(v["error"]["message"].as_str().unwrap_or("").contains("unreachable"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("unreachable"));
     }
     // Elsewhere, an Anthropic client still gets its format; an OpenAI one its own.
     let (status, _, bytes) = send(
@@ -680,7 +750,10 @@ async fn the_proxys_own_errors_are_in_anthropic_format() {
     )
     .await;
     assert_eq!(status, 502);
-    assert_eq!(serde_json::from_slice::<Value>(&bytes).expect("json")["error"]["type"], "api_error");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&bytes).expect("json")["error"]["type"],
+        "api_error"
+    );
     let (_, _, bytes) = send(
         &client(),
         "GET",
@@ -720,7 +793,10 @@ async fn upstream_errors_pass_through_verbatim() {
         assert_eq!(bytes, Bytes::from(error.clone()));
         assert_eq!(response_headers["retry-after"], "17");
         assert_eq!(response_headers["request-id"], "req_429");
-        assert_eq!(response_headers["anthropic-ratelimit-tokens-remaining"], "0");
+        assert_eq!(
+            response_headers["anthropic-ratelimit-tokens-remaining"],
+            "0"
+        );
     }
     s.proxy.shutdown().await;
 }
@@ -800,7 +876,11 @@ async fn one_proxy_serves_two_upstreams_by_path_prefix() {
     let (status, _, bytes) = post(&s, "/anthropic/v1/messages?beta=true", body).await;
     assert_eq!(status, 200);
     let got: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_eq!(got["content"].as_array().map(Vec::len), Some(4), "recall ran");
+    assert_eq!(
+        got["content"].as_array().map(Vec::len),
+        Some(4),
+        "recall ran"
+    );
     let received = anthropic.requests();
     assert_eq!(received.len(), 2);
     assert_eq!(received[0].path_and_query, "/v1/messages?beta=true");
@@ -870,7 +950,9 @@ async fn hostile_bodies_are_forwarded_byte_for_byte() {
     .await;
     let big = serde_json::to_string(&"y".repeat(30_000)).expect("json");
     let result = |content: &str| {
-        format!(r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":{content}}}]}}"#)
+        format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":{content}}}]}}"#
+        )
     };
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let bodies: Vec<String> = vec![
@@ -882,9 +964,15 @@ async fn hostile_bodies_are_forwarded_byte_for_byte() {
         format!(r#"{{"messages":[{{"role":"user","content":[[{big}]]}}]}}"#),
         format!(r#"{{"messages":[{{"role":"user","content":[{deep}]}}]}}"#),
         format!(r#"{{"messages":[{}],"messages":[]}}"#, result(&big)),
-        format!(r#"{{"messages":[{}]}}"#, result(&format!(r#""\ud800 lone {}""#, "q".repeat(30_000)))),
+        format!(
+            r#"{{"messages":[{}]}}"#,
+            result(&format!(r#""\ud800 lone {}""#, "q".repeat(30_000)))
+        ),
         format!(r#"{{"messages":[{}]}}"#, result("12345")),
-        format!(r#"{{"messages":[{}]}}"#, result(&format!(r#"{{"text":{big}}}"#))),
+        format!(
+            r#"{{"messages":[{}]}}"#,
+            result(&format!(r#"{{"text":{big}}}"#))
+        ),
     ];
     for body in bodies {
         let (status, _, _) = post(&s, "/v1/messages", body.clone()).await;
@@ -893,5 +981,262 @@ async fn hostile_bodies_are_forwarded_byte_for_byte() {
         let (status, _, _) = send(&client(), "GET", s.url("/healthz"), &[], "").await;
         assert_eq!(status, 200);
     }
+    s.proxy.shutdown().await;
+}
+
+/// What the mock model does on the next request of the replay.
+#[derive(Clone, Debug)]
+struct Plan {
+    /// Call `tool_result_read` on a stub first (a recall round).
+    recall: bool,
+    /// Then: a client tool call with this id and tool name, or a text.
+    call: Option<(String, &'static str)>,
+    turn: usize,
+}
+
+/// The replay's model: thinks, then calls the client's tool or answers;
+/// recalls first when the plan says so and a stub is in the history.
+fn replay_model(plan: Arc<Mutex<Plan>>) -> Script {
+    Arc::new(move |r: &Recorded| {
+        let request = body_json(r);
+        let plan = plan.lock().expect("lock").clone();
+        let streaming = request["stream"] == true;
+        let recalled = last_recall_result(&request).is_some();
+        let blocks = match stub_ref(&request) {
+            Some(reference) if plan.recall && !recalled && offers(&request, "tool_result_read") => {
+                vec![
+                    json!({"type": "thinking", "thinking": format!("Turn {}: read the stub.", plan.turn), "signature": format!("sig-r{}", plan.turn)}),
+                    json!({"type": "tool_use", "id": format!("toolu_rc_{}", plan.turn), "name": "tool_result_read", "input": {"ref": reference, "limit": 50}}),
+                ]
+            }
+            _ => {
+                let mut blocks = vec![
+                    json!({"type": "thinking", "thinking": format!("Turn {} thinking.", plan.turn), "signature": format!("sig-{}", plan.turn)}),
+                ];
+                match &plan.call {
+                    Some((id, name)) => blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": {"file_path": format!("/src/f{}.rs", plan.turn)}})),
+                    None => blocks.push(json!({"type": "text", "text": format!("Answer {}.", plan.turn)})),
+                }
+                blocks
+            }
+        };
+        let stop = if blocks.iter().any(|b| b["type"] == "tool_use") {
+            "tool_use"
+        } else {
+            "end_turn"
+        };
+        let id = format!("msg_{}_{}", plan.turn, recalled);
+        if streaming {
+            stream_reply(&streamed(&id, &blocks, stop, 1000, 50))
+        } else {
+            json_reply(message(&id, Value::Array(blocks), stop, 1000, 50))
+        }
+    })
+}
+
+/// A tool output of a turn: 5-60 KB, as a string or a text-block array.
+fn replay_output(turn: usize) -> Value {
+    let lines = [120, 900, 300, 1_500, 2_200, 60, 1_100][turn % 7];
+    let text: String = (1..=lines)
+        .map(|i| format!("{i}\tfn item_{turn}_{i}() -> u32 {{ {i} }}\n"))
+        .collect();
+    if turn % 3 == 0 {
+        json!([{"type": "text", "text": text}])
+    } else {
+        json!(text)
+    }
+}
+
+/// A request's prompt in cache order (tools, system, messages), one raw
+/// piece per tool, system block and content block, each without its
+/// `cache_control` marker, and whether the piece carried one.
+fn cache_pieces(body: &[u8]) -> Vec<(String, bool)> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Prompt<'a> {
+        #[serde(borrow, default)]
+        tools: Vec<&'a RawValue>,
+        #[serde(borrow, default)]
+        system: Vec<&'a RawValue>,
+        #[serde(borrow)]
+        messages: Vec<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        role: &'a RawValue,
+        #[serde(borrow)]
+        content: &'a RawValue,
+    }
+    let marker = regex_lite_strip;
+    let prompt: Prompt<'_> = serde_json::from_slice(body).expect("a messages body");
+    let mut pieces = Vec::new();
+    for raw in prompt.tools.iter().chain(&prompt.system) {
+        pieces.push(marker(raw.get()));
+    }
+    for raw in &prompt.messages {
+        let m: Message<'_> = serde_json::from_str(raw.get()).expect("a message");
+        pieces.push((format!("role {}", m.role.get()), false));
+        match serde_json::from_str::<Vec<&RawValue>>(m.content.get()) {
+            Ok(blocks) => pieces.extend(blocks.iter().map(|b| marker(b.get()))),
+            Err(_) => pieces.push(marker(m.content.get())),
+        }
+    }
+    pieces
+}
+
+/// A piece without its breakpoint marker, and whether it had one.
+fn regex_lite_strip(raw: &str) -> (String, bool) {
+    for marker in [
+        r#","cache_control":{"type":"ephemeral"}"#,
+        r#""cache_control":{"type":"ephemeral"},"#,
+    ] {
+        if raw.contains(marker) {
+            return (raw.replacen(marker, "", 1), true);
+        }
+    }
+    (raw.to_string(), false)
+}
+
+/// Claude Code's breakpoints: two system blocks, the last block of the
+/// newest message and of the newest user message before it (four), moved
+/// there on every turn.
+fn place_breakpoints(messages: &mut [Value]) {
+    for m in messages.iter_mut() {
+        if let Some(blocks) = m["content"].as_array_mut() {
+            for b in blocks {
+                if let Some(b) = b.as_object_mut() {
+                    b.remove("cache_control");
+                }
+            }
+        }
+    }
+    let n = messages.len();
+    let earlier_user = (0..n.saturating_sub(1))
+        .rev()
+        .find(|&i| messages[i]["role"] == "user");
+    for i in [Some(n - 1), earlier_user].into_iter().flatten() {
+        if let Some(last) = messages[i]["content"]
+            .as_array_mut()
+            .and_then(|b| b.last_mut())
+        {
+            last["cache_control"] = json!({"type": "ephemeral"});
+        }
+    }
+}
+
+fn replay_body(messages: &[Value], stream: bool) -> String {
+    let tools = json!([
+        {"name": "Read", "description": "Reads a file from the local filesystem.", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}},
+        {"name": "Bash", "description": "Runs a command.", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+    ]);
+    let system = json!([
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328"},
+        {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "Instructions...".repeat(200), "cache_control": {"type": "ephemeral"}}
+    ]);
+    format!(
+        r#"{{"tools":{tools},"system":{system},"messages":{},"model":"claude-test","max_tokens":32000,"thinking":{{"type":"enabled","budget_tokens":31999}},"context_management":{{"edits":[{{"type":"clear_thinking_20251015","keep":"all"}}]}},"stream":{stream}}}"#,
+        Value::Array(messages.to_vec())
+    )
+}
+
+#[tokio::test]
+async fn a_30_turn_claude_code_replay_keeps_every_cached_prefix() {
+    let plan = Arc::new(Mutex::new(Plan {
+        recall: false,
+        call: None,
+        turn: 0,
+    }));
+    let s = setup(replay_model(plan.clone())).await;
+    let mut history =
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "Refactor the crate."}]})];
+    let mut recall_turns = 0;
+    for turn in 1..=30 {
+        let recall = turn % 4 == 0;
+        *plan.lock().expect("lock") = Plan {
+            recall,
+            call: (turn < 30).then(|| {
+                (
+                    format!("toolu_{turn:02}"),
+                    if turn % 2 == 0 { "Read" } else { "Bash" },
+                )
+            }),
+            turn,
+        };
+        let stream = turn % 2 == 1;
+        place_breakpoints(&mut history);
+        let body = replay_body(&history, stream);
+        let answer = if stream {
+            let (status, bytes) = self::stream(&s, "/v1/messages?beta=true", body).await;
+            assert_eq!(status, 200);
+            accumulate(&events_of(&bytes))
+        } else {
+            let (status, _, bytes) = post(&s, "/v1/messages?beta=true", body).await;
+            assert_eq!(status, 200);
+            serde_json::from_slice(&bytes).expect("json")
+        };
+        let content = answer["content"].as_array().expect("content").clone();
+        recall_turns += usize::from(content.len() > 2);
+        let call = content.iter().find(|b| b["type"] == "tool_use").cloned();
+        history.push(json!({"role": "assistant", "content": content}));
+        if let Some(call) = call {
+            history.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": replay_output(turn)}]}));
+        }
+    }
+    assert!(recall_turns >= 5, "recall rounds ran: {recall_turns}");
+    let requests = s.mock.requests();
+    assert!(requests.len() >= 35, "{}", requests.len());
+    let first_offer = requests
+        .iter()
+        .position(|r| offers(&body_json(r), "tool_result_read"))
+        .expect("the recall tools were offered");
+    // Each request keeps (a) the previous request's prompt up to its last
+    // breakpoint (what the provider cached), and (b) all of it: the model's
+    // history goes on as the model had it (hidden rounds restored).
+    let (mut broken, mut diverged) = (Vec::new(), Vec::new());
+    let starts_with = |after: &[(String, bool)], before: &[(String, bool)]| {
+        after.len() >= before.len() && before.iter().zip(after).all(|((a, _), (b, _))| a == b)
+    };
+    for k in 1..requests.len() {
+        let (before, after) = (
+            cache_pieces(&requests[k - 1].body),
+            cache_pieces(&requests[k].body),
+        );
+        let last = before
+            .iter()
+            .rposition(|(_, marked)| *marked)
+            .expect("a breakpoint");
+        if !starts_with(&after, &before[..=last]) {
+            broken.push(k);
+        }
+        if !starts_with(&after, &before) {
+            diverged.push(k);
+        }
+    }
+    assert_eq!(
+        broken,
+        [first_offer],
+        "only the first offer of the recall tools breaks a cached prefix"
+    );
+    assert_eq!(diverged, [first_offer], "the model's history only grows");
+    for r in &requests[first_offer..] {
+        assert!(
+            offers(&body_json(r), "tool_result_read"),
+            "offered on every later request"
+        );
+    }
+    let metrics =
+        String::from_utf8_lossy(&send(&client(), "GET", s.url("/metrics"), &[], "").await.2)
+            .into_owned();
+    let restored: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolstub_history_restored_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        restored >= 20,
+        "hidden exchanges restored on later turns: {restored}"
+    );
     s.proxy.shutdown().await;
 }

@@ -536,3 +536,156 @@ async fn streaming_client_tool_calls_pass_through() {
     assert_eq!(String::from_utf8_lossy(&bytes), expected, "byte for byte");
     s.proxy.shutdown().await;
 }
+
+/// `body` with `messages` (JSON texts) appended to its `messages` array.
+fn with_messages(body: &str, messages: &[String]) -> String {
+    let close = messages_close(body.as_bytes());
+    format!(
+        "{},{}{}",
+        &body[..close],
+        messages.join(","),
+        &body[close..]
+    )
+}
+
+/// The `]` closing the top-level `messages` array of a body.
+fn messages_close(body: &[u8]) -> usize {
+    #[derive(serde::Deserialize)]
+    struct Messages<'a> {
+        #[serde(borrow)]
+        messages: &'a serde_json::value::RawValue,
+    }
+    let m: Messages<'_> = serde_json::from_slice(body).expect("json");
+    let raw = m.messages.get();
+    raw.as_ptr() as usize - body.as_ptr() as usize + raw.len() - 1
+}
+
+#[tokio::test]
+async fn the_next_turn_gets_the_hidden_exchange_back() {
+    let s = setup(reader(
+        "tool_result_read",
+        |r| json!({"ref": r, "offset": 0, "limit": 10}),
+    ))
+    .await;
+    let turn1 = chat_body(&[big_json(3000)], "");
+    let (_, got) = ask(&s, turn1.clone(), &[("authorization", KEY)]).await;
+    // The client keeps the answer it saw (its SDK's own serialization).
+    let seen = json!({"role": "assistant", "content": got["choices"][0]["message"]["content"]});
+    let turn2 = with_messages(
+        &turn1,
+        &[
+            seen.to_string(),
+            json!({"role": "user", "content": "and then?"}).to_string(),
+        ],
+    );
+    ask(&s, turn2, &[("authorization", KEY)]).await;
+    let requests = s.mock.requests();
+    let (round2, next) = (&requests[1].body, &requests[2].body);
+    // Turn 2 goes upstream as round 2 of turn 1 continued: byte for byte up
+    // to where round 2's messages end, then the answer and the new message.
+    let close = messages_close(round2);
+    assert_eq!(&next[..close], &round2[..close], "the prefix is kept");
+    let messages = body_json(&requests[2])["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    assert_eq!(messages.len(), 7);
+    assert_eq!(
+        messages[3]["tool_calls"][0]["function"]["name"],
+        "tool_result_read"
+    );
+    assert_eq!(messages[4]["tool_call_id"], "rc_1");
+    assert_eq!(
+        messages[5],
+        json!({"role": "assistant", "content": got["choices"][0]["message"]["content"]})
+    );
+    assert_eq!(messages[6]["content"], "and then?");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_restored_on_the_next_turn_too() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let chunks = if last_recall_result(&request).is_some() {
+            sse(&[
+                delta("b", json!({"role": "assistant", "content": ""}), None),
+                delta("b", json!({"content": " It is JSON."}), None),
+                delta("b", json!({}), Some("stop")),
+            ])
+        } else if let Some(reference) =
+            stub_ref(&request).filter(|_| offers(&request, "tool_result_read"))
+        {
+            let args = json!({"ref": reference}).to_string();
+            sse(&[
+                delta("a", json!({"role": "assistant", "content": ""}), None),
+                delta("a", json!({"content": "Let me look."}), None),
+                delta(
+                    "a",
+                    json!({"tool_calls": [{"index": 0, "id": "rc_1", "type": "function", "function": {"name": "tool_result_read", "arguments": args}}]}),
+                    None,
+                ),
+                delta("a", json!({}), Some("tool_calls")),
+            ])
+        } else {
+            sse(&[delta("c", json!({"content": "plain"}), Some("stop"))])
+        };
+        Reply::Stream {
+            chunks,
+            gap: Duration::from_millis(1),
+            sent: Arc::default(),
+        }
+    });
+    let s = setup(script).await;
+    let turn1 = chat_body(&[big_json(3000)], r#","stream":true"#);
+    let (_, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY)],
+        turn1.clone(),
+    )
+    .await;
+    let text: String = String::from_utf8_lossy(&bytes)
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, "Let me look. It is JSON.");
+    let turn2 = with_messages(
+        &turn1,
+        &[
+            json!({"role": "assistant", "content": text}).to_string(),
+            json!({"role": "user", "content": "more"}).to_string(),
+        ],
+    );
+    send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY)],
+        turn2,
+    )
+    .await;
+    let requests = s.mock.requests();
+    let messages = body_json(&requests[2])["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    assert_eq!(messages.len(), 7, "{messages:?}");
+    assert_eq!(messages[3]["content"], "Let me look.");
+    assert_eq!(messages[3]["tool_calls"][0]["id"], "rc_1");
+    assert_eq!(
+        messages[5],
+        json!({"role": "assistant", "content": " It is JSON."})
+    );
+    let close = messages_close(&requests[1].body);
+    assert_eq!(&requests[2].body[..close], &requests[1].body[..close]);
+    s.proxy.shutdown().await;
+}

@@ -144,7 +144,14 @@ impl Rebuilt {
             // A tool input that does not parse goes back as an empty input
             // (the API would refuse anything but an object there).
             let valid = matches!(serde_json::from_str::<Value>(input), Ok(Value::Object(_)));
-            members.push(("input", if valid { input.to_string() } else { "{}".to_string() }));
+            members.push((
+                "input",
+                if valid {
+                    input.to_string()
+                } else {
+                    "{}".to_string()
+                },
+            ));
         }
         if !self.citations.is_empty() {
             let mut list: Vec<String> = match self.block.get("citations") {
@@ -156,7 +163,13 @@ impl Rebuilt {
         }
         let json = set_members(&self.raw, &members);
         let input_text = match &json {
-            Some(_) if !input.is_empty() => Some(members.iter().find(|(k, _)| *k == "input").map(|(_, v)| v.clone()).unwrap_or_default()),
+            Some(_) if !input.is_empty() => Some(
+                members
+                    .iter()
+                    .find(|(k, _)| *k == "input")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default(),
+            ),
             _ => self.block.get("input").map(Value::to_string),
         };
         let kind = kind_of(
@@ -234,18 +247,22 @@ mod tests {
         let mut thinking = start(r#"{"type":"thinking","thinking":"","signature":""}"#);
         thinking.apply(&map(json!({"type":"thinking_delta","thinking":"Let me "})));
         thinking.apply(&map(json!({"type":"thinking_delta","thinking":"think."})));
-        thinking.apply(&map(json!({"type":"signature_delta","signature":"EqQBCg=="})));
+        thinking.apply(&map(
+            json!({"type":"signature_delta","signature":"EqQBCg=="}),
+        ));
         let block = thinking.finish(&names);
         assert_eq!(block.kind, BlockKind::Other);
         assert_eq!(
-            block.json,
-            r#"{"type":"thinking","thinking":"Let me think.","signature":"EqQBCg=="}"#,
+            block.json, r#"{"type":"thinking","thinking":"Let me think.","signature":"EqQBCg=="}"#,
             "every key in its place"
         );
 
-        let mut call = start(r#"{"type":"tool_use","id":"toolu_1","name":"tool_result_read","input":{}}"#);
+        let mut call =
+            start(r#"{"type":"tool_use","id":"toolu_1","name":"tool_result_read","input":{}}"#);
         for piece in ["", "{\"ref\": \"tr_", "x\", \"limit\": 5}"] {
-            call.apply(&map(json!({"type":"input_json_delta","partial_json":piece})));
+            call.apply(&map(
+                json!({"type":"input_json_delta","partial_json":piece}),
+            ));
         }
         let block = call.finish(&names);
         let BlockKind::Recall(recall) = &block.kind else {
@@ -259,15 +276,17 @@ mod tests {
             "the input as the model wrote it"
         );
 
-        let client = start(r#"{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}"#)
-            .finish(&names);
+        let client =
+            start(r#"{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}"#).finish(&names);
         assert_eq!(client.kind, BlockKind::ClientTool);
         assert_eq!(
             client.json,
             r#"{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}"#
         );
         let mut broken = start(r#"{"type":"tool_use","id":"t","name":"Read","input":{}}"#);
-        broken.apply(&map(json!({"type":"input_json_delta","partial_json":"{\"a\": "})));
+        broken.apply(&map(
+            json!({"type":"input_json_delta","partial_json":"{\"a\": "}),
+        ));
         let v: Value = serde_json::from_str(&broken.finish(&names).json).expect("json");
         assert_eq!(v["input"], json!({}), "an input cut short goes back empty");
     }
@@ -276,7 +295,9 @@ mod tests {
     fn citations_and_unknown_deltas() {
         let mut text = start(r#"{"type":"text","text":""}"#);
         text.apply(&map(json!({"type":"text_delta","text":"a"})));
-        text.apply(&map(json!({"type":"citations_delta","citation":{"cited_text":"c"}})));
+        text.apply(&map(
+            json!({"type":"citations_delta","citation":{"cited_text":"c"}}),
+        ));
         text.apply(&map(json!({"type":"future_delta","x":1})));
         assert_eq!(
             text.finish(&RecallToolNames::default()).json,
@@ -286,6 +307,9 @@ mod tests {
         assert_eq!(empty.json, "{}");
         let mut added = start(r#"{ }"#);
         added.apply(&map(json!({"type":"text_delta","text":"x"})));
-        assert_eq!(added.finish(&RecallToolNames::default()).json, r#"{ "text":"x"}"#);
+        assert_eq!(
+            added.finish(&RecallToolNames::default()).json,
+            r#"{ "text":"x"}"#
+        );
     }
 }

@@ -137,7 +137,9 @@ fn read_block<'b>(s: &mut Scanner<'b>) -> Option<Block<'b>> {
 
 /// A raw value's text when it is a string.
 fn text_of(raw: &str) -> Option<Cow<'_, str>> {
-    raw.starts_with('"').then(|| json_text::decode(raw)).flatten()
+    raw.starts_with('"')
+        .then(|| json_text::decode(raw))
+        .flatten()
 }
 
 /// The blocks of a content array, each with the offset where it starts;
@@ -167,7 +169,9 @@ fn result_text<'b>(body: &'b str, raw: &'b str) -> Option<ResultText<'b>> {
             let blocks = blocks_of(raw)?;
             let base = span_in(body, raw)?.start;
             let texts: Vec<usize> = (0..blocks.len())
-                .filter(|&i| blocks[i].1.kind.as_deref() == Some("text") && blocks[i].1.text.is_some())
+                .filter(|&i| {
+                    blocks[i].1.kind.as_deref() == Some("text") && blocks[i].1.text.is_some()
+                })
                 .collect();
             let (&keep, earlier) = texts.split_last()?;
             let literal = blocks[keep].1.text?;

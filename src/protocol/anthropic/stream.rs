@@ -172,7 +172,7 @@ pub(super) fn event(rounds: &mut AnthropicRounds, event: &Event) -> Vec<Bytes> {
             }
         }
         ("content_block_start", Some(index)) => {
-            let rebuilt = Rebuilt::start(&raw_member(data, "content_block").unwrap_or("{}"));
+            let rebuilt = Rebuilt::start(raw_member(data, "content_block").unwrap_or("{}"));
             let tool_use = rebuilt.kind_name() == "tool_use";
             let name = value
                 .get("content_block")
@@ -286,7 +286,11 @@ pub(super) fn end_round(
     let continues = recall_allowed && has_recall;
     // Held blocks are released now, but a client call of a round that goes
     // on with recall calls is dropped.
-    let kinds: BTreeMap<u64, &BlockKind> = routes.keys().copied().zip(blocks.iter().map(|b| &b.kind)).collect();
+    let kinds: BTreeMap<u64, &BlockKind> = routes
+        .keys()
+        .copied()
+        .zip(blocks.iter().map(|b| &b.kind))
+        .collect();
     let mut released = Vec::new();
     let mut given: BTreeMap<u64, u64> = BTreeMap::new();
     for (index, event) in std::mem::take(&mut state.held) {

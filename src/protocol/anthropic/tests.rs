@@ -108,8 +108,11 @@ fn a_rewrite_changes_only_the_text_and_appends_the_recall_tools() {
     let recall = AnthropicMessages
         .recall_tools(&RecallToolNames::default())
         .join(",");
-    let expected = format!("{},{recall}{}", &body[..tools_end], &body[tools_end..])
-        .replacen(&literal, &json_string(stub), 1);
+    let expected = format!("{},{recall}{}", &body[..tools_end], &body[tools_end..]).replacen(
+        &literal,
+        &json_string(stub),
+        1,
+    );
     assert_eq!(r.body, expected);
     let v: Value = serde_json::from_str(&r.body).expect("valid JSON");
     assert_eq!(v["messages"][3]["content"][0]["content"], json!(stub));
@@ -209,9 +212,8 @@ fn canon_ignores_bytes_markers_thinking_and_output_content() {
     );
     assert_eq!(
         AnthropicMessages.message_canon(r#"{"role":"user","content":"plain"}"#),
-        AnthropicMessages.message_canon(
-            r#"{"role":"user","content":[{"type":"text","text":"plain"}]}"#
-        )
+        AnthropicMessages
+            .message_canon(r#"{"role":"user","content":[{"type":"text","text":"plain"}]}"#)
     );
 }
 
@@ -233,7 +235,11 @@ fn error_types_follow_the_status() {
     assert_eq!(error_type(503), "api_error");
     assert_eq!(error_type(504), "timeout_error");
     assert_eq!(error_type(529), "overloaded_error");
-    let body: Value = serde_json::from_str(&Flavor::Anthropic.error_body(502, "upstream_unreachable", "no"))
-        .expect("json");
-    assert_eq!(body, json!({"type":"error","error":{"type":"api_error","message":"no"}}));
+    let body: Value =
+        serde_json::from_str(&Flavor::Anthropic.error_body(502, "upstream_unreachable", "no"))
+            .expect("json");
+    assert_eq!(
+        body,
+        json!({"type":"error","error":{"type":"api_error","message":"no"}})
+    );
 }

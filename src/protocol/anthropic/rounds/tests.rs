@@ -38,7 +38,8 @@ fn result(call: &RecallCall, text: &str) -> CallResult {
 #[test]
 fn a_recall_round_then_an_answer_is_one_message() {
     let mut r = rounds();
-    let thinking = json!({"type": "thinking", "thinking": "I should read it.", "signature": "EqQBCkYI"});
+    let thinking =
+        json!({"type": "thinking", "thinking": "I should read it.", "signature": "EqQBCkYI"});
     let round1 = message(
         "msg_1",
         json!([thinking, {"type": "text", "text": "Let me look."}, recall_use("toolu_r1")]),
@@ -121,7 +122,8 @@ fn a_recall_round_then_an_answer_is_one_message() {
 #[test]
 fn client_calls_of_a_round_that_also_recalls_are_dropped() {
     let mut r = rounds();
-    let client = json!({"type": "tool_use", "id": "toolu_c", "name": "Bash", "input": {"command": "ls"}});
+    let client =
+        json!({"type": "tool_use", "id": "toolu_c", "name": "Bash", "input": {"command": "ls"}});
     let round1 = message(
         "msg_1",
         json!([{"type": "text", "text": "Two things."}, client, recall_use("toolu_r")]),

@@ -56,19 +56,40 @@ fn text_block(index: u64, pieces: &[&str]) -> Vec<Value> {
 fn tool_block(index: u64, id: &str, name: &str, input: &str) -> Vec<Value> {
     let (a, b) = input.split_at(input.len() / 2);
     vec![
-        block_start(index, json!({"type": "tool_use", "id": id, "name": name, "input": {}})),
-        delta(index, json!({"type": "input_json_delta", "partial_json": ""})),
-        delta(index, json!({"type": "input_json_delta", "partial_json": a})),
-        delta(index, json!({"type": "input_json_delta", "partial_json": b})),
+        block_start(
+            index,
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+        ),
+        delta(
+            index,
+            json!({"type": "input_json_delta", "partial_json": ""}),
+        ),
+        delta(
+            index,
+            json!({"type": "input_json_delta", "partial_json": a}),
+        ),
+        delta(
+            index,
+            json!({"type": "input_json_delta", "partial_json": b}),
+        ),
         stop(index),
     ]
 }
 
 fn thinking_block(index: u64, thought: &str, signature: &str) -> Vec<Value> {
     vec![
-        block_start(index, json!({"type": "thinking", "thinking": "", "signature": ""})),
-        delta(index, json!({"type": "thinking_delta", "thinking": thought})),
-        delta(index, json!({"type": "signature_delta", "signature": signature})),
+        block_start(
+            index,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ),
+        delta(
+            index,
+            json!({"type": "thinking_delta", "thinking": thought}),
+        ),
+        delta(
+            index,
+            json!({"type": "signature_delta", "signature": signature}),
+        ),
         stop(index),
     ]
 }
@@ -92,7 +113,8 @@ fn client_events(bytes: &[Bytes]) -> Vec<(String, Value)> {
         .expect("the client stream parses")
         .into_iter()
         .map(|e| {
-            let data: Value = serde_json::from_str(e.data.as_deref().unwrap_or("null")).expect("json");
+            let data: Value =
+                serde_json::from_str(e.data.as_deref().unwrap_or("null")).expect("json");
             let name = String::from_utf8_lossy(&e.raw)
                 .lines()
                 .find_map(|l| l.strip_prefix("event: ").map(str::to_string))
@@ -127,7 +149,11 @@ fn accumulate(events: &[(String, Value)]) -> Value {
                 assert!(block.is_object(), "Content block not found: {index}");
                 let d = &data["delta"];
                 let mut append = |key: &str, piece: &Value| {
-                    let s = format!("{}{}", block[key].as_str().unwrap_or(""), piece.as_str().unwrap_or(""));
+                    let s = format!(
+                        "{}{}",
+                        block[key].as_str().unwrap_or(""),
+                        piece.as_str().unwrap_or("")
+                    );
                     block[key] = json!(s);
                 };
                 match d["type"].as_str() {
@@ -171,7 +197,12 @@ fn a_recall_round_in_the_middle_of_a_streamed_answer() {
     let mut round1 = vec![start("msg_1", 100), json!({"type": "ping"})];
     round1.extend(thinking_block(0, "Need to read.", "sig-one"));
     round1.extend(text_block(1, &["Let me ", "look."]));
-    round1.extend(tool_block(2, "toolu_r1", "tool_result_read", r#"{"ref": "tr_abc", "limit": 12}"#));
+    round1.extend(tool_block(
+        2,
+        "toolu_r1",
+        "tool_result_read",
+        r#"{"ref": "tr_abc", "limit": 12}"#,
+    ));
     round1.push(message_delta("tool_use", 30));
     round1.push(json!({"type": "message_stop"}));
     let mut out = feed(&mut r, &round1);
@@ -217,7 +248,11 @@ fn a_recall_round_in_the_middle_of_a_streamed_answer() {
     assert_eq!(kinds.iter().filter(|k| **k == "message_delta").count(), 1);
     assert_eq!(kinds.last(), Some(&"message_stop"));
     assert_eq!(kinds.iter().filter(|k| **k == "message_stop").count(), 1);
-    assert_eq!(kinds.iter().filter(|k| **k == "ping").count(), 2, "pings forwarded");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "ping").count(),
+        2,
+        "pings forwarded"
+    );
     let message = accumulate(&events);
     assert_eq!(message["id"], "msg_1");
     assert_eq!(
@@ -229,9 +264,15 @@ fn a_recall_round_in_the_middle_of_a_streamed_answer() {
             {"type": "text", "text": "It says hello."}])
     );
     assert_eq!(message["stop_reason"], "end_turn");
-    assert_eq!(message["usage"]["input_tokens"], 180, "the last round's input");
+    assert_eq!(
+        message["usage"]["input_tokens"], 180,
+        "the last round's input"
+    );
     assert_eq!(message["usage"]["cache_read_input_tokens"], 1800);
-    assert_eq!(message["usage"]["output_tokens"], 39, "output summed over rounds");
+    assert_eq!(
+        message["usage"]["output_tokens"], 39,
+        "output summed over rounds"
+    );
     assert!(!String::from_utf8_lossy(&out.concat()).contains("tool_result_read"));
 
     // The hidden exchange: round 1, its results, round 2; keyed by what the
@@ -281,7 +322,10 @@ fn an_ordinary_stream_passes_through_byte_for_byte() {
         .chain(&tail)
         .flat_map(|e| e.raw.to_vec())
         .collect();
-    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&order));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&order)
+    );
     assert_eq!(r.restoration(), None);
 }
 
@@ -308,7 +352,12 @@ fn a_client_call_beside_a_recall_call_is_dropped_and_indexes_stay_contiguous() {
     }]);
     r.next_round();
     let mut round2 = vec![start("msg_2", 6)];
-    round2.extend(tool_block(0, "toolu_c2", "Bash", r#"{"command": "ls -la"}"#));
+    round2.extend(tool_block(
+        0,
+        "toolu_c2",
+        "Bash",
+        r#"{"command": "ls -la"}"#,
+    ));
     round2.push(message_delta("tool_use", 5));
     round2.push(json!({"type": "message_stop"}));
     out.extend(feed(&mut r, &round2));
@@ -329,7 +378,9 @@ fn an_upstream_error_event_is_forwarded_and_ends_the_response() {
     let mut r = rounds();
     let mut list = vec![start("msg_1", 5)];
     list.extend(text_block(0, &["par"]));
-    list.push(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
+    list.push(
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    );
     let evs = events(&list);
     let out: Vec<Bytes> = evs.iter().flat_map(|e| r.event(e)).collect();
     assert_eq!(out.last(), Some(&evs[evs.len() - 1].raw), "verbatim");
@@ -348,7 +399,12 @@ fn recall_calls_in_a_round_not_allowed_to_recall_are_stripped() {
     let mut r = rounds();
     let mut list = vec![start("msg_1", 5)];
     list.extend(text_block(0, &["Done reading."]));
-    list.extend(tool_block(1, "toolu_r", "tool_result_read", r#"{"ref": "x"}"#));
+    list.extend(tool_block(
+        1,
+        "toolu_r",
+        "tool_result_read",
+        r#"{"ref": "x"}"#,
+    ));
     list.push(message_delta("tool_use", 4));
     list.push(json!({"type": "message_stop"}));
     let mut out = feed(&mut r, &list);
@@ -357,7 +413,10 @@ fn recall_calls_in_a_round_not_allowed_to_recall_are_stripped() {
     assert_eq!(end, RoundEnd::Done);
     out.extend(r.finish());
     let message = accumulate(&client_events(&out));
-    assert_eq!(message["content"], json!([{"type": "text", "text": "Done reading."}]));
+    assert_eq!(
+        message["content"],
+        json!([{"type": "text", "text": "Done reading."}])
+    );
     assert_eq!(message["stop_reason"], "end_turn");
 }
 

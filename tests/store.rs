@@ -1324,3 +1324,75 @@ mod durability {
         assert!(reported.len() >= 6);
     }
 }
+
+mod exchanges {
+    use super::*;
+    use toolstub::store::Exchange;
+
+    fn exchange(key: &str, replacement: &str) -> Exchange {
+        Exchange {
+            key: key.to_string(),
+            session_id: "s1".to_string(),
+            replacement: replacement.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_first_exchange_for_a_key_wins_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = ResultStore::open(&path, config()).unwrap();
+        assert!(store.put_exchange(&alice(), exchange("k1", "[1]")).unwrap());
+        assert!(!store.put_exchange(&alice(), exchange("k1", "[2]")).unwrap());
+        assert!(store.put_exchange(&alice(), exchange("k2", "[3]")).unwrap());
+        drop(store);
+        let store = ResultStore::open(&path, config()).unwrap();
+        let keys = vec![
+            "k2".to_string(),
+            "k1".to_string(),
+            "k9".to_string(),
+            "k1".to_string(),
+        ];
+        assert_eq!(
+            store.exchanges(&alice(), &keys).unwrap(),
+            [
+                ("k1".to_string(), "[1]".to_string()),
+                ("k2".to_string(), "[3]".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn another_tenant_never_sees_an_exchange() {
+        let (_dir, store) = open();
+        store
+            .put_exchange(&alice(), exchange("k", "alice's"))
+            .unwrap();
+        assert!(store
+            .exchanges(&bob(), &["k".to_string()])
+            .unwrap()
+            .is_empty());
+        store.put_exchange(&bob(), exchange("k", "bob's")).unwrap();
+        assert_eq!(
+            store.exchanges(&alice(), &["k".to_string()]).unwrap()[0].1,
+            "alice's"
+        );
+    }
+
+    #[test]
+    fn retention_deletes_old_exchanges() {
+        let (_dir, store, now) = open_with_clock(StoreConfig {
+            retention_days: 1,
+            ..config()
+        });
+        store.put_exchange(&alice(), exchange("old", "x")).unwrap();
+        now.fetch_add(86_400_000 + 1, Ordering::SeqCst);
+        store.put_exchange(&alice(), exchange("new", "y")).unwrap();
+        store.sweep().unwrap();
+        let keys = vec!["old".to_string(), "new".to_string()];
+        assert_eq!(
+            store.exchanges(&alice(), &keys).unwrap(),
+            [("new".to_string(), "y".to_string())]
+        );
+    }
+}

@@ -1040,7 +1040,7 @@ fn replay_output(turn: usize) -> Value {
     let text: String = (1..=lines)
         .map(|i| format!("{i}\tfn item_{turn}_{i}() -> u32 {{ {i} }}\n"))
         .collect();
-    if turn % 3 == 0 {
+    if turn.is_multiple_of(3) {
         json!([{"type": "text", "text": text}])
     } else {
         json!(text)

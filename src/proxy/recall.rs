@@ -102,9 +102,16 @@ impl RecallRequest {
             .ok_or_else(|| ProxyError::Internal("cannot append recall messages".to_string()))
     }
 
+    /// Sends a round upstream. Its response is read (every round may hold
+    /// recall calls), so it is asked for uncompressed whatever the client
+    /// accepts: the client then gets it uncompressed too.
     async fn send(&self, app: &App, body: Bytes) -> Result<Response<Incoming>, ProxyError> {
         let length = body.len();
-        let request = upstream_request(app, &self.parts, full(body), Some(length))?;
+        let mut request = upstream_request(app, &self.parts, full(body), Some(length))?;
+        request.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
         Ok(response)

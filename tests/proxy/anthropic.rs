@@ -441,11 +441,19 @@ async fn a_whole_recall_round_with_thinking_gives_one_message() {
     let s = setup(reader(false)).await;
     let listing = big_listing(1_500);
     let body = messages_body(&[json!(listing)], &[], "");
-    let (status, _, bytes) = post(&s, "/v1/messages", body).await;
+    // Claude Code accepts compressed responses; rounds the proxy reads are
+    // asked for uncompressed.
+    let mut h = headers();
+    h.push(("accept-encoding", "gzip, deflate, br, zstd"));
+    let (status, _, bytes) = send(&client(), "POST", s.url("/v1/messages"), &h, body).await;
+    let status = status.as_u16();
     assert_eq!(status, 200);
     let got: Value = serde_json::from_slice(&bytes).expect("json");
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 2, "one recall round inside the proxy");
+    for r in &requests {
+        assert_eq!(r.headers["accept-encoding"], "identity");
+    }
     let (first, second) = (&requests[0].body, &requests[1].body);
     // The second round is the first plus the appended exchange, before the
     // messages array closes: everything else byte for byte.
@@ -1238,5 +1246,94 @@ async fn a_30_turn_claude_code_replay_keeps_every_cached_prefix() {
         restored >= 20,
         "hidden exchanges restored on later turns: {restored}"
     );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_late_first_byte_is_a_504_in_anthropic_format() {
+    let s = setup_with(
+        Arc::new(|_: &Recorded| {
+            Reply::After(
+                Duration::from_millis(1_500),
+                Box::new(json_reply(message("m", json!([]), "end_turn", 1, 1))),
+            )
+        }),
+        &[("TOOLSTUB_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "200")],
+    )
+    .await;
+    for extra in ["", r#","stream":true"#] {
+        let body = messages_body(&[json!(big_listing(1_500))], &[], extra);
+        let (status, _, bytes) = post(&s, "/v1/messages", body).await;
+        assert_eq!(status, 504);
+        let v: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "timeout_error");
+    }
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_in_a_recall_round_ends_with_an_error_event() {
+    let s = setup(Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let events = streamed(
+            "msg_1",
+            &[
+                json!({"type": "text", "text": "Let me look."}),
+                json!({"type": "tool_use", "id": "toolu_rc_1", "name": "tool_result_read", "input": {"ref": stub_ref(&request)}}),
+            ],
+            "tool_use",
+            1,
+            1,
+        );
+        // Cut after the text block, inside the recall call.
+        Reply::StreamThenCut(sse(&events[..7]))
+    }))
+    .await;
+    let body = messages_body(&[json!(big_listing(1_500))], &[], r#","stream":true"#);
+    let (status, bytes) = tokio::time::timeout(
+        Duration::from_secs(10),
+        stream(&s, "/v1/messages", body),
+    )
+    .await
+    .expect("no hang");
+    assert_eq!(status, 200);
+    let events = events_of(&bytes);
+    let (kind, data) = events.last().expect("events");
+    assert_eq!(kind, "error");
+    assert_eq!(data["error"]["type"], "api_error");
+    assert!(events.iter().all(|(k, _)| k != "message_stop"));
+    assert!(events.iter().any(|(k, d)| k == "content_block_delta" && d["delta"]["text"] == "Let me look."));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_stream_cancels_the_upstream_request() {
+    let closed = Arc::new(tokio::sync::Notify::new());
+    let notify = closed.clone();
+    let s = setup(Arc::new(move |_: &Recorded| Reply::Endless {
+        chunk: "event: ping\ndata: {\"type\":\"ping\"}\n\n".to_string(),
+        gap: Duration::from_millis(20),
+        closed: notify.clone(),
+    }))
+    .await;
+    let body = messages_body(&[json!(big_listing(1_500))], &[], r#","stream":true"#);
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(s.url("/v1/messages"));
+    for (k, v) in headers() {
+        request = request.header(k, v);
+    }
+    let response = client()
+        .request(request.body(Full::new(Bytes::from(body))).expect("request"))
+        .await
+        .expect("response");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert!(first.data_ref().is_some_and(|d| d.starts_with(b"event: ping")));
+    drop(body);
+    tokio::time::timeout(Duration::from_secs(5), closed.notified())
+        .await
+        .expect("the upstream request was cancelled");
     s.proxy.shutdown().await;
 }

@@ -1291,19 +1291,19 @@ async fn a_stream_cut_in_a_recall_round_ends_with_an_error_event() {
     }))
     .await;
     let body = messages_body(&[json!(big_listing(1_500))], &[], r#","stream":true"#);
-    let (status, bytes) = tokio::time::timeout(
-        Duration::from_secs(10),
-        stream(&s, "/v1/messages", body),
-    )
-    .await
-    .expect("no hang");
+    let (status, bytes) =
+        tokio::time::timeout(Duration::from_secs(10), stream(&s, "/v1/messages", body))
+            .await
+            .expect("no hang");
     assert_eq!(status, 200);
     let events = events_of(&bytes);
     let (kind, data) = events.last().expect("events");
     assert_eq!(kind, "error");
     assert_eq!(data["error"]["type"], "api_error");
     assert!(events.iter().all(|(k, _)| k != "message_stop"));
-    assert!(events.iter().any(|(k, d)| k == "content_block_delta" && d["delta"]["text"] == "Let me look."));
+    assert!(events
+        .iter()
+        .any(|(k, d)| k == "content_block_delta" && d["delta"]["text"] == "Let me look."));
     s.proxy.shutdown().await;
 }
 
@@ -1330,7 +1330,9 @@ async fn a_client_gone_mid_stream_cancels_the_upstream_request() {
         .expect("response");
     let mut body = response.into_body();
     let first = body.frame().await.expect("a frame").expect("data");
-    assert!(first.data_ref().is_some_and(|d| d.starts_with(b"event: ping")));
+    assert!(first
+        .data_ref()
+        .is_some_and(|d| d.starts_with(b"event: ping")));
     drop(body);
     tokio::time::timeout(Duration::from_secs(5), closed.notified())
         .await

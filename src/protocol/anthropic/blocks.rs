@@ -139,19 +139,16 @@ impl Rebuilt {
             let start = self.field(key).unwrap_or("");
             members.push((key, json_string(&format!("{start}{piece}"))));
         }
-        let input = self.partial_json.trim();
-        if !input.is_empty() {
-            // A tool input that does not parse goes back as an empty input
-            // (the API would refuse anything but an object there).
-            let valid = matches!(serde_json::from_str::<Value>(input), Ok(Value::Object(_)));
-            members.push((
-                "input",
-                if valid {
-                    input.to_string()
-                } else {
-                    "{}".to_string()
-                },
-            ));
+        // The tool input as the model streamed it; one that does not parse
+        // as an object goes back empty (the API refuses anything else).
+        let streamed_input = Some(self.partial_json.trim())
+            .filter(|i| !i.is_empty())
+            .map(|i| match serde_json::from_str::<Value>(i) {
+                Ok(Value::Object(_)) => i.to_string(),
+                _ => "{}".to_string(),
+            });
+        if let Some(input) = &streamed_input {
+            members.push(("input", input.clone()));
         }
         if !self.citations.is_empty() {
             let mut list: Vec<String> = match self.block.get("citations") {
@@ -162,16 +159,7 @@ impl Rebuilt {
             members.push(("citations", format!("[{}]", list.join(","))));
         }
         let json = set_members(&self.raw, &members);
-        let input_text = match &json {
-            Some(_) if !input.is_empty() => Some(
-                members
-                    .iter()
-                    .find(|(k, _)| *k == "input")
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default(),
-            ),
-            _ => self.block.get("input").map(Value::to_string),
-        };
+        let input_text = streamed_input.or_else(|| self.block.get("input").map(Value::to_string));
         let kind = kind_of(
             names,
             self.kind_name(),
@@ -189,7 +177,7 @@ impl Rebuilt {
 /// `object` (a JSON object's text) with each member's value replaced by the
 /// given JSON text, or added at the end when absent; `None` if `object` is
 /// not an object.
-fn set_members(object: &str, members: &[(&str, String)]) -> Option<String> {
+pub(super) fn set_members(object: &str, members: &[(&str, String)]) -> Option<String> {
     let mut spans: Vec<(std::ops::Range<usize>, String)> = Vec::new();
     let mut missing: Vec<&(&str, String)> = members.iter().collect();
     let mut scanner = Scanner::new(object);

@@ -16,7 +16,8 @@
 //! round's (the context the final answer was made from, which Claude Code
 //! reads as the conversation's size); `output_tokens` sums every round.
 
-use super::blocks::{assistant_message, kind_of, BlockKind, RoundBlock};
+use super::blocks::{assistant_message, kind_of, set_members, BlockKind, RoundBlock};
+use super::stream::raw_member;
 use super::stream::StreamState;
 use super::AnthropicMessages;
 use crate::protocol::{json_string, Protocol, RoundsContext};
@@ -163,7 +164,7 @@ struct BlockHead<'a> {
 
 impl Rounds for AnthropicRounds {
     fn response(&mut self, body: &[u8], recall_allowed: bool) -> Step {
-        let (Ok(whole), Ok(mut value)) = (
+        let (Ok(whole), Ok(value)) = (
             serde_json::from_slice::<WholeResponse<'_>>(body),
             serde_json::from_slice::<Value>(body),
         ) else {
@@ -208,25 +209,29 @@ impl Rounds for AnthropicRounds {
         if self.rounds == 0 && !hidden && !stop_changed {
             return Step::Final(None); // nothing to hide: the upstream's bytes as they are
         }
-        let content: Vec<Value> = self
-            .visible
-            .iter()
-            .filter_map(|b| serde_json::from_str(b).ok())
-            .collect();
-        let stop_reason = self.stop_reason(stop);
-        if let Some(message) = value.as_object_mut() {
-            message.insert("content".to_string(), Value::Array(content));
-            if let Some(id) = &self.first_id {
-                message.insert("id".to_string(), Value::String(id.clone()));
-            }
-            if let Some(reason) = stop_reason {
-                message.insert("stop_reason".to_string(), Value::String(reason));
-            }
-            if let Some(Value::Object(usage)) = message.get_mut("usage") {
-                usage.insert("output_tokens".to_string(), self.output_tokens.into());
+        // The last round's response with the answer set in place: the
+        // visible blocks of every round as the upstream sent them, round 1's
+        // id, the final stop_reason and output tokens; every other byte kept.
+        let Ok(text) = std::str::from_utf8(body) else {
+            return Step::Final(None);
+        };
+        let mut members = vec![("content", format!("[{}]", self.visible.join(",")))];
+        if let Some(id) = &self.first_id {
+            members.push(("id", json_string(id)));
+        }
+        if let Some(reason) = self.stop_reason(stop) {
+            members.push(("stop_reason", json_string(&reason)));
+        }
+        if let Some(usage) = raw_member(text, "usage") {
+            let output = self.output_tokens.to_string();
+            if let Some(usage) = set_members(usage, &[("output_tokens", output)]) {
+                members.push(("usage", usage));
             }
         }
-        Step::Final(Some(Bytes::from(value.to_string())))
+        match set_members(text, &members) {
+            Some(answer) => Step::Final(Some(Bytes::from(answer))),
+            None => Step::Final(None),
+        }
     }
 
     fn event(&mut self, event: &Event) -> Vec<Bytes> {

@@ -16,10 +16,10 @@
 //!
 //! Pure: events in, bytes out; the proxy's driver does the I/O.
 
-use super::blocks::{BlockKind, Rebuilt, RoundBlock};
-use super::rounds::{input_usage, AnthropicRounds};
+use super::blocks::{set_members, BlockKind, Rebuilt, RoundBlock};
+use super::rounds::{input_usage, AnthropicRounds, INPUT_FIELDS};
 use crate::protocol::json_scan::Scanner;
-use crate::protocol::span_in;
+use crate::protocol::{json_string, span_in};
 use crate::recall::sse::Event;
 use crate::recall::RoundEnd;
 use bytes::Bytes;
@@ -55,8 +55,9 @@ pub(crate) struct StreamState {
     holding: bool,
     /// Events of held blocks, in arrival order: (upstream index, event).
     held: Vec<(u64, Event)>,
-    /// The round's `message_delta` (original bytes and value).
-    message_delta: Option<(Bytes, Value)>,
+    /// The round's `message_delta`: its original bytes, its data, and its
+    /// `stop_reason`.
+    message_delta: Option<(Bytes, String, Option<String>)>,
     /// The round's `message_stop`, as it came.
     message_stop: Option<Bytes>,
     /// The round's input usage (from `message_start`, updated by `message_delta`).
@@ -118,8 +119,8 @@ fn reindexed(event: &Event, kind: &str, from: u64, to: u64) -> Bytes {
     }
 }
 
-/// The raw text of a top-level member of an event's data.
-fn raw_member<'a>(data: &'a str, key: &str) -> Option<&'a str> {
+/// The raw text of a top-level member of a JSON object.
+pub(super) fn raw_member<'a>(data: &'a str, key: &str) -> Option<&'a str> {
     let mut scanner = Scanner::new(data);
     let mut found = None;
     scanner.object(|s, k| {
@@ -220,7 +221,12 @@ pub(super) fn event(rounds: &mut AnthropicRounds, event: &Event) -> Vec<Bytes> {
             {
                 state.output = out;
             }
-            state.message_delta = Some((event.raw.clone(), Value::Object(value)));
+            let stop = value
+                .get("delta")
+                .and_then(|d| d.get("stop_reason"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            state.message_delta = Some((event.raw.clone(), data.to_string(), stop));
             Vec::new()
         }
         ("message_stop", _) => {
@@ -334,8 +340,7 @@ pub(super) fn finish(rounds: &mut AnthropicRounds) -> Vec<Bytes> {
     let upstream_stop = state
         .message_delta
         .as_ref()
-        .and_then(|(_, v)| v.pointer("/delta/stop_reason"))
-        .and_then(Value::as_str);
+        .and_then(|(_, _, stop)| stop.as_deref());
     let stop_reason = rounds.stop_reason(upstream_stop);
     let untouched = rounds.rounds == 0 && !state.changed && stop_reason.as_deref() == upstream_stop;
     let stop = state
@@ -343,31 +348,30 @@ pub(super) fn finish(rounds: &mut AnthropicRounds) -> Vec<Bytes> {
         .clone()
         .unwrap_or_else(|| sse("message_stop", "{\"type\":\"message_stop\"}"));
     if untouched {
-        if let Some((raw, _)) = &state.message_delta {
+        if let Some((raw, _, _)) = &state.message_delta {
             return vec![raw.clone(), stop];
         }
     }
-    let mut delta = state.message_delta.as_ref().map_or_else(
-        || serde_json::json!({"type": "message_delta", "delta": {"stop_sequence": null}, "usage": {}}),
-        |(_, v)| v.clone(),
+    // The last round's message_delta with the final stop_reason and usage
+    // set in place: every other byte as the upstream sent it.
+    let data = state.message_delta.as_ref().map_or(
+        r#"{"type":"message_delta","delta":{"stop_reason":null,"stop_sequence":null},"usage":{}}"#,
+        |(_, data, _)| data.as_str(),
     );
-    if let Some(reason) = stop_reason {
-        if let Some(Value::Object(d)) = delta.get_mut("delta") {
-            d.insert("stop_reason".to_string(), Value::String(reason));
-        }
+    let mut delta = raw_member(data, "delta").unwrap_or("{}").to_string();
+    if let Some(reason) = &stop_reason {
+        delta = set_members(&delta, &[("stop_reason", json_string(reason))]).unwrap_or(delta);
     }
-    if let Some(message) = delta.as_object_mut() {
-        let usage = message
-            .entry("usage")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(usage) = usage {
-            for (field, value) in &state.input {
-                usage.insert(field.clone(), value.clone());
-            }
-            usage.insert("output_tokens".to_string(), rounds.output_tokens.into());
-        }
-    }
-    vec![sse("message_delta", &delta.to_string()), stop]
+    let mut usage: Vec<(&str, String)> = INPUT_FIELDS
+        .iter()
+        .filter_map(|f| state.input.get(*f).map(|v| (*f, v.to_string())))
+        .collect();
+    usage.push(("output_tokens", rounds.output_tokens.to_string()));
+    let usage_raw = raw_member(data, "usage").unwrap_or("{}");
+    let usage = set_members(usage_raw, &usage).unwrap_or_else(|| usage_raw.to_string());
+    let data = set_members(data, &[("delta", delta), ("usage", usage)])
+        .unwrap_or_else(|| data.to_string());
+    vec![sse("message_delta", &data), stop]
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the proxy (defaults: 127.0.0.1:8790, upstream https://api.openai.com, store ./toolstub.db).
+    /// Run the proxy (defaults: 127.0.0.1:8790; Anthropic requests to https://api.anthropic.com, the rest to https://api.openai.com; store ./toolstub.db).
     Serve(ServeArgs),
     /// Print the stub (without a ref) that toolstub would put in place of one tool output.
     Synopsis(SynopsisArgs),

@@ -61,7 +61,9 @@ impl Default for RawServer {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawUpstream {
-    pub base_url: String,
+    /// Every path goes here when set; when not, OpenAI's and Anthropic's
+    /// APIs each get their own requests ([`DEFAULT_OPENAI`], [`DEFAULT_ANTHROPIC`]).
+    pub base_url: Option<String>,
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub ca_file: Option<PathBuf>,
@@ -75,7 +77,7 @@ pub struct RawUpstream {
 impl Default for RawUpstream {
     fn default() -> Self {
         RawUpstream {
-            base_url: "https://api.openai.com".to_string(),
+            base_url: None,
             connect_timeout_ms: 10_000,
             first_byte_timeout_ms: 600_000,
             ca_file: None,
@@ -239,6 +241,10 @@ pub struct Config {
 pub struct UpstreamConfig {
     /// The base URL without a trailing slash (`https://host/prefix`).
     pub base_url: http::Uri,
+    /// Where Anthropic requests go instead (`upstream.base_url` not set:
+    /// then a messages request, or any carrying `anthropic-version`, goes
+    /// to Anthropic, the rest to OpenAI).
+    pub anthropic_base: Option<http::Uri>,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub ca_file: Option<PathBuf>,
@@ -371,6 +377,11 @@ fn set(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
     }
 }
 
+/// Where requests go when `upstream.base_url` is not set.
+pub const DEFAULT_OPENAI: &str = "https://api.openai.com";
+/// Where Anthropic requests go when `upstream.base_url` is not set.
+pub const DEFAULT_ANTHROPIC: &str = "https://api.anthropic.com";
+
 /// An upstream base URL: http or https, a host, no query.
 fn base_url(key: &str, raw: &str) -> Result<http::Uri> {
     let base = raw.trim_end_matches('/');
@@ -396,7 +407,14 @@ fn validate(raw: RawConfig) -> Result<Config> {
         .listen
         .parse()
         .with_context(|| format!("server.listen: not an address: {:?}", raw.server.listen))?;
-    let default_base = base_url("upstream.base_url", &raw.upstream.base_url)?;
+    let default_base = base_url(
+        "upstream.base_url",
+        raw.upstream.base_url.as_deref().unwrap_or(DEFAULT_OPENAI),
+    )?;
+    let anthropic_base = match raw.upstream.base_url {
+        Some(_) => None,
+        None => Some(base_url("upstream.base_url", DEFAULT_ANTHROPIC)?),
+    };
     let mut routes = Vec::new();
     for (prefix, url) in &raw.upstream.routes {
         let key = format!("upstream.routes.{prefix:?}");
@@ -476,6 +494,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
         log_level: raw.server.log_level.clone(),
         upstream: UpstreamConfig {
             base_url: default_base,
+            anthropic_base,
             connect_timeout: ms(raw.upstream.connect_timeout_ms.max(1)),
             first_byte_timeout: ms(raw.upstream.first_byte_timeout_ms.max(1)),
             ca_file: raw.upstream.ca_file.clone(),
@@ -523,6 +542,20 @@ mod tests {
         let c = load(None, no_env(), &Overrides::default()).expect("defaults");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8790");
         assert_eq!(c.upstream.base_url.to_string(), "https://api.openai.com/");
+        assert_eq!(
+            c.upstream
+                .anthropic_base
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("https://api.anthropic.com/")
+        );
+        let one = Overrides {
+            upstream: Some("http://127.0.0.1:9".to_string()),
+            ..Overrides::default()
+        };
+        let c = load(None, no_env(), &one).expect("one upstream");
+        assert!(c.upstream.anthropic_base.is_none(), "every path goes there");
         assert_eq!(c.store.path, PathBuf::from("toolstub.db"));
         assert_eq!(c.policy.budget, Budget::default());
         assert_eq!(c.failure_mode, FailureMode::PreserveRaw);

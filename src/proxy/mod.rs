@@ -392,7 +392,9 @@ fn upstream_request(
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
     let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let uri = app.upstream.uri_for(path_and_query)?;
+    let anthropic =
+        Route::of(&parts.method, parts.uri.path()).flavor(&parts.headers) == Flavor::Anthropic;
+    let uri = app.upstream.uri_for(path_and_query, anthropic)?;
     let mut headers = upstream_headers(&parts.headers);
     if let Some(n) = content_length {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
@@ -427,7 +429,13 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
 /// `toolstub serve`: the server, until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     let listen = config.listen;
-    let upstream = config.upstream.base_url.to_string();
+    let upstream = match &config.upstream.anthropic_base {
+        Some(anthropic) => format!(
+            "{} (Anthropic requests: {anthropic})",
+            config.upstream.base_url
+        ),
+        None => config.upstream.base_url.to_string(),
+    };
     let db = config.store.path.display().to_string();
     let listeners = Listeners::bind(&config).await?;
     // The bound address (the configured one may ask for port 0).

@@ -32,6 +32,8 @@ const HOP_BY_HOP: [&str; 9] = [
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, BoxBody>,
     base: Uri,
+    /// Where Anthropic requests go when no `upstream.base_url` is set.
+    anthropic_base: Option<Uri>,
     /// (path prefix, base URL), longest prefix first (`upstream.routes`).
     routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
@@ -81,27 +83,34 @@ impl Upstream {
         Ok(Upstream {
             client,
             base: config.base_url.clone(),
+            anthropic_base: config.anthropic_base.clone(),
             routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
         })
     }
 
     /// The route a request path takes: the matching `upstream.routes`
-    /// prefix with its base URL, or `""` and `base_url`.
-    fn route(&self, path: &str) -> (&str, &Uri) {
+    /// prefix with its base URL, or `""` and the default upstream (for an
+    /// Anthropic request, Anthropic's when no `upstream.base_url` is set).
+    fn route(&self, path: &str, anthropic: bool) -> (&str, &Uri) {
+        let default = match &self.anthropic_base {
+            Some(base) if anthropic => base,
+            _ => &self.base,
+        };
         self.routes
             .iter()
             .find(|(prefix, _)| {
                 path.strip_prefix(prefix.as_str())
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
             })
-            .map_or(("", &self.base), |(prefix, base)| (prefix.as_str(), base))
+            .map_or(("", default), |(prefix, base)| (prefix.as_str(), base))
     }
 
     /// The upstream URL of a request: its route's base URL + the path (its
-    /// route prefix removed) and query.
-    pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, ProxyError> {
-        let (route, base) = self.route(path_and_query);
+    /// route prefix removed) and query. `anthropic`: the request speaks
+    /// Anthropic's API.
+    pub fn uri_for(&self, path_and_query: &str, anthropic: bool) -> Result<Uri, ProxyError> {
+        let (route, base) = self.route(path_and_query, anthropic);
         let rest = &path_and_query[route.len()..];
         let path_and_query = if rest.is_empty() || rest.starts_with('?') {
             format!("/{rest}")
@@ -218,6 +227,7 @@ mod tests {
     fn upstream_uri_keeps_the_base_prefix() {
         let config = UpstreamConfig {
             base_url: "https://example.com/api".parse().expect("uri"),
+            anthropic_base: Some("https://anthropic.example".parse().expect("uri")),
             connect_timeout: Duration::from_secs(1),
             first_byte_timeout: Duration::from_secs(1),
             ca_file: None,
@@ -230,25 +240,32 @@ mod tests {
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(
-            up.uri_for("/v1/chat/completions?x=1")
+            up.uri_for("/v1/chat/completions?x=1", false)
                 .expect("uri")
                 .to_string(),
             "https://example.com/api/v1/chat/completions?x=1"
         );
         assert_eq!(
-            up.uri_for("/anthropic/v1/messages?beta=true")
+            up.uri_for("/anthropic/v1/messages?beta=true", true)
                 .expect("uri")
                 .to_string(),
             "http://127.0.0.1:9/v1/messages?beta=true"
         );
         assert_eq!(
-            up.uri_for("/anthropic").expect("uri").to_string(),
+            up.uri_for("/anthropic", false).expect("uri").to_string(),
             "http://127.0.0.1:9/"
         );
         assert_eq!(
-            up.uri_for("/anthropicx/v1").expect("uri").to_string(),
+            up.uri_for("/anthropicx/v1", false)
+                .expect("uri")
+                .to_string(),
             "https://example.com/api/anthropicx/v1",
             "a prefix matches whole path segments only"
+        );
+        assert_eq!(
+            up.uri_for("/v1/messages", true).expect("uri").to_string(),
+            "https://anthropic.example/v1/messages",
+            "Anthropic requests go to Anthropic when no single upstream is set"
         );
     }
 }

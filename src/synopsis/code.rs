@@ -834,7 +834,7 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
                 // line number) and never ends in a lone `:` (a field, a
                 // label, a `where` bound).
                 && w.starts_with(|c: char| c.is_alphabetic() || c == '_' || c == ':')
-                && !(w.ends_with(':') && !w.ends_with("::"))
+                && (!w.ends_with(':') || w.ends_with("::"))
                 && w.chars().all(|c| {
                     c.is_alphanumeric() || matches!(c, '_' | ':' | '<' | '>' | ',' | '[' | ']')
                 }))

@@ -1,7 +1,9 @@
-//! Synopsis throughput per kind at 100 KB, 1 MB and 10 MB, and the design's
-//! latency goal for a 5,000-element JSON array of objects (about 1 MB).
+//! Synopsis throughput per kind at 100 KB, 1 MB and 10 MB, the design's
+//! latency goal for a 5,000-element JSON array of objects (about 1 MB), and
+//! the cost of an agent's wrapper: a 1 MB file and the same file as Claude
+//! Code's numbered `Read` listing, side by side.
 //!
-//! Run: `cargo bench --bench synopsis`. Inputs are generated here,
+//! Run: `cargo bench --bench synopsis` (`-- listing` for the wrapper pairs). Inputs are generated here,
 //! deterministically, from realistic repeating units.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -130,5 +132,60 @@ fn json_5000_objects(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, throughput, json_5000_objects);
+/// `text` as Claude Code's `Read` lists it: `N<TAB>line` per line.
+fn numbered_listing(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&(i + 1).to_string());
+        out.push('\t');
+        out.push_str(line);
+    }
+    out
+}
+
+/// Each 1 MB file next to its numbered listing: the wrapper's cost is the
+/// ratio of the two times.
+fn listing(c: &mut Criterion) {
+    let hints = Hints {
+        mime: None,
+        preview_chars: 2000,
+    };
+    let pretty_json = {
+        let mut s = build(1_000_000, "[\n", "", |i| {
+            format!(
+                "  {{\n    \"id\": {i},\n    \"name\": \"user {i}\",\n    \"tags\": [\"a\", \"b\"],\n    \"active\": true\n  }},\n"
+            )
+        });
+        s.truncate(s.len() - 2);
+        s.push_str("\n]\n");
+        s
+    };
+    let files = [
+        ("json", pretty_json),
+        ("code", input(Kind::Code, 1_000_000)),
+        ("csv", input(Kind::Csv, 1_000_000)),
+        ("text", input(Kind::Text, 1_000_000)),
+    ];
+    let mut group = c.benchmark_group("synopsis/listing");
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(3));
+    for (name, file) in &files {
+        let listed = numbered_listing(file);
+        let kind = synopsize(file, hints).kind;
+        assert_eq!(synopsize(&listed, hints).kind, kind, "listed {name}");
+        group.throughput(Throughput::Bytes(file.len() as u64));
+        group.bench_with_input(BenchmarkId::new(*name, "1MB file"), file, |b, text| {
+            b.iter(|| synopsize(black_box(text), hints))
+        });
+        group.bench_with_input(BenchmarkId::new(*name, "1MB listed"), &listed, |b, text| {
+            b.iter(|| synopsize(black_box(text), hints))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, throughput, json_5000_objects, listing);
 criterion_main!(benches);

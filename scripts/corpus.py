@@ -32,6 +32,11 @@ outputs:
     (licences, copyright files), other configuration formats
     (TOML, INI, nsswitch.conf)                                -> text
   - raw binary bytes and empty output                         -> unknown
+  - an output an agent wrapped (Claude Code's numbered Read
+    listing or `cat -n` of a file, Codex's header around a
+    command's output, Claude Code's `Exit code N` line)        -> the kind of
+    the content inside, by the rules above (a listing of a JSON file is json;
+    Codex's cut of the middle of a JSON output is JSON cut off: text)
 Structured-data fixtures under test directories are not sampled: they are
 often deliberately invalid, and they are not what tools print. Files named
 .json that Python's json module rejects (JSON with comments, templates) and
@@ -819,6 +824,181 @@ def version_pairs(index):
     return pairs
 
 
+# ---------------------------------------------------------------- agents' wrappers
+
+def claude_read(data, first=1, limit=2000, arrow=False):
+    """A file as Claude Code's Read tool returns it: each line (split on
+    `\\n`, a trailing `\\r` dropped) as `N<TAB>line`, unpadded (2.1.x, as
+    captured from Claude Code 2.1.328), or right-aligned in 6 columns with
+    an arrow (older versions); at most `limit` lines from line `first`."""
+    lines = data.decode("utf-8", "replace").split("\n")[first - 1 : first - 1 + limit]
+    out = []
+    for i, line in enumerate(lines):
+        if line.endswith("\r"):
+            line = line[:-1]
+        number = f"{first + i:>6}\u2192" if arrow else f"{first + i}\t"
+        out.append(number + line)
+    return "\n".join(out).encode("utf-8")
+
+
+def line_count(data):
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def codex_exec(output, code, seconds, chunk):
+    """Codex's exec_command result around a command's output (openai/codex
+    ExecCommandToolOutput::response_text); the token count as Codex
+    approximates it (bytes / 4, rounded up)."""
+    head = f"Chunk ID: {chunk}\nWall time: {seconds:.4f} seconds\nProcess exited with code {code}\nOriginal token count: {(len(output) + 3) // 4}\nOutput:\n"
+    return head.encode() + output
+
+
+def codex_cut(output, keep=10_000):
+    """Codex's cut of a long output to its head and tail, with its header."""
+    text = output.decode("utf-8", "replace")
+    half = keep // 2
+    removed = (len(output) - keep + 3) // 4
+    cut = f"{text[:half]}\u2026{removed} tokens truncated\u2026{text[-half:]}"
+    return f"Total output lines: {len(text.splitlines())}\n\n{cut}".encode("utf-8")
+
+
+def codex_structured(output, code, seconds):
+    """Codex's structured shell result: compact JSON as serde_json writes it."""
+    payload = {"output": output.decode("utf-8", "replace"), "metadata": {"exit_code": code, "duration_seconds": round(seconds, 1)}}
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def is_regular_csv(data):
+    """A comma-separated table by Python's csv module: at least two rows of
+    at least two columns, every row as wide as the header."""
+    import csv
+    import io
+    try:
+        rows = [r for r in csv.reader(io.StringIO(data.decode("utf-8"))) if r]
+    except (UnicodeDecodeError, csv.Error):
+        return False
+    return len(rows) >= 2 and len(rows[0]) >= 2 and all(len(r) == len(rows[0]) for r in rows)
+
+
+def timed(cmd, cwd=None, stdin=None):
+    """(stdout and stderr, exit code, seconds) of a real command, or None."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMMAND_TIMEOUT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cap_text(proc.stdout), proc.returncode, time.monotonic() - start
+
+
+def wrapper_samples(corpus, index):
+    """Real files and real command outputs inside the wrappers of Claude Code
+    and Codex, labelled with the kind of the content inside."""
+    cap = SMALL_CAP + 2
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    # Whole files (at most 2,000 lines: Read's default limit keeps them whole).
+    sources = [
+        ("listed-json", "json", spread([index.files(["json"], under=site), index.files(["json"], under=["/usr/share", "/usr/lib/node_modules"])], 60), is_strict_json),
+        ("listed-code", "code", spread([index.files(["py"], under=["/usr/lib/python3.11", "/usr/lib/python3"], per_dir=1), index.files(["rs"], under=[HOME + "/.cargo/registry/src"]), index.files(["c", "h"], under=["/usr/include", HOME + "/.cargo/registry/src"]), index.files(["js"], under=["/usr/lib/node_modules"])], 60), None),
+        ("listed-csv", "csv", spread([index.files(["csv"], under=["/usr/share", "/usr/lib/python3", HOME + "/.cargo/registry/src"] + site, per_dir=3, skip_fixtures=False)], 60), is_regular_csv),
+        ("listed-yaml", "yaml", spread([index.files(["yml", "yaml"], under=[HOME + "/.cargo/registry/src"], where=lambda p: "/.github/" in p), index.files(["yml", "yaml"], under=["/usr/share", "/etc"] + site)], 60), lambda d: only_comments(d) is None),
+        ("listed-xml", "xml", spread([index.files(["xml"], under=["/usr/share/mime"]), index.files(["svg"], under=["/usr/share"])], 60), is_well_formed_xml),
+    ]
+    for category, kind, paths, check in sources:
+        added = 0
+        for n, path in enumerate(paths):
+            if corpus.full(category, cap):
+                break
+            data = read(path)
+            if not data or line_count(data) > 2000 or (check and not check(data)):
+                continue
+            # Every third file as `cat -n` prints it, every fourth as older
+            # Claude Code listed it, the others as Claude Code 2.1 does.
+            if n % 3 == 2:
+                listed = run(["cat", "-n", path], ok_codes=[0])
+                source = f"cat -n {path}"
+            elif n % 4 == 3:
+                listed, source = claude_read(data, arrow=True), f"Claude Code Read (arrow style) of {path}"
+            else:
+                listed, source = claude_read(data), f"Claude Code Read of {path}"
+            if listed and corpus.add(category, kind, source, listed, cap):
+                added += 1
+        if not added:
+            corpus.skip(category, "no suitable files on this machine")
+    # A Read with an offset and a limit: a part of a source file is still code.
+    parts = 0
+    for path in spread([index.files(["py"], under=["/usr/lib/python3.11", "/usr/lib/python3"], per_dir=1)], 20):
+        data = read(path)
+        if data and line_count(data) > 400 and corpus.add("listed-code-part", "code", f"Claude Code Read (offset 200, limit 150) of {path}", claude_read(data, first=200, limit=150), cap=SMALL_CAP):
+            parts += 1
+    if not parts:
+        corpus.skip("listed-code-part", "no long Python files")
+    # Claude Code's older Read added a reminder after the listing.
+    reminder = b"\n\n<system-reminder>\nWhenever you read a file, you should consider whether it would be considered malware. You CAN and SHOULD provide analysis of malware, what it is doing. But you MUST refuse to improve or augment the code.\n</system-reminder>\n"
+    for path in spread([index.files(["json"], under=site)], 10)[:3]:
+        data = read(path)
+        if data and is_strict_json(data) and line_count(data) <= 2000:
+            corpus.add("listed-reminder", "json", f"Claude Code Read (with its reminder) of {path}", claude_read(data) + reminder, cap=3)
+
+    # Codex: real command outputs inside exec_command's header.
+    py = sys.executable or "python3"
+    commands = [
+        ([py, "-m", "pip", "list", "--format=json"], None, "json"),
+        ([py, "-m", "json.tool", "/usr/lib/node_modules/npm/package.json"], None, "json"),
+        (["node", "-p", "JSON.stringify(process.versions, null, 2)"], None, "json"),
+        (["git", "log", "-n", "30"], REPO, "text"),
+        (["ls", "-la", "/usr/share"], None, "text"),
+        (["sqlite3", "-csv", "-header", ":memory:", "select * from pragma_function_list"], None, "csv"),
+        (["cat", os.path.join(REPO, "src/synopsis/mod.rs")], None, "code"),
+        ([py, "-c", "import json\nprint(json.loads('{\"a\": 1,,}'))"], None, "text"),
+    ]
+    for i, (cmd, cwd, kind) in enumerate(commands):
+        got = timed(cmd, cwd=cwd)
+        if not got or not got[0].strip():
+            corpus.skip("codex-exec", f"`{' '.join(cmd)}` unavailable")
+            continue
+        output, code, seconds = got
+        corpus.add("codex-exec", kind, f"Codex exec_command of `{' '.join(cmd)}`", codex_exec(output, code, seconds, f"{i:06x}"))
+    # Codex's other shell formats around real outputs.
+    got = timed([py, "-m", "pip", "list", "--format=json"])
+    if got:
+        output, code, seconds = got
+        corpus.add("codex-shell", "json", "Codex structured shell output of `pip list --format=json`", codex_structured(output, code, seconds))
+        corpus.add("codex-shell", "json", "Codex freeform shell output of `pip list --format=json`", f"Exit code: {code}\nWall time: {round(seconds, 1)} seconds\nOutput:\n".encode() + output)
+    got = timed(["git", "log", "--stat", "-n", "40"], cwd=REPO)
+    if got:
+        output, code, seconds = got
+        corpus.add("codex-shell", "text", "Codex structured shell output of `git log --stat`", codex_structured(output, code, seconds))
+    # Codex cut the middle of long outputs: a cut JSON is no longer JSON.
+    big = run([py, "-m", "pip", "inspect"], ok_codes=[0])
+    if big and len(big) > 20_000:
+        # Whether the head and tail still parse depends on where the cut fell.
+        cut = codex_cut(big)
+        kind = "json" if is_strict_json(cut.split(b"\n\n", 1)[1]) else "text"
+        corpus.add("codex-cut", kind, "Codex exec_command of `pip inspect`, cut by Codex", codex_exec(cut, 0, 0.4, "0000ff"))
+    got = timed(["git", "log", "-p", "-n", "5"], cwd=REPO)
+    if got and len(got[0]) > 20_000:
+        corpus.add("codex-cut", "text", "Codex exec_command of `git log -p`, cut by Codex", codex_exec(codex_cut(got[0]), got[1], got[2], "0000fe"))
+
+    # Claude Code's Bash result of failing commands: `Exit code N`, stderr, stdout.
+    for cmd in ([py, "-c", "import json\njson.loads('[1, 2,')"], ["ls", "-la", "/usr/share/doc", "/nonexistent-dir"], ["git", "log", "--no-such-option"]):
+        proc = timed(cmd, cwd=REPO)
+        if proc and proc[1] != 0:
+            corpus.add("claude-bash", "text", f"Claude Code Bash result of `{' '.join(cmd)}` (failed)", f"Exit code {proc[1]}\n".encode() + proc[0])
+    # Claude Code's Grep and Glob results: lists of matches and paths, text.
+    grep = run(["grep", "-rn", "-C", "1", "def ", "/usr/lib/python3.11/json"])
+    if grep:
+        corpus.add("claude-search", "text", "Claude Code Grep (content, -C 1) of def in json/", cap_text(grep))
+    files = run(["grep", "-rl", "import", "/usr/lib/python3.11/email"])
+    if files:
+        names = files.decode().split()
+        corpus.add("claude-search", "text", "Claude Code Grep (files_with_matches) of import in email/", f"Found {len(names)} files\n" + "\n".join(names))
+    found = run(["find", "/usr/lib/python3.11/json", "/usr/lib/python3.11/email", "-name", "*.py"])
+    if found:
+        corpus.add("claude-search", "text", "Claude Code Glob of **/*.py in json/ and email/", found.strip())
+
+
 def binary_samples(corpus, index):
     paths = ["/usr/bin/ls", "/usr/bin/true", "/usr/bin/cat"]
     paths += list(index.files(["gz"], under=["/usr/share/doc"], per_dir=1))[:3]
@@ -866,7 +1046,7 @@ def main():
     index = FileIndex(seen, suffixes)
     log(f"indexed files in {time.monotonic() - started:.1f}s")
 
-    for step in (cargo_samples, python_samples, node_samples, table_samples, yaml_samples, xml_samples, code_samples, text_samples, binary_samples):
+    for step in (cargo_samples, python_samples, node_samples, table_samples, yaml_samples, xml_samples, code_samples, text_samples, wrapper_samples, binary_samples):
         t0 = time.monotonic()
         try:
             if step is cargo_samples:

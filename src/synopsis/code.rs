@@ -355,6 +355,13 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
         rest = after;
     }
     let (keyword, after) = split_word(rest)?;
+    // `impl<T> Trait for X {`: the generics stick to the keyword.
+    let (keyword, after) = match keyword.strip_prefix("impl") {
+        Some(generics) if generics.starts_with('<') => {
+            ("impl", rest.trim_start()["impl".len()..].trim_start())
+        }
+        _ => (keyword, after),
+    };
     let symbol = |kw: &str, name: &str| {
         let mut label = String::new();
         if is_export && matches!(kw, "function" | "class") {
@@ -645,15 +652,37 @@ fn type_name(after: &str) -> Option<&str> {
     ok.then_some(name)
 }
 
-/// `impl Foo {`, `impl<T> Trait for Foo<T> {`.
+/// `impl Foo {`, `impl<T> Trait for Foo<T> {`, `impl<T: Into<String>> Foo<T> {`.
 fn impl_block(after: &str) -> Option<String> {
     let body = after.trim().strip_suffix('{')?.trim();
-    let body = match body.strip_prefix('<') {
-        Some(generic) => generic.split_once('>')?.1.trim(),
-        None => body,
+    let body = if body.starts_with('<') {
+        after_generics(body)?.trim()
+    } else {
+        body
     };
     let first = body.chars().next()?;
     (first.is_alphabetic() || first == '_').then(|| format!("impl {body}"))
+}
+
+/// What follows the generic parameter list that opens `s` (`<T, F: Fn() -> u8>`):
+/// angle brackets nest, and the `>` of an arrow `->` closes nothing.
+fn after_generics(s: &str) -> Option<&str> {
+    let bytes = s.as_bytes();
+    let mut depth = 0usize;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' => depth += 1,
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+            b'>' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return s.get(i + 1..);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Go: `func name(`, `func (r *T) name(`.
@@ -768,6 +797,14 @@ fn sql(line: &str) -> Option<Found<'_>> {
 /// on the next line). The return type and the name must both be there, the
 /// line must not end a statement, and it must end in `{` unless a modifier or a
 /// known type starts it at the left margin.
+///
+/// Only a declaration's form is taken: the parameter list closes on the line
+/// and nothing but qualifiers (`const`, `noexcept`, `throws X`, `-> T`, a C++
+/// initializer list) stands between it and the brace; the name is no keyword;
+/// and the words before it look like a type. Statements of brace languages
+/// take the same shape (`match plan(app, body) {`, `text: match (a, b) {`,
+/// `where P: FnOnce() -> F {`, `inner: Arc::new(Inner {`,
+/// `match f().await? {`) and were listed as functions before.
 fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Found<'_>> {
     let open = line.find('(')?;
     let head = line[..open].trim_end();
@@ -782,17 +819,22 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
         .map_or(0, |(i, c)| i + c.len_utf8());
     let name = &head[name_start..];
     let before = head[..name_start].trim();
-    if name.is_empty() || before.is_empty() || !is_path(name.trim_start_matches('~'), ":") {
+    if name.is_empty()
+        || before.is_empty()
+        || !is_path(name.trim_start_matches('~'), ":")
+        || NOT_TYPES.contains(&name)
+    {
         return None;
     }
-    const NOT_TYPES: &[&str] = &[
-        "if", "for", "while", "switch", "return", "else", "new", "throw", "case", "sizeof",
-        "catch", "do", "and", "or", "not", "the", "a", "an", "is", "to", "of", "in",
-    ];
     let type_words_ok = before.split_whitespace().all(|w| {
         let w = w.trim_matches(['*', '&']);
         w.is_empty()
             || (!NOT_TYPES.contains(&w)
+                // A type starts with a letter or `_` (not `12`, a listing's
+                // line number) and never ends in a lone `:` (a field, a
+                // label, a `where` bound).
+                && w.starts_with(|c: char| c.is_alphabetic() || c == '_' || c == ':')
+                && (!w.ends_with(':') || w.ends_with("::"))
                 && w.chars().all(|c| {
                     c.is_alphanumeric() || matches!(c, '_' | ':' | '<' | '>' | ',' | '[' | ']')
                 }))
@@ -800,14 +842,77 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
     if !type_words_ok {
         return None;
     }
+    // What follows the parameter list: qualifiers and the brace at most.
+    let rest = tail.get(closing_paren(tail)? + 1..)?.trim();
+    let opens_body = rest.ends_with('{');
+    let qualifiers = rest.strip_suffix('{').unwrap_or(rest).trim();
+    if !only_qualifiers(qualifiers) {
+        return None;
+    }
     const C_TYPES: &[&str] = &[
         "void", "int", "char", "long", "short", "unsigned", "signed", "float", "double", "bool",
         "size_t", "auto", "struct", "template", "string", "String", "boolean", "byte",
     ];
     let first = before.split_whitespace().next().unwrap_or("");
-    let closes = tail.ends_with('{') || tail.ends_with(") const {") || tail.contains(") throws ");
-    let declared = (had_modifier || C_TYPES.contains(&first)) && !indented && tail.ends_with(')');
+    let closes = opens_body || qualifiers.starts_with("throws ");
+    let declared = (had_modifier || C_TYPES.contains(&first)) && !indented && !opens_body;
     (closes || declared).then(|| Found::Symbol(format!("function {name}")))
+}
+
+/// Words that start statements or expressions, never a type or a function name.
+const NOT_TYPES: &[&str] = &[
+    "if", "for", "while", "switch", "return", "else", "new", "throw", "case", "sizeof", "catch",
+    "do", "and", "or", "not", "the", "a", "an", "is", "to", "of", "in", "match", "where", "let",
+    "mut", "await", "yield", "loop", "go", "defer", "unless", "until", "elif", "foreach", "lock",
+    "using", "with", "typeof", "delete", "assert", "echo", "print", "func", "fn", "select",
+];
+
+/// The byte index of the `)` that closes the `(` opening `s`, if on this line.
+fn closing_paren(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, b) in s.bytes().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// What may stand between a function's parameter list and its body: nothing,
+/// `const`, `noexcept`, `override`, `final`, `volatile`, `mutable`, `throws X`,
+/// a trailing return type `-> T`, or a C++ initializer list `: a(x), b(y)`;
+/// never a method call (`.await?`), a match arm (`=>`) or an assignment.
+fn only_qualifiers(q: &str) -> bool {
+    if q.is_empty() {
+        return true;
+    }
+    if q.contains("=>") || q.contains(" = ") || q.starts_with(['.', '?', '=', ')', '[']) {
+        return false;
+    }
+    if q.starts_with("->") || q.starts_with(':') {
+        return true;
+    }
+    q.split_whitespace().next().is_some_and(|w| {
+        matches!(
+            w,
+            "const"
+                | "noexcept"
+                | "override"
+                | "final"
+                | "volatile"
+                | "mutable"
+                | "throws"
+                | "&"
+                | "&&"
+        )
+    })
 }
 
 fn ends_like_code(line: &str) -> bool {
@@ -1038,6 +1143,76 @@ mod tests {
                     s.notable_items
                 );
             }
+        }
+    }
+
+    /// Statements of brace languages take a function's shape (a name, a
+    /// parenthesis, a brace) but are not declarations: none is a symbol.
+    #[test]
+    fn statements_are_not_function_symbols() {
+        let rust = "use std::sync::Arc;\n\
+            pub fn handle(app: &App) -> Result<(), E> {\n\
+            \x20   let mut rewritten = match plan(app, body.clone(), Mode::WithRefs).await? {\n\
+            \x20       Plan::Unchanged(why) => {\n\
+            \x20           return forward(app).await;\n\
+            \x20       }\n\
+            \x20   };\n\
+            \x20   match rewrite_with(body, &app.config.policy, &app.memo) {\n\
+            \x20       Ok(x) => x,\n\
+            \x20   }\n\
+            \x20   let t = Thing {\n\
+            \x20       text: match (o.text, &o.content) {\n\
+            \x20           _ => 1,\n\
+            \x20       },\n\
+            \x20       inner: Arc::new(Inner {\n\
+            \x20       }),\n\
+            \x20   };\n\
+            \x20   for (i, reason) in selection.reasons.iter().enumerate() {\n\
+            \x20   }\n\
+            \x20   match f() {\n\
+            \x20   }\n\
+            }\n\
+            fn trace<F, P>(p: P) -> F\n\
+            \x20   where P: FnOnce() -> F {\n\
+            }\n\
+            impl<T, F: FnMut(T)> AllEntries<T, F> {\n\
+            }\n\
+            impl<T: Into<String>> Drop for Holder<T> {\n\
+            }\n\
+            pub(crate) enum Plan {\n\
+            \x20   Unchanged(&'static str),\n\
+            }\n";
+        let s = code(rust).expect("code");
+        assert_eq!(
+            s.notable_items,
+            [
+                "pub fn handle",
+                "fn trace",
+                "impl AllEntries<T, F>",
+                "impl Drop for Holder<T>",
+                "enum Plan"
+            ]
+        );
+    }
+
+    /// Real declarations of C-family languages are still found.
+    #[test]
+    fn c_family_declarations_stay_symbols() {
+        let cases: &[(&str, &str)] = &[
+            ("#include <x.h>\nint main(int argc, char **argv) {\n}\n", "function main"),
+            ("#include <x.h>\nstatic int helper(void)\n{\n}\n", "function helper"),
+            ("#include <x>\nvoid Foo::bar(int x) const {\n}\n", "function Foo::bar"),
+            ("#include <x>\nFoo::~Foo() noexcept {\n}\nstd::string Foo::name() const {\n}\n", "function Foo::name"),
+            ("import java.io.File;\npublic class A {\n  public void run() throws IOException {\n  }\n}\n", "function run"),
+            ("#include <x>\nauto f(int x) -> int {\n}\n", "function f"),
+        ];
+        for (text, symbol) in cases {
+            let s = code(text).unwrap_or_else(|| panic!("not code: {text}"));
+            assert!(
+                s.notable_items.iter().any(|i| i == symbol),
+                "{symbol} in {:?}",
+                s.notable_items
+            );
         }
     }
 

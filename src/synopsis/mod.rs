@@ -5,7 +5,10 @@
 //! code, text) and the first that accepts the text wins. Each kind has its own
 //! module behind one signature, `fn summarize(&Input) -> Option<Synopsis>`;
 //! `None` means "not me, try the next kind". The engine never fails: anything
-//! it cannot structure ends as `text` or `unknown`.
+//! it cannot structure ends as `text` or `unknown`. Before detection, an
+//! agent's wrapper around the real output (Claude Code's numbered `Read`
+//! listings, Codex's command headers) is taken off by [`wrapper`], so the
+//! kind is the content's and the wrapper is said in the summary.
 //!
 //! Architecture invariant: this module knows nothing of HTTP, OpenAI or
 //! SQLite, does no I/O, and its output depends only on the input text, the
@@ -19,6 +22,7 @@ mod lines;
 mod table;
 mod text;
 mod unknown;
+mod wrapper;
 mod xml;
 mod yaml;
 
@@ -153,6 +157,33 @@ impl<'a> Input<'a> {
 
 /// Summarizes one tool output. Never fails and never panics.
 pub fn synopsize(raw: &str, hints: Hints<'_>) -> Synopsis {
+    synopsize_within(raw, hints, WRAPPER_DEPTH, WRAPPER_NOTES_CHARS, Some(0))
+}
+
+/// How many wrappers deep the content is looked for: a command's output
+/// (Codex) may be a numbered listing (`cat -n`), and no further.
+const WRAPPER_DEPTH: usize = 2;
+/// What the wrappers' lines may add to a synopsis, in characters: each
+/// wrapper's first line (at most [`LINE_CAP`]) always, its other lines (notes
+/// around a listing, a command, a truncation) while they fit, room kept for
+/// the first line of a wrapper nested inside. The content's
+/// synopsis keeps its own caps, and with default settings a stub stays under
+/// 5,000 characters with this on top.
+const WRAPPER_NOTES_CHARS: usize = 600;
+
+/// [`synopsize`], taking off at most `wrappers` agent wrappers (see
+/// [`wrapper`]): a wrapped output is described by its content, the wrapper
+/// said in the first summary lines, within `notes_budget` characters.
+/// `offset` is where `raw` starts in the original as sent, in characters,
+/// when it is a verbatim part of it: offsets the synopsis mentions are the
+/// original's, as recall reads it.
+fn synopsize_within(
+    raw: &str,
+    hints: Hints<'_>,
+    wrappers: usize,
+    notes_budget: usize,
+    offset: Option<usize>,
+) -> Synopsis {
     if raw.is_empty() {
         return unknown::empty();
     }
@@ -169,10 +200,53 @@ pub fn synopsize(raw: &str, hints: Hints<'_>) -> Synopsis {
         Cow::Owned(t) => (Cow::Owned(t), true),
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let mime = hints.mime.unwrap_or("").to_ascii_lowercase();
-    let mut input = Input::new(text, &mime, hints.preview_chars);
-    input.nul_free = plain;
-    let mut synopsis = detect(&input);
+    // Byte `at` of `text` in the original: known while what precedes it is
+    // the original's own bytes (a BOM aside), escapes not taken out.
+    let lead = raw.len() - text.len();
+    let offset_of = |at: usize| -> Option<usize> {
+        let before = text.get(..at)?;
+        let verbatim = match ansi_stripped {
+            false => raw.get(lead..)?,
+            true => raw.strip_prefix('\u{feff}').unwrap_or(raw),
+        };
+        verbatim.starts_with(before).then(|| {
+            let bom = usize::from(raw.starts_with('\u{feff}'));
+            offset.map(|o| o + bom + before.chars().count())
+        })?
+    };
+    let unwrapped = if wrappers > 0 {
+        wrapper::unwrap(text, &offset_of)
+    } else {
+        None
+    };
+    let mut synopsis = match unwrapped {
+        Some(w) => {
+            let depth = if w.may_nest { wrappers - 1 } else { 0 };
+            // Room is kept for the first line of a wrapper inside this one.
+            let reserve = if depth > 0 { LINE_CAP } else { 0 };
+            let mut budget = notes_budget;
+            let mut notes = Vec::with_capacity(w.notes.len());
+            for (i, note) in w.notes.into_iter().enumerate() {
+                let n = note.chars().count();
+                if i == 0 || n + reserve <= budget {
+                    budget = budget.saturating_sub(n);
+                    notes.push(note);
+                }
+            }
+            // Past escapes taken out, offsets inside the content are not the
+            // original's.
+            let offset = w.offset.filter(|_| !ansi_stripped);
+            let mut inner = synopsize_within(&w.inner, hints, depth, budget, offset);
+            inner.summary.splice(0..0, notes);
+            inner
+        }
+        None => {
+            let mime = hints.mime.unwrap_or("").to_ascii_lowercase();
+            let mut input = Input::new(text, &mime, hints.preview_chars);
+            input.nul_free = plain;
+            detect(&input)
+        }
+    };
     if ansi_stripped {
         synopsis
             .summary

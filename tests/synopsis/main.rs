@@ -1,10 +1,12 @@
 //! Integration tests of the synopsis engine, the stub renderer and the
-//! `toolstub synopsis` command: one test binary, a module per area.
+//! `toolstub synopsis` command: one test binary, a module per area
+//! (`wrappers`: agents' wrappers around tool outputs).
 
 mod determinism;
 mod fidelity;
 mod properties;
 mod spec_examples;
+mod wrappers;
 
 use toolstub::refs::{result_ref, sha256_hex};
 use toolstub::stub::{render, RecallToolNames, StubHeader};

@@ -63,11 +63,20 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
             assert!(s.structure.len() <= 2);
         }
         Kind::Text => {
-            let headers = &s.summary[4];
+            // A wrapper's lines (a numbered listing, a command's exit code)
+            // come before the text kind's own.
+            let own = s
+                .summary
+                .iter()
+                .position(|l| l == "Text exploration summary:")
+                .expect("the text summary");
+            let wrapper: usize = s.summary[..own].iter().map(|l| l.chars().count()).sum();
+            assert!(wrapper <= 600, "{:?}", &s.summary[..own]);
+            let headers = &s.summary[own + 4];
             if headers != "Detected section headers: none detected." {
                 assert!(headers.split(" | ").count() <= 18, "{headers:.200}");
             }
-            for excerpt in &s.summary[5..7] {
+            for excerpt in &s.summary[own + 5..own + 7] {
                 assert!(excerpt.chars().count() <= "Opening excerpt: ".len() + 500 + 1);
             }
         }
@@ -206,10 +215,44 @@ proptest! {
         check_caps(&text, &s, preview);
     }
 
+    /// Any text inside any agent wrapper keeps every cap: the wrapper's
+    /// lines come on top of the content's own.
+    #[test]
+    fn wrapped_outputs_respect_every_cap(text in prop_oneof![soup(), hostile()], form in 0usize..5) {
+        check(&wrap(form, &text));
+    }
+
     #[test]
     fn synopsis_is_a_function_of_its_input(text in soup()) {
         let hints = Hints { mime: None, preview_chars: DEFAULT_PREVIEW };
         prop_assert_eq!(synopsize(&text, hints), synopsize(&text, hints));
+    }
+}
+
+/// `text` inside one of the agent wrappers the synopsis takes off, with the
+/// longest notes they allow (a reminder before and after a listing, a long
+/// command, Codex's truncation header).
+fn wrap(form: usize, text: &str) -> String {
+    let note = format!("<system-reminder>{}</system-reminder>", "n ".repeat(3000));
+    match form {
+        0 => {
+            let listed: Vec<String> = text
+                .split('\n')
+                .enumerate()
+                .map(|(i, l)| format!("{}\t{l}", i + 1))
+                .collect();
+            format!("{note}\n{}\n\n{note}", listed.join("\n"))
+        }
+        1 => format!(
+            "Command: {}\nChunk ID: 7dcbe2\nWall time: 0.0000 seconds\nProcess exited with code -12345678901234567890\nOriginal token count: 12345678901234567890\nOutput:\nTotal output lines: 12345678901234567890\n\n{text}",
+            "c".repeat(5000)
+        ),
+        2 => format!("Exit code: 1\nWall time: 0.1 seconds\nTotal output lines: 99999\nOutput:\n{text}"),
+        3 => format!(
+            r#"{{"output":{},"metadata":{{"exit_code":1,"duration_seconds":0.1}}}}"#,
+            serde_json::Value::from(format!("Total output lines: 9\n\n{text}"))
+        ),
+        _ => format!("Exit code 1\n{text}"),
     }
 }
 
@@ -239,4 +282,11 @@ fn worst_case_texts_stay_under_the_stub_cap() {
     check(&nested);
     check(&"\u{1b}[31m".repeat(5000));
     check(&"\u{0}".repeat(10_000));
+    // The same inside every wrapper, a listing inside a command's output too.
+    for text in [&headers, &json_keys, &nested] {
+        for form in 0..5 {
+            check(&wrap(form, text));
+            check(&wrap(1, &wrap(form, text)));
+        }
+    }
 }

@@ -22,6 +22,7 @@
 //! change: every span they report points into the original body.
 
 pub mod anthropic;
+mod body;
 pub mod json_scan;
 pub mod json_text;
 pub mod openai_chat;

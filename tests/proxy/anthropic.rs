@@ -4,7 +4,7 @@
 //! keep-alive pings, routes to two upstreams, tenants and hostile bodies.
 
 use super::mock::{self, client, send, Recorded, Reply, Script};
-use super::{setup, setup_with, Setup};
+use super::{messages_close, setup, setup_with, Setup};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
@@ -457,7 +457,7 @@ async fn a_whole_recall_round_with_thinking_gives_one_message() {
     let (first, second) = (&requests[0].body, &requests[1].body);
     // The second round is the first plus the appended exchange, before the
     // messages array closes: everything else byte for byte.
-    let close = find_messages_close(first);
+    let close = messages_close(first);
     assert_eq!(&second[..close], &first[..close]);
     assert_eq!(
         &second[second.len() - (first.len() - close)..],
@@ -494,18 +494,6 @@ async fn a_whole_recall_round_with_thinking_gives_one_message() {
     assert_eq!(got["usage"]["input_tokens"], 150);
     assert_eq!(got["usage"]["output_tokens"], 29);
     s.proxy.shutdown().await;
-}
-
-/// The `]` closing the top-level `messages` array of a body.
-fn find_messages_close(body: &[u8]) -> usize {
-    #[derive(serde::Deserialize)]
-    struct Messages<'a> {
-        #[serde(borrow)]
-        messages: &'a serde_json::value::RawValue,
-    }
-    let m: Messages<'_> = serde_json::from_slice(body).expect("json");
-    let raw = m.messages.get();
-    raw.as_ptr() as usize - body.as_ptr() as usize + raw.len() - 1
 }
 
 async fn stream(s: &Setup, path: &str, body: String) -> (u16, Vec<u8>) {
@@ -611,7 +599,7 @@ async fn the_next_turn_gets_the_hidden_exchange_back() {
         let unmark = |b: &[u8]| {
             String::from_utf8_lossy(b).replacen(r#","cache_control":{"type":"ephemeral"}"#, "", 1)
         };
-        let close = find_messages_close(&round2);
+        let close = messages_close(&round2);
         let round2_text = unmark(&round2[..close]);
         let turn2_text = unmark(&turn2);
         assert!(

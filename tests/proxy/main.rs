@@ -75,6 +75,18 @@ pub(crate) fn big_json(n: usize) -> String {
     format!("{{\"users\":[{}],\"total\":{n}}}", items.join(","))
 }
 
+/// The `]` closing the top-level `messages` array of a body.
+pub(crate) fn messages_close(body: &[u8]) -> usize {
+    #[derive(serde::Deserialize)]
+    struct Messages<'a> {
+        #[serde(borrow)]
+        messages: &'a serde_json::value::RawValue,
+    }
+    let m: Messages<'_> = serde_json::from_slice(body).expect("json");
+    let raw = m.messages.get();
+    raw.as_ptr() as usize - body.as_ptr() as usize + raw.len() - 1
+}
+
 /// A `toolstub_memory_bytes` gauge from a `/metrics` text.
 pub(crate) fn memory_gauge(metrics: &str, part: &str) -> Option<u64> {
     let prefix = format!("toolstub_memory_bytes{{part=\"{part}\"}} ");

@@ -3,7 +3,7 @@
 //! the client got, is checked, non-streaming and streaming.
 
 use super::mock::{completion, Recorded, Reply, Script};
-use super::{big_json, chat_body, client, send, setup, setup_with, KEY};
+use super::{big_json, chat_body, client, messages_close, send, setup, setup_with, KEY};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
@@ -546,18 +546,6 @@ fn with_messages(body: &str, messages: &[String]) -> String {
         messages.join(","),
         &body[close..]
     )
-}
-
-/// The `]` closing the top-level `messages` array of a body.
-fn messages_close(body: &[u8]) -> usize {
-    #[derive(serde::Deserialize)]
-    struct Messages<'a> {
-        #[serde(borrow)]
-        messages: &'a serde_json::value::RawValue,
-    }
-    let m: Messages<'_> = serde_json::from_slice(body).expect("json");
-    let raw = m.messages.get();
-    raw.as_ptr() as usize - body.as_ptr() as usize + raw.len() - 1
 }
 
 #[tokio::test]

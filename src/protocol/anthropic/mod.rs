@@ -20,9 +20,10 @@ mod blocks;
 mod rounds;
 mod stream;
 
+use super::body::{once, read_body};
 use super::json_scan::Scanner;
 use super::json_text;
-use super::openai_chat::{client_tool_names, once, tools_slot};
+use super::openai_chat::{client_tool_names, tools_slot};
 use super::{
     json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
     ParsedRequest, Protocol, RoundsContext, ToolOutput,
@@ -39,14 +40,6 @@ pub use rounds::AnthropicRounds;
 /// The Anthropic Messages wire format.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AnthropicMessages;
-
-/// The fields of a body the adapter reads.
-struct Body<'b> {
-    messages: Vec<Message<'b>>,
-    /// The raw `tools` value, `null` included; `None` when absent.
-    tools: Option<&'b str>,
-    streaming: bool,
-}
 
 struct Message<'b> {
     span: Range<usize>,
@@ -67,32 +60,6 @@ struct Block<'b> {
     /// The raw `text` string literal of a `text` block.
     text: Option<&'b str>,
     is_error: bool,
-}
-
-fn read_body(body: &str) -> Option<Body<'_>> {
-    let mut scanner = Scanner::new(body);
-    let (mut messages, mut tools) = (None, None);
-    let (mut streams, mut stream_true) = (0, false);
-    scanner.object(|s, key| match key {
-        "messages" => {
-            let mut list = Vec::new();
-            s.array(|s| read_message(s).map(|m| list.push(m)))?;
-            once(&mut messages, list)
-        }
-        "tools" => once(&mut tools, s.value()?),
-        "stream" => {
-            streams += 1;
-            stream_true = s.value()? == "true";
-            Some(())
-        }
-        _ => s.value().map(drop),
-    })?;
-    scanner.finish()?;
-    Some(Body {
-        messages: messages?,
-        tools,
-        streaming: streams == 1 && stream_true,
-    })
 }
 
 fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {
@@ -209,7 +176,7 @@ struct ResultText<'b> {
 
 impl Protocol for AnthropicMessages {
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
-        let parsed = read_body(body)?;
+        let parsed = read_body(body, read_message)?;
         let tools = tools_slot(body, parsed.tools)?;
         let client_tool_names = client_tool_names(parsed.tools)?;
 

@@ -9,6 +9,7 @@
 mod rounds;
 mod stream;
 
+use super::body::{once, Body};
 use super::json_scan::Scanner;
 use super::json_text;
 use super::{
@@ -26,16 +27,6 @@ pub use rounds::ChatRounds;
 /// The OpenAI Chat Completions wire format.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiChat;
-
-/// The fields of a body the adapter reads.
-struct Body<'b> {
-    messages: Vec<Message<'b>>,
-    /// The raw `tools` value, `null` included; `None` when absent.
-    tools: Option<&'b str>,
-    /// `"stream": true`, given once (serde_json's derived reader, which the
-    /// proxy used before, refuses a duplicate field: not streaming).
-    streaming: bool,
-}
 
 /// The fields of one message the adapter reads.
 struct Message<'b> {
@@ -56,41 +47,12 @@ struct ToolCall<'b> {
     name: Option<Cow<'b, str>>,
 }
 
-/// Sets a field read from an object; a second occurrence of the same key
-/// makes the body not understood (serde_json's derived readers refuse
-/// duplicate fields too, and which one wins is ambiguous).
-pub(super) fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
-    field.is_none().then(|| *field = Some(value))
-}
-
 /// Reads the body: an object with a `messages` array of message objects.
-/// Every other member is skipped (validated, not built). Only objects are
-/// messages, tool calls, functions and parts: an array posing as one is a
-/// shape no client sends, and the body is then forwarded as it came.
-fn read_body(body: &str) -> Option<Body<'_>> {
-    let mut scanner = Scanner::new(body);
-    let (mut messages, mut tools) = (None, None);
-    let (mut streams, mut stream_true) = (0, false);
-    scanner.object(|s, key| match key {
-        "messages" => {
-            let mut list = Vec::new();
-            s.array(|s| read_message(s).map(|m| list.push(m)))?;
-            once(&mut messages, list)
-        }
-        "tools" => once(&mut tools, s.value()?),
-        "stream" => {
-            streams += 1;
-            stream_true = s.value()? == "true";
-            Some(())
-        }
-        _ => s.value().map(drop),
-    })?;
-    scanner.finish()?;
-    Some(Body {
-        messages: messages?,
-        tools,
-        streaming: streams == 1 && stream_true,
-    })
+/// Only objects are messages, tool calls, functions and parts: an array
+/// posing as one is a shape no client sends, and the body is then forwarded
+/// as it came.
+fn read_body(body: &str) -> Option<Body<'_, Message<'_>>> {
+    super::body::read_body(body, read_message)
 }
 
 fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {

@@ -1,0 +1,54 @@
+//! The top level of a request body every adapter reads the same way: an
+//! object with a `messages` array (each message read by the adapter), the
+//! raw `tools` value, and whether `"stream": true` was given once. Every
+//! other member is skipped (validated, not built).
+
+use super::json_scan::Scanner;
+
+/// The members of a body the adapters read.
+pub(super) struct Body<'b, M> {
+    pub messages: Vec<M>,
+    /// The raw `tools` value, `null` included; `None` when absent.
+    pub tools: Option<&'b str>,
+    /// `"stream": true`, given once (serde_json's derived reader, which the
+    /// proxy used before, refuses a duplicate field: not streaming).
+    pub streaming: bool,
+}
+
+/// Sets a field read from an object; a second occurrence of the same key
+/// makes the body not understood (serde_json's derived readers refuse
+/// duplicate fields too, and which one wins is ambiguous).
+pub(super) fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
+    field.is_none().then(|| *field = Some(value))
+}
+
+/// Reads a body whose `messages` are read by `message`; `None` when it is
+/// not such an object (it is then forwarded as it came).
+pub(super) fn read_body<'b, M>(
+    body: &'b str,
+    mut message: impl FnMut(&mut Scanner<'b>) -> Option<M>,
+) -> Option<Body<'b, M>> {
+    let mut scanner = Scanner::new(body);
+    let (mut messages, mut tools) = (None, None);
+    let (mut streams, mut stream_true) = (0, false);
+    scanner.object(|s, key| match key {
+        "messages" => {
+            let mut list = Vec::new();
+            s.array(|s| message(s).map(|m| list.push(m)))?;
+            once(&mut messages, list)
+        }
+        "tools" => once(&mut tools, s.value()?),
+        "stream" => {
+            streams += 1;
+            stream_true = s.value()? == "true";
+            Some(())
+        }
+        _ => s.value().map(drop),
+    })?;
+    scanner.finish()?;
+    Some(Body {
+        messages: messages?,
+        tools,
+        streaming: streams == 1 && stream_true,
+    })
+}

@@ -1412,16 +1412,23 @@ mod response_ids {
     #[test]
     fn a_client_id_maps_to_its_upstream_id_per_tenant() {
         let (_dir, store) = open();
-        store.put_response_id(&alice(), id("resp_1", "resp_3")).unwrap();
+        store
+            .put_response_id(&alice(), id("resp_1", "resp_3"))
+            .unwrap();
         assert_eq!(
             store.response_id(&alice(), "resp_1").unwrap(),
             Some(id("resp_1", "resp_3"))
         );
         assert_eq!(store.response_id(&bob(), "resp_1").unwrap(), None);
         assert_eq!(store.response_id(&alice(), "resp_2").unwrap(), None);
-        store.put_response_id(&alice(), id("resp_1", "resp_4")).unwrap();
+        store
+            .put_response_id(&alice(), id("resp_1", "resp_4"))
+            .unwrap();
         assert_eq!(
-            store.response_id(&alice(), "resp_1").unwrap().map(|m| m.upstream_id),
+            store
+                .response_id(&alice(), "resp_1")
+                .unwrap()
+                .map(|m| m.upstream_id),
             Some("resp_4".to_string())
         );
     }

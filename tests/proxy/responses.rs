@@ -688,3 +688,43 @@ async fn a_30_turn_codex_replay_keeps_every_prefix() {
     );
     s.proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn hostile_bodies_are_forwarded_byte_for_byte() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            "{}".to_string(),
+        )
+    }))
+    .await;
+    let big = serde_json::to_string(&"y".repeat(30_000)).expect("json");
+    let out = |output: &str| {
+        format!(r#"{{"type":"function_call_output","call_id":"c","output":{output}}}"#)
+    };
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    for body in [
+        "not json {".to_string(),
+        format!(r#"{{"input":[{}]}} trailing"#, out(&big)),
+        format!(r#"{{"input":{}}}"#, out(&big)),
+        format!(r#"{{"input":[{}],"tools":"all"}}"#, out(&big)),
+        format!(r#"{{"input":[[{big}]]}}"#),
+        format!(r#"{{"input":[{deep}]}}"#),
+        format!(r#"{{"input":[{}],"input":[]}}"#, out(&big)),
+        format!(
+            r#"{{"input":[{}]}}"#,
+            out(&format!(r#""\ud800 lone {}""#, "q".repeat(30_000)))
+        ),
+        format!(r#"{{"input":[{}]}}"#, out("12345")),
+        format!(
+            r#"{{"input":[{}],"previous_response_id":7}}"#,
+            out("\"small\"")
+        ),
+    ] {
+        let (status, _, _) = post(&s, body.clone()).await;
+        assert_eq!(status, 200, "{body:.80}");
+        assert_eq!(s.mock.last().body, Bytes::from(body.clone()), "{body:.80}");
+    }
+    s.proxy.shutdown().await;
+}

@@ -236,9 +236,10 @@ impl Protocol for OpenAiResponses {
     }
 
     /// The canon of one item or of a run of items (`{...},{...}`): each
-    /// item's type and what identifies it (a call's `call_id`, a message's
-    /// role and text, another item's `id`); reasoning is left out (clients
-    /// may drop it or its encrypted content from older turns).
+    /// item's type and what identifies it: its `id` (Codex and the Agents
+    /// SDK send back the ids of the items they got), else a call's
+    /// `call_id`, else a message's role and text. A reasoning item without
+    /// an id is left out (clients may drop it from older turns).
     fn message_canon(&self, message: &str) -> Option<String> {
         let run = format!("[{message}]");
         let mut canon = String::new();
@@ -248,17 +249,15 @@ impl Protocol for OpenAiResponses {
             let item = read_item(s)?;
             first_is_model_output.get_or_insert(item.is_model_output());
             let kind = item.kind().to_string();
-            if kind == "reasoning" {
-                return Some(());
-            }
-            let identity = match kind.as_str() {
-                "message" => format!(
+            let identity = match (&item.id, &item.call_id) {
+                (Some(id), _) => id.to_string(),
+                (None, Some(call_id)) => call_id.to_string(),
+                (None, None) if kind == "reasoning" => return Some(()),
+                (None, None) => format!(
                     "{}\u{1f}{}",
                     item.role.as_deref().unwrap_or(""),
                     item.content.and_then(message_text).unwrap_or_default()
                 ),
-                _ if item.call_id.is_some() => item.call_id.as_deref().unwrap_or("").to_string(),
-                _ => item.id.as_deref().unwrap_or("").to_string(),
             };
             if !canon.is_empty() {
                 canon.push('\u{1e}');

@@ -152,16 +152,29 @@ fn nothing_over_budget_is_unchanged() {
 }
 
 #[test]
-fn canon_of_a_turn_survives_reserialization_and_leaves_out_reasoning() {
+fn canon_of_a_turn_survives_reserialization_and_goes_by_ids() {
     let a = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"x"},{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Hi","annotations":[]}]},{"type":"function_call","id":"fc_1","call_id":"call_9","name":"exec_command","arguments":"{}"}"#;
-    let b = r#"{"content":[{"annotations":[],"text":"Hi","type":"output_text"}],"role":"assistant","type":"message"}, {"arguments":"{}","call_id":"call_9","name":"exec_command","type":"function_call"}"#;
+    let b = r#"{"summary":[],"type":"reasoning","encrypted_content":"x","content":null,"id":"rs_1"},{"content":[{"annotations":[],"text":"Hi","type":"output_text","logprobs":[]}],"id":"msg_1","role":"assistant","type":"message","phase":null}, {"arguments":"{}","call_id":"call_9","id":"fc_1","name":"exec_command","type":"function_call"}"#;
     let canon = OpenAiResponses.message_canon(a).expect("canon");
     assert_eq!(Some(canon.clone()), OpenAiResponses.message_canon(b));
     assert!(canon.starts_with("assistant"));
+    // The same texts under other ids are another turn.
+    let other = a
+        .replace("rs_1", "rs_2")
+        .replace("msg_1", "msg_2")
+        .replace("fc_1", "fc_2");
+    assert_ne!(Some(canon), OpenAiResponses.message_canon(&other));
+    // Without ids: a call by its call_id, a message by its text.
     assert_ne!(
         OpenAiResponses
             .message_canon(r#"{"type":"function_call_output","call_id":"call_9","output":"x"}"#),
         OpenAiResponses
             .message_canon(r#"{"type":"function_call_output","call_id":"call_8","output":"x"}"#)
+    );
+    assert_eq!(
+        OpenAiResponses.message_canon(r#"{"role":"user","content":"hi"}"#),
+        OpenAiResponses.message_canon(
+            r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}"#
+        )
     );
 }

@@ -110,7 +110,15 @@ def main() -> int:
     finally:
         mock.stop()
     summary = []
+    posts = mock.responses_posts()
+    for i, (a, b) in enumerate(zip(posts, posts[1:])):
+        # Codex's body begins model, stream, input, tools: is the previous
+        # request's text up to the end of its input a byte prefix of this one?
+        end = a.body.find(b'],"tools":')
+        summary.append(f"request {i + 1} begins with request {i}'s bytes up to the end of its input: "
+                       f"{end > 0 and b.body.startswith(a.body[:end])}")
     for i, r in enumerate(mock.requests()):
+        (out / f"{i:02d}.body").write_bytes(r.body)
         body = r.json if r.json is not None else r.body.decode(errors="replace")
         (out / f"{i:02d}.json").write_text(json.dumps(
             {"method": r.method, "path": r.path, "status": r.status, "headers": masked(r.headers), "body": body,

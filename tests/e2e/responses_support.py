@@ -131,8 +131,8 @@ def check_client_stream(raw: bytes, *, terminal: str = "response.completed", hid
             open_ = None
         elif "output_index" in d:
             assert d["output_index"] == open_, f"{d['type']} for item {d['output_index']} while {open_} is open"
-    assert open_ is None, "an item was never done"
     if terminal == "response.completed":
+        assert open_ is None, "an item was never done"
         assert_faithful(final["output"], done, "response.completed's output: exactly the items the client saw")
     for tool in final.get("tools") or []:
         assert tool.get("name") not in RECALL_TOOLS, "the echoed tools must not show the recall tools"
@@ -170,3 +170,17 @@ def codex_order(item: dict) -> dict:
     else:
         return dict(item)
     return out
+
+
+def check_same_synopsis(proxy, stub: str, original: str, tool_name: str, tmp) -> None:
+    """The stub says what ``toolstub synopsis`` says of the same output (an
+    agent's wrapper taken off, its exit code and token count kept), plus its
+    ref, reason and Explore lines."""
+    path = tmp / "original.txt"
+    path.write_text(original)
+    p = subprocess.run([str(proxy.binary), "synopsis", "--tool", tool_name, str(path)],
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    body = stub.split("\n\nExplore:\n")[0]
+    got = [line for line in body.split("\n") if not line.startswith(("ref: ", "reason: "))]
+    assert got == p.stdout.rstrip("\n").split("\n"), f"stub:\n{stub}\n--- synopsis:\n{p.stdout}"

@@ -27,8 +27,8 @@ import pytest
 
 import codex
 import mock_responses as mr
-from responses_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_stub,
-                               ordered, stored_original)
+from responses_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round,
+                               check_same_synopsis, check_stub, ordered, stored_original)
 
 TOOL_ID = "call_codex_exec_1"
 RECALL_ID = "call_codex_recall_1"
@@ -161,7 +161,8 @@ def test_codex_exec_with_a_large_output_and_the_next_turn(rmock, rproxy, dirs):
     check_stub(stub, call_id=TOOL_ID, original=original, tool_name="exec_command")
     assert original.split("Output:\n", 1)[1] == target.read_text(), "the original is Codex's output as sent"
     assert original.startswith("Chunk ID: ")
-    assert "exit" in stub.lower() and " 0" in stub, "the stub keeps the command's exit code visible"
+    assert "exit code 0" in stub and "kind: json" in stub.split("\n"), "the content's kind, the wrapper's exit code"
+    check_same_synopsis(rproxy, stub, original, "exec_command", home)
     client_tools = first.json["tools"]
     assert ordered(stubbed.json["tools"][:len(client_tools)]) == ordered(client_tools)
     assert [t.get("name") for t in stubbed.json["tools"][len(client_tools):]] == RECALL_TOOLS

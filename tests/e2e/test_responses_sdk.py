@@ -254,13 +254,17 @@ def test_a_large_tool_output_arrives_upstream_as_a_stub(rclient, sent, rmock, rp
         assert raw.parse().output_text == mr.DEFAULT_TEXT
 
 
-@pytest.mark.parametrize("case", ["string_input", "small_output", "background", "compact"])
+@pytest.mark.parametrize("case", ["string_input", "small_output", "image_output", "background", "compact"])
 def test_what_is_not_rewritten_goes_upstream_byte_for_byte(rclient, sent, rmock, rproxy, case):
     if case == "string_input":
         raw = rclient.responses.with_raw_response.create(model=MODEL, input="Hello, naïve café ☕",
                                                          instructions="Be brief.", store=False)
     elif case == "small_output":
         raw = rclient.responses.with_raw_response.create(**request(SMALL))
+    elif case == "image_output":
+        # What Codex's view_image returns: one input_image part (no text to externalize).
+        image = dict(IMAGE, image_url="data:image/png;base64," + "iVBORw0KGgo" * 6_000, detail="high")
+        raw = rclient.responses.with_raw_response.create(**request([image]))
     elif case == "background":
         raw = rclient.responses.with_raw_response.create(**request(BIG), background=True)
     else:
@@ -282,8 +286,9 @@ def test_what_is_not_rewritten_goes_upstream_byte_for_byte(rclient, sent, rmock,
 
 
 def check_merged(response: dict, rmock, script) -> tuple[mr.Recorded, mr.Recorded]:
-    """The one response the client got for a recall round: round 1's id,
-    every round's visible items, the usage rule, the client's tools."""
+    """The one response the client got for a recall round (its JSON as on the
+    wire): round 1's id, every round's visible items byte-faithful, the usage
+    rule, the client's tools."""
     first, second = recall_rounds(rmock)
     assert response["id"] == first.response["id"], "the client's id is round 1's"
     assert response["object"] == "response" and response["status"] == "completed"
@@ -292,6 +297,21 @@ def check_merged(response: dict, rmock, script) -> tuple[mr.Recorded, mr.Recorde
     check_usage(response["usage"], [first, second])
     assert ordered(response["tools"]) == ordered([CLIENT_TOOL])
     assert script.final_text in json.dumps(response)
+    return first, second
+
+
+def check_merged_sdk(final, rmock, script) -> tuple[mr.Recorded, mr.Recorded]:
+    """The same, as the SDK parsed it (its objects re-order keys and add
+    ``parsed`` fields: values only)."""
+    first, second = recall_rounds(rmock)
+    want = visible(first.response["output"]) + second.response["output"]
+    assert final.id == first.response["id"], "the client's id is round 1's"
+    assert final.status == "completed"
+    assert [(i.type, getattr(i, "id", None)) for i in final.output] == [(i["type"], i["id"]) for i in want]
+    assert final.output_text == "".join(mr.output_text(i) for i in want if i["type"] == "message")
+    check_usage(final.usage.to_dict(), [first, second])
+    assert [t.name for t in final.tools] == [TOOL]
+    assert script.final_text in final.output_text
     return first, second
 
 
@@ -312,7 +332,7 @@ def test_recall_round_mid_stream_through_the_sdk(rclient, sent, rmock):
     with rclient.responses.stream(**request(BIG)) as s:
         events = list(s)
         final = s.get_final_response()  # the SDK's strict accumulator: one identity, every item done
-    first, second = check_merged(final.to_dict(), rmock, script)
+    first, second = check_merged_sdk(final, rmock, script)
     assert [e.type for e in events].count("response.created") == 1
     assert not any(getattr(e, "item", None) is not None and getattr(e.item, "name", None) in RECALL_TOOLS
                    for e in events)
@@ -354,21 +374,30 @@ def test_recall_round_mid_stream_on_the_wire(rproxy, rmock):
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "reasoning", "message"]
 
 
+def stream_raw(rproxy, body: dict) -> bytes:
+    """The raw SSE bytes the proxy answers a streamed request with."""
+    with httpx.Client(trust_env=False, timeout=30) as h:
+        resp = h.post(rproxy.url + "/v1/responses", json=dict(body, stream=True),
+                      headers={"authorization": CREDENTIAL})
+    assert resp.status_code == 200, resp.text[:500]
+    return resp.content
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_client_call_beside_a_recall_call_is_dropped(rclient, rmock, stream):
+def test_a_client_call_beside_a_recall_call_is_dropped(rclient, rproxy, rmock, stream):
     """Round 1 calls tool_result_read and the client's tool: round 2 gets only
     the recall call; the client sees only round 2's call of its tool."""
     rmock.script = RecallScript(beside=True)
     if stream:
-        with rclient.responses.stream(**request(BIG)) as s:
-            final = s.get_final_response().to_dict()
+        final = check_client_stream(stream_raw(rproxy, request(BIG)), hidden=["call_client_early"])
     else:
-        final = rclient.responses.create(**request(BIG)).to_dict()
+        final = json.loads(rclient.responses.with_raw_response.create(**request(BIG)).http_response.content)
     first, second = recall_rounds(rmock)
     check_recall_round(first, second, [RECALL_ID])
     calls = [i for i in final["output"] if i["type"] == "function_call"]
     assert [c["call_id"] for c in calls] == [CLIENT_AGAIN], calls
     assert "call_client_early" not in json.dumps(final)
+    assert final["id"] == first.response["id"]
     assert_faithful(final["output"], visible(first.response["output"])[:-1] + second.response["output"],
                     "round 1 without its calls, then round 2")
 
@@ -400,12 +429,16 @@ def test_a_previous_response_id_chain_across_a_recall_round(rclient, sent, rmock
     assert turn2.output_text == f"TURN-2 over {want} items"
     back = json.loads(third.body)
     back["previous_response_id"] = turn1.id
+    if len(back["tools"]) > 1:  # the recall tools may stay offered in the conversation, in the same place
+        check_recall_tools(back["tools"], [CLIENT_TOOL])
+        back["tools"] = back["tools"][:1]
     assert ordered(back) == ordered(sdk_body(sent)), "only previous_response_id may change"
 
-    again = rclient.responses.retrieve(turn1.id)
-    assert again.id == turn1.id
-    assert_faithful(again.to_dict()["output"], turn1.to_dict()["output"], "GET shows the output the client saw")
-    assert script.final_text in again.output_text
+    again = json.loads(rclient.responses.with_raw_response.retrieve(turn1.id).http_response.content)
+    assert again["id"] == turn1.id
+    assert_faithful(again["output"], visible(first.response["output"]) + second.response["output"],
+                    "GET shows the output the client saw")
+    assert script.final_text in json.dumps(again)
     plain = rclient.responses.retrieve(turn2.id)  # an ordinary response: passes through
     assert plain.id == turn2.id and plain.output_text == turn2.output_text
 

@@ -1,7 +1,8 @@
 //! The top level of a request body every adapter reads the same way: an
-//! object with a `messages` array (each message read by the adapter), the
-//! raw `tools` value, and whether `"stream": true` was given once. Every
-//! other member is skipped (validated, not built).
+//! object with the conversation's array (`messages`, or the Responses API's
+//! `input`; each element read by the adapter), the raw `tools` value, and
+//! whether `"stream": true` was given once. Every other member is skipped
+//! (validated, not built).
 
 use super::json_scan::Scanner;
 
@@ -13,6 +14,8 @@ pub(super) struct Body<'b, M> {
     /// `"stream": true`, given once (serde_json's derived reader, which the
     /// proxy used before, refuses a duplicate field: not streaming).
     pub streaming: bool,
+    /// `"background": true` (the Responses API's background mode).
+    pub background: bool,
 }
 
 /// Sets a field read from an object; a second occurrence of the same key
@@ -26,13 +29,23 @@ pub(super) fn once<T>(field: &mut Option<T>, value: T) -> Option<()> {
 /// not such an object (it is then forwarded as it came).
 pub(super) fn read_body<'b, M>(
     body: &'b str,
+    message: impl FnMut(&mut Scanner<'b>) -> Option<M>,
+) -> Option<Body<'b, M>> {
+    read_conversation(body, "messages", message)
+}
+
+/// [`read_body`] with the conversation under `conversation`.
+pub(super) fn read_conversation<'b, M>(
+    body: &'b str,
+    conversation: &str,
     mut message: impl FnMut(&mut Scanner<'b>) -> Option<M>,
 ) -> Option<Body<'b, M>> {
     let mut scanner = Scanner::new(body);
     let (mut messages, mut tools) = (None, None);
     let (mut streams, mut stream_true) = (0, false);
+    let mut background = false;
     scanner.object(|s, key| match key {
-        "messages" => {
+        k if k == conversation => {
             let mut list = Vec::new();
             s.array(|s| message(s).map(|m| list.push(m)))?;
             once(&mut messages, list)
@@ -43,6 +56,10 @@ pub(super) fn read_body<'b, M>(
             stream_true = s.value()? == "true";
             Some(())
         }
+        "background" => {
+            background |= s.value()? == "true";
+            Some(())
+        }
         _ => s.value().map(drop),
     })?;
     scanner.finish()?;
@@ -50,5 +67,6 @@ pub(super) fn read_body<'b, M>(
         messages: messages?,
         tools,
         streaming: streams == 1 && stream_true,
+        background,
     })
 }

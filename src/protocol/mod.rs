@@ -23,11 +23,13 @@
 
 pub mod anthropic;
 mod body;
+pub mod json_edit;
 pub mod json_scan;
 pub mod json_text;
 pub mod openai_chat;
 #[cfg(test)]
 mod openai_chat_serde;
+pub mod responses;
 
 use crate::recall::Rounds;
 use crate::stub::RecallToolNames;
@@ -193,6 +195,14 @@ pub trait Protocol: Send + Sync {
     /// its bytes (no `cache_control`, no whitespace or key order, no tool
     /// output content, no thinking). `None` when it is not a message.
     fn message_canon(&self, message: &str) -> Option<String>;
+
+    /// Edits of a rewritten body that offers the recall tools, so that the
+    /// proxy's own rounds get what they need (the Responses API with
+    /// `store: false`: reasoning's encrypted content). Deterministic in the
+    /// body, so a conversation's requests stay cache-stable.
+    fn recall_edits(&self, _body: &str) -> Vec<(Range<usize>, String)> {
+        Vec::new()
+    }
 
     /// The state machine of the recall rounds of one request.
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds>;

@@ -16,6 +16,7 @@ use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
 use crate::protocol::openai_chat::OpenAiChat;
+use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
 use crate::rewrite::{derive_session, rewrite_with, splice, Mode, Outcome, Turn};
 use crate::store::{Exchange, NewOutput, Tenant};
@@ -43,6 +44,8 @@ pub(super) enum Api {
     /// `POST .../v1/messages/count_tokens`: rewritten as the messages
     /// request it precedes would be, the response forwarded as it is.
     CountTokens,
+    /// `POST .../v1/responses`.
+    Responses,
 }
 
 impl Api {
@@ -50,6 +53,7 @@ impl Api {
         match self {
             Api::ChatCompletions => &OpenAiChat,
             Api::Messages | Api::CountTokens => &AnthropicMessages,
+            Api::Responses => &OpenAiResponses,
         }
     }
 
@@ -87,6 +91,10 @@ pub(super) async fn handle(
 
     let read_us = started.elapsed().as_micros() as u64;
     let tenant = tenant_of(&parts.headers);
+    let original = match api {
+        Api::Responses => super::responses::chain_from_upstream(app, &tenant, original).await,
+        _ => original,
+    };
     let session_header = parts
         .headers
         .get("x-toolstub-session")

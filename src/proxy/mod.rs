@@ -21,6 +21,7 @@ pub mod large_buffers;
 pub mod memory;
 mod operator;
 mod recall;
+mod responses;
 mod upstream;
 
 pub use body::BoxBody;
@@ -95,6 +96,8 @@ enum Route {
     Metrics,
     /// A rewritten API route.
     Api(api::Api),
+    /// One Responses API response by id (`GET /v1/responses/{id}`, ...).
+    ResponseById,
     Operator,
     Passthrough,
 }
@@ -112,6 +115,8 @@ impl Route {
             (&Method::POST, p) if p.ends_with("/v1/messages/count_tokens") => {
                 Route::Api(api::Api::CountTokens)
             }
+            (&Method::POST, p) if p.ends_with("/v1/responses") => Route::Api(api::Api::Responses),
+            (_, p) if responses::response_id_in(p).is_some() => Route::ResponseById,
             _ => Route::Passthrough,
         }
     }
@@ -123,6 +128,8 @@ impl Route {
             Route::Api(api::Api::ChatCompletions) => "chat_completions",
             Route::Api(api::Api::Messages) => "messages",
             Route::Api(api::Api::CountTokens) => "count_tokens",
+            Route::Api(api::Api::Responses) => "responses",
+            Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
             Route::Passthrough => "passthrough",
         }
@@ -134,7 +141,7 @@ impl Route {
     fn flavor(self, headers: &HeaderMap) -> Flavor {
         match self {
             Route::Api(api) => api.protocol().flavor(),
-            Route::Operator => Flavor::OpenAi,
+            Route::Operator | Route::ResponseById => Flavor::OpenAi,
             _ if headers.contains_key("anthropic-version") => Flavor::Anthropic,
             _ => Flavor::OpenAi,
         }
@@ -331,6 +338,7 @@ async fn handle(
             ))
         }
         Route::Api(api) => api::handle(&app, api, req).await,
+        Route::ResponseById => responses::by_id(&app, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
     let response = result.unwrap_or_else(|e| {

@@ -140,8 +140,20 @@ impl RecallRequest {
         results
     }
 
-    /// Stores the answer's hidden exchange, if there was one.
+    /// Stores the answer's hidden exchange, if there was one, and the id
+    /// the client got for it, if the upstream knows it under another.
     async fn keep(&self, app: &App, rounds: &dyn Rounds) {
+        if let Some(map) = rounds.id_map() {
+            let id = crate::store::ResponseId {
+                client_id: map.client,
+                upstream_id: map.upstream,
+                output: map.output,
+            };
+            if let Err(e) = app.store.put_response_id(&self.tenant, id).await {
+                app.metrics.store_error("put_response_id");
+                tracing::warn!(error = %e, "keeping a response id failed");
+            }
+        }
         if !app.config.restore_history {
             return;
         }

@@ -113,6 +113,17 @@ pub struct Restoration {
     pub replacement: String,
 }
 
+/// The id a client got for an answer whose last round the upstream knows
+/// under another id (the Responses API: the client sees round 1's id), so
+/// that a request chaining from it, or fetching it, reaches the true one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    pub client: String,
+    pub upstream: String,
+    /// The output the client saw (a JSON array), for fetches of the id.
+    pub output: String,
+}
+
 /// One request's recall rounds in one protocol: a state machine fed with
 /// each round's response (whole, or event by event), pure.
 pub trait Rounds: Send + Sync {
@@ -140,6 +151,12 @@ pub trait Rounds: Send + Sync {
 
     /// After the last round: the hidden exchange, if there was one.
     fn restoration(&self) -> Option<Restoration>;
+
+    /// After the last round: the id the client got for the answer, when the
+    /// upstream knows it under another one.
+    fn id_map(&self) -> Option<IdMap> {
+        None
+    }
 
     /// A well-formed event that ends the client's stream with an error.
     fn error_event(&self, message: &str, code: &str) -> Bytes;

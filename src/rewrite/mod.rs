@@ -212,6 +212,7 @@ fn rewrite_parsed<'b>(
     }
     let first_stub = splices.iter().map(|(r, _)| r.start).min().unwrap_or(0);
     if policy.recall_enabled && mode == Mode::WithRefs {
+        splices.extend(protocol.recall_edits(body));
         let tools = protocol.recall_tools(&names).join(",");
         splices.push(match parsed.tools.clone() {
             ToolsSlot::AppendToArray { close, empty } => (

@@ -6,8 +6,8 @@
 
 use super::writer::{self, Job};
 use super::{
-    Exchange, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResultStore, SearchHit,
-    StoreError, Stored, Tenant,
+    Exchange, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, ResultStore,
+    SearchHit, StoreError, Stored, Tenant,
 };
 use std::sync::Arc;
 use tokio::sync::{oneshot, Semaphore};
@@ -175,6 +175,32 @@ impl AsyncResultStore {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let tenant = tenant.clone();
         self.blocking(move |s| s.exchanges(&tenant, &keys)).await
+    }
+
+    /// [`ResultStore::put_response_id`]: resolves once committed.
+    pub async fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::PutResponseId {
+                tenant: tenant.clone(),
+                id,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::response_id`].
+    pub async fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        let (tenant, client_id) = (tenant.clone(), client_id.to_string());
+        self.blocking(move |s| s.response_id(&tenant, &client_id))
+            .await
     }
 
     /// [`ResultStore::flush_index`], off the runtime.

@@ -32,8 +32,8 @@ pub use asynchronous::AsyncResultStore;
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
 pub use types::{
-    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit,
-    StoreStats, Stored, Tenant, OFFSET_UNIT,
+    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
+    SearchHit, StoreStats, Stored, Tenant, OFFSET_UNIT,
 };
 pub use writer::SweepReport;
 
@@ -314,6 +314,31 @@ impl ResultStore {
         self.inner
             .readers
             .with(|c| reader::exchanges(c, tenant, keys))
+    }
+
+    /// Keeps which upstream response a client's response id stands for
+    /// (committed before it returns); a client id already kept is updated.
+    pub fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::PutResponseId {
+                tenant: tenant.clone(),
+                id,
+                reply,
+            })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// The upstream response `client_id` stands for, if it stands for one.
+    pub fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::response_id(c, tenant, client_id))
     }
 
     /// Everything stored about one output.

@@ -183,6 +183,28 @@ pub(crate) fn exchanges(
     Ok(found)
 }
 
+/// The upstream response a client's response id stands for.
+pub(crate) fn response_id(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    client_id: &str,
+) -> Result<Option<super::ResponseId>, StoreError> {
+    conn.prepare_cached(
+        "SELECT upstream_id, output FROM response_ids WHERE tenant = ?1 AND client_id = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![tenant.as_str(), client_id], |r| {
+            Ok(super::ResponseId {
+                client_id: client_id.to_string(),
+                upstream_id: r.get(0)?,
+                output: r.get(1)?,
+            })
+        })
+        .optional()
+    })
+    .ctx("looking up a response id")
+}
+
 pub(crate) fn meta(
     conn: &mut Connection,
     tenant: &Tenant,

@@ -11,6 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_exchanges.sql"),
+    include_str!("migrations/0003_response_ids.sql"),
 ];
 
 /// The schema version this build writes.

@@ -88,6 +88,15 @@ pub struct Exchange {
     pub replacement: String,
 }
 
+/// A response id the client got that stands for another upstream id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseId {
+    pub client_id: String,
+    pub upstream_id: String,
+    /// The output the client saw (a JSON array).
+    pub output: String,
+}
+
 /// What `put` reports for one output, once it is committed durably.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stored {

@@ -11,7 +11,9 @@
 
 use super::error::SqlContext;
 use super::text::{self, CHUNK_BITS, MAX_CHUNKS};
-use super::{age_cutoff, Exchange, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
+use super::{
+    age_cutoff, Exchange, NewOutput, ResponseId, StoreConfig, StoreError, Stored, Tenant, DAY_MS,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -56,6 +58,11 @@ pub(crate) enum Job {
         tenant: Tenant,
         exchange: Exchange,
         reply: Reply<bool>,
+    },
+    PutResponseId {
+        tenant: Tenant,
+        id: ResponseId,
+        reply: Reply<()>,
     },
     Sweep {
         now_ms: i64,
@@ -287,6 +294,10 @@ impl Writer {
                     let _ = reply.send(self.put_exchange(&tenant, &exchange));
                     self.last_put = std::time::Instant::now();
                 }
+                Job::PutResponseId { tenant, id, reply } => {
+                    let _ = reply.send(self.put_response_id(&tenant, &id));
+                    self.last_put = std::time::Instant::now();
+                }
                 Job::Sweep { now_ms, reply } => {
                     let _ = reply.send(self.sweep(now_ms));
                 }
@@ -418,6 +429,29 @@ impl Writer {
         Ok(n > 0)
     }
 
+    fn put_response_id(&mut self, tenant: &Tenant, id: &ResponseId) -> Result<(), StoreError> {
+        self.set_synchronous(self.durable_level())?;
+        let now = self.config.clock.now_ms();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO response_ids (tenant, client_id, upstream_id, output, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, client_id) DO UPDATE SET \
+                 upstream_id = excluded.upstream_id, output = excluded.output",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    tenant.as_str(),
+                    id.client_id,
+                    id.upstream_id,
+                    id.output,
+                    now
+                ])
+            })
+            .ctx("keeping a response id")?;
+        self.wal_dirty += id.output.len() as u64;
+        Ok(())
+    }
+
     fn flush_index(&mut self) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
@@ -491,6 +525,14 @@ impl Writer {
                     params![cutoff, SWEEP_BATCH],
                 )
                 .ctx("deleting old hidden exchanges")?;
+            report.more |= gone as i64 == SWEEP_BATCH;
+            let gone = tx
+                .execute(
+                    "DELETE FROM response_ids WHERE (tenant, client_id) IN (SELECT tenant, \
+                     client_id FROM response_ids WHERE created_at < ?1 LIMIT ?2)",
+                    params![cutoff, SWEEP_BATCH],
+                )
+                .ctx("deleting old response ids")?;
             report.more |= gone as i64 == SWEEP_BATCH;
             let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
             report.more |= victims.len() as i64 == SWEEP_BATCH;

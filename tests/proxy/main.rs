@@ -8,6 +8,7 @@ mod hostile;
 mod mock;
 mod operator;
 mod recall;
+mod responses;
 mod security;
 
 use bytes::Bytes;
@@ -77,13 +78,14 @@ pub(crate) fn big_json(n: usize) -> String {
 
 /// The `]` closing the top-level `messages` array of a body.
 pub(crate) fn messages_close(body: &[u8]) -> usize {
-    #[derive(serde::Deserialize)]
-    struct Messages<'a> {
-        #[serde(borrow)]
-        messages: &'a serde_json::value::RawValue,
-    }
-    let m: Messages<'_> = serde_json::from_slice(body).expect("json");
-    let raw = m.messages.get();
+    messages_close_of(body, "messages")
+}
+
+/// The `]` closing the top-level array member `key` of a body.
+pub(crate) fn messages_close_of(body: &[u8], key: &str) -> usize {
+    let v: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(body).expect("json");
+    let raw = v.get(key).expect("the member").get();
     raw.as_ptr() as usize - body.as_ptr() as usize + raw.len() - 1
 }
 

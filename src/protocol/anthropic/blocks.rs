@@ -7,7 +7,7 @@
 //! appended, tool input parsed from its JSON pieces, citations collected),
 //! so a thinking block goes back with its signature exactly as it came.
 
-use crate::protocol::json_scan::Scanner;
+use crate::protocol::json_edit::set_members;
 use crate::protocol::json_string;
 use crate::recall::{RecallCall, RecallTool};
 use crate::stub::RecallToolNames;
@@ -172,32 +172,6 @@ impl Rebuilt {
             json: json.unwrap_or(self.raw),
         }
     }
-}
-
-/// `object` (a JSON object's text) with each member's value replaced by the
-/// given JSON text, or added at the end when absent; `None` if `object` is
-/// not an object.
-pub(super) fn set_members(object: &str, members: &[(&str, String)]) -> Option<String> {
-    let mut spans: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-    let mut missing: Vec<&(&str, String)> = members.iter().collect();
-    let mut scanner = Scanner::new(object);
-    let mut close = 0;
-    scanner.object(|s, key| {
-        let raw = s.value()?;
-        if let Some(i) = missing.iter().position(|(k, _)| *k == key) {
-            let (_, value) = missing.remove(i);
-            spans.push((crate::protocol::span_in(object, raw)?, value.clone()));
-        }
-        close = s.offset();
-        Some(())
-    })?;
-    let end = object.trim_end().len().checked_sub(1)?;
-    let empty = close == 0;
-    for (key, value) in missing {
-        let comma = if empty && spans.is_empty() { "" } else { "," };
-        spans.push((end..end, format!("{comma}{}:{value}", json_string(key))));
-    }
-    Some(crate::rewrite::splice(object, spans))
 }
 
 /// `{"role":"assistant","content":[...]}` of some blocks.

@@ -123,9 +123,14 @@ fn blocks_of(raw: &str) -> Option<Vec<(usize, Block<'_>)>> {
     Some(blocks)
 }
 
-/// A tool result's text: a string content as it is, or the text blocks of
-/// an array (spans into `body`). `None` when there is no text.
-fn result_text<'b>(body: &'b str, raw: &'b str) -> Option<ResultText<'b>> {
+/// A tool result's text: a string content as it is, or the blocks of type
+/// `text_type` of an array (spans into `body`). `None` when there is no
+/// text. (The Responses adapter reads its `input_text` parts with it too.)
+pub(super) fn result_text<'b>(
+    body: &'b str,
+    raw: &'b str,
+    text_type: &str,
+) -> Option<ResultText<'b>> {
     match raw.as_bytes().first()? {
         b'"' => Some(ResultText {
             content: Content::JsonString(raw),
@@ -137,7 +142,7 @@ fn result_text<'b>(body: &'b str, raw: &'b str) -> Option<ResultText<'b>> {
             let base = span_in(body, raw)?.start;
             let texts: Vec<usize> = (0..blocks.len())
                 .filter(|&i| {
-                    blocks[i].1.kind.as_deref() == Some("text") && blocks[i].1.text.is_some()
+                    blocks[i].1.kind.as_deref() == Some(text_type) && blocks[i].1.text.is_some()
                 })
                 .collect();
             let (&keep, earlier) = texts.split_last()?;
@@ -168,10 +173,12 @@ fn result_text<'b>(body: &'b str, raw: &'b str) -> Option<ResultText<'b>> {
     }
 }
 
-struct ResultText<'b> {
-    content: Content<'b>,
-    span: Range<usize>,
-    removed: Vec<Range<usize>>,
+pub(super) struct ResultText<'b> {
+    pub content: Content<'b>,
+    /// The string literal that carries the stub.
+    pub span: Range<usize>,
+    /// The other text parts, each with its separator.
+    pub removed: Vec<Range<usize>>,
 }
 
 impl Protocol for AnthropicMessages {
@@ -221,7 +228,8 @@ impl Protocol for AnthropicMessages {
                             group += 1;
                             any = true;
                         }
-                        let Some(text) = block.content.and_then(|raw| result_text(body, raw))
+                        let Some(text) =
+                            block.content.and_then(|raw| result_text(body, raw, "text"))
                         else {
                             continue;
                         };

@@ -16,10 +16,10 @@
 //! round's (the context the final answer was made from, which Claude Code
 //! reads as the conversation's size); `output_tokens` sums every round.
 
-use super::blocks::{assistant_message, kind_of, set_members, BlockKind, RoundBlock};
-use super::stream::raw_member;
+use super::blocks::{assistant_message, kind_of, BlockKind, RoundBlock};
 use super::stream::StreamState;
 use super::AnthropicMessages;
+use crate::protocol::json_edit::{raw_member, set_members};
 use crate::protocol::{json_string, Protocol, RoundsContext};
 use crate::recall::sse::Event;
 use crate::recall::{CallResult, RecallCall, Restoration, RoundEnd, Rounds, Step};

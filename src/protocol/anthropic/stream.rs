@@ -16,10 +16,10 @@
 //!
 //! Pure: events in, bytes out; the proxy's driver does the I/O.
 
-use super::blocks::{set_members, BlockKind, Rebuilt, RoundBlock};
+use super::blocks::{BlockKind, Rebuilt, RoundBlock};
 use super::rounds::{input_usage, AnthropicRounds, INPUT_FIELDS};
-use crate::protocol::json_scan::Scanner;
-use crate::protocol::{json_string, span_in};
+use crate::protocol::json_edit::{member_span, raw_member, set_members};
+use crate::protocol::json_string;
 use crate::recall::sse::Event;
 use crate::recall::RoundEnd;
 use bytes::Bytes;
@@ -107,7 +107,7 @@ fn reindexed(event: &Event, kind: &str, from: u64, to: u64) -> Bytes {
     if from == to {
         return event.raw.clone();
     }
-    match index_span(data) {
+    match member_span(data, "index") {
         Some(span) => {
             let mut out = String::with_capacity(data.len() + 4);
             out.push_str(&data[..span.start]);
@@ -117,34 +117,6 @@ fn reindexed(event: &Event, kind: &str, from: u64, to: u64) -> Bytes {
         }
         None => event.raw.clone(),
     }
-}
-
-/// The raw text of a top-level member of a JSON object.
-pub(super) fn raw_member<'a>(data: &'a str, key: &str) -> Option<&'a str> {
-    let mut scanner = Scanner::new(data);
-    let mut found = None;
-    scanner.object(|s, k| {
-        let raw = s.value()?;
-        if k == key {
-            found = Some(raw);
-        }
-        Some(())
-    })?;
-    found
-}
-
-/// Where the top-level `index` value is in an event's data.
-fn index_span(data: &str) -> Option<std::ops::Range<usize>> {
-    let mut scanner = Scanner::new(data);
-    let mut span = None;
-    scanner.object(|s, key| {
-        let raw = s.value()?;
-        if key == "index" {
-            span = span_in(data, raw);
-        }
-        Some(())
-    })?;
-    span
 }
 
 /// Handles one upstream event; returns the bytes for the client.

@@ -158,7 +158,7 @@ def check_run(rmock, rproxy, script, log: str, result, tool_name: str | None = "
     # What the agent kept of the run: no recall call anywhere.
     kept = json.dumps([i.to_input_item() for i in result.new_items], default=str)
     assert "tool_result_read" not in kept and RECALL_ID not in kept
-    assert result.raw_responses[-1].id == stubbed.response["id"], "the response id the agent got is round 1's"
+    assert result.raw_responses[-1].response_id == stubbed.response["id"], "the response id the agent got is round 1's"
     assert [o.type for o in result.raw_responses[-1].output] == \
         [i["type"] for i in visible(stubbed.response["output"]) + recall.response["output"]]
     return first, stubbed, recall

@@ -13,6 +13,7 @@ accept and reject.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 
 import httpx2 as httpx
@@ -57,7 +58,7 @@ SMALL = build_log(60)
 assert len(SMALL) < THRESHOLD
 
 
-def conversation(output, shape: str = "function") -> list[dict]:
+def conversation(output, shape: str = "function", salt: str = "") -> list[dict]:
     if shape == "custom":
         call = {"type": "custom_tool_call", "id": "ctc_e2e_0001", "status": "completed", "call_id": CALL_ID,
                 "name": TOOL, "input": "job=build-42"}
@@ -67,15 +68,15 @@ def conversation(output, shape: str = "function") -> list[dict]:
                 "arguments": json.dumps({"job": "build-42"}), "call_id": CALL_ID}
         result = {"type": "function_call_output", "call_id": CALL_ID, "output": output}
     return [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Why did build 42 fail?"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Why did build 42 fail?{salt}"}]},
         call,
         result,
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Be brief."}]},
     ]
 
 
-def request(output=BIG, shape: str = "function", **extra) -> dict:
-    body = dict(model=MODEL, instructions="You are a build doctor.", input=conversation(output, shape),
+def request(output=BIG, shape: str = "function", salt: str = "", **extra) -> dict:
+    body = dict(model=MODEL, instructions="You are a build doctor.", input=conversation(output, shape, salt),
                 tools=[CLIENT_TOOL], prompt_cache_key="e2e-build-doctor", metadata={"suite": "e2e"})
     body.update(extra)
     return body
@@ -285,6 +286,10 @@ def test_what_is_not_rewritten_goes_upstream_byte_for_byte(rclient, sent, rmock,
 # --- recall rounds -------------------------------------------------------------
 
 
+def texts_of(response: dict) -> str:
+    return "".join(mr.output_text(i) for i in response["output"] if i.get("type") == "message")
+
+
 def check_merged(response: dict, rmock, script) -> tuple[mr.Recorded, mr.Recorded]:
     """The one response the client got for a recall round (its JSON as on the
     wire): round 1's id, every round's visible items byte-faithful, the usage
@@ -296,7 +301,7 @@ def check_merged(response: dict, rmock, script) -> tuple[mr.Recorded, mr.Recorde
                     "the client sees every round's items but the recall call")
     check_usage(response["usage"], [first, second])
     assert ordered(response["tools"]) == ordered([CLIENT_TOOL])
-    assert script.final_text in json.dumps(response)
+    assert script.final_text in texts_of(response)
     return first, second
 
 
@@ -438,7 +443,7 @@ def test_a_previous_response_id_chain_across_a_recall_round(rclient, sent, rmock
     assert again["id"] == turn1.id
     assert_faithful(again["output"], visible(first.response["output"]) + second.response["output"],
                     "GET shows the output the client saw")
-    assert script.final_text in json.dumps(again)
+    assert script.final_text in texts_of(again)
     plain = rclient.responses.retrieve(turn2.id)  # an ordinary response: passes through
     assert plain.id == turn2.id and plain.output_text == turn2.output_text
 
@@ -465,25 +470,28 @@ def test_the_id_mapping_survives_a_restart(responses_upstream, rmock, tmp_path):
     assert again.id == turn1.id and again.output_text == turn1.output_text
 
 
-def test_a_stateless_next_turn_restores_the_hidden_rounds(rclient, rmock):
-    """store: false and the full history each turn (Codex's way): the items
-    the client saw come back re-serialized; upstream they are replaced by the
-    hidden round's items and the last round's, byte for byte as first sent."""
+def stateless_two_turns(rclient, rmock, salt: str):
+    """Turn 1 (streamed, with a recall round) and turn 2 of a stateless
+    client: returns (round 1, round 2, turn 2) as the upstream saw them."""
     script = rmock.script = RecallScript()
-    body = request(BIG, store=False, include=["reasoning.encrypted_content"])
+    body = request(BIG, salt=salt, store=False, include=["reasoning.encrypted_content"])
     with rclient.responses.stream(**body) as s:
         turn1 = s.get_final_response()
     first, second = recall_rounds(rmock)
+    assert script.final_text in turn1.output_text
     assert all(i.get("encrypted_content") for i in second.json["input"] if i.get("type") == "reasoning")
 
     rmock.script = lambda r: [mr.message("TURN-2 ok")]
     seen = [codex_order(i) for i in turn1.to_dict()["output"]]
     newest = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And the fix?"}]}
-    turn2_body = dict(body, input=body["input"] + seen + [newest])
-    turn2 = rclient.responses.create(**turn2_body)
+    turn2 = rclient.responses.create(**dict(body, input=body["input"] + seen + [newest]))
     assert turn2.output_text == "TURN-2 ok"
     third = rmock.responses_posts()[-1]
     assert third.status == 200
+    return first, second, third, newest
+
+
+def check_restored(first, second, third, newest) -> None:
     got = third.json["input"]
     n = len(second.json["input"])
     assert_faithful(got[:n], second.json["input"], "turn 1's rounds restored: round 2's input as sent")
@@ -491,7 +499,29 @@ def test_a_stateless_next_turn_restores_the_hidden_rounds(rclient, rmock):
     assert got[-1] == newest
     assert third.json["include"] == ["reasoning.encrypted_content"]
     check_recall_tools(third.json["tools"], [CLIENT_TOOL])
-    assert script.final_text in turn1.output_text
+
+
+def test_a_stateless_next_turn_restores_the_hidden_rounds(rclient, rmock):
+    """store: false and the full history each turn (Codex's way): the items
+    the client saw come back re-serialized; upstream they are replaced by the
+    hidden round's items and the last round's, byte for byte as first sent."""
+    check_restored(*stateless_two_turns(rclient, rmock, salt=f" [{secrets.token_hex(4)}]"))
+
+
+def test_restoration_follows_the_items_ids_not_their_text(rclient, rmock):
+    """Two conversations alike in every text (the same opening, output, stub
+    and model text), each with its own upstream ids: each one's next turn gets
+    its own hidden rounds back (another's reasoning items would be refused
+    upstream: their encrypted content and ids belong to another response)."""
+    salt = f" [{secrets.token_hex(4)}]"
+    check_restored(*stateless_two_turns(rclient, rmock, salt))
+    rmock.reset()
+    first, second, third, newest = stateless_two_turns(rclient, rmock, salt)
+    restored = [i.get("id") for i in third.json["input"] if i.get("type") in ("reasoning", "message", "function_call")]
+    own = [i["id"] for i in first.response["output"] + second.response["output"]]
+    assert set(own) <= set(restored), \
+        f"the second conversation's next turn got other items than its own rounds: {restored} (own: {own})"
+    check_restored(first, second, third, newest)
 
 
 # --- errors -----------------------------------------------------------------

@@ -524,6 +524,25 @@ def test_restoration_follows_the_items_ids_not_their_text(rclient, rmock):
     check_restored(first, second, third, newest)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_store_false_without_include_still_replays_reasoning(rclient, rproxy, rmock, stream):
+    """store: false and no reasoning.encrypted_content asked for: the proxy
+    asks for it itself (its recall round must replay round 1's reasoning, and
+    a reasoning item without it is refused when nothing is stored)."""
+    script = rmock.script = RecallScript()
+    body = request(BIG, salt=f" [{secrets.token_hex(4)}]", store=False)
+    if stream:
+        final = check_client_stream(stream_raw(rproxy, body))
+    else:
+        final = json.loads(rclient.responses.with_raw_response.create(**body).http_response.content)
+    first, second = recall_rounds(rmock)
+    assert "reasoning.encrypted_content" in first.json["include"], first.json.get("include")
+    [reasoning] = [i for i in second.json["input"] if i.get("type") == "reasoning"]
+    assert reasoning["encrypted_content"], reasoning
+    check_recall_round(first, second, [RECALL_ID])
+    assert script.final_text in texts_of(final)
+
+
 # --- errors -----------------------------------------------------------------
 
 

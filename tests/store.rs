@@ -1396,3 +1396,54 @@ mod exchanges {
         );
     }
 }
+
+mod response_ids {
+    use super::*;
+    use toolstub::store::ResponseId;
+
+    fn id(client: &str, upstream: &str) -> ResponseId {
+        ResponseId {
+            client_id: client.to_string(),
+            upstream_id: upstream.to_string(),
+            output: "[]".to_string(),
+        }
+    }
+
+    #[test]
+    fn a_client_id_maps_to_its_upstream_id_per_tenant() {
+        let (_dir, store) = open();
+        store
+            .put_response_id(&alice(), id("resp_1", "resp_3"))
+            .unwrap();
+        assert_eq!(
+            store.response_id(&alice(), "resp_1").unwrap(),
+            Some(id("resp_1", "resp_3"))
+        );
+        assert_eq!(store.response_id(&bob(), "resp_1").unwrap(), None);
+        assert_eq!(store.response_id(&alice(), "resp_2").unwrap(), None);
+        store
+            .put_response_id(&alice(), id("resp_1", "resp_4"))
+            .unwrap();
+        assert_eq!(
+            store
+                .response_id(&alice(), "resp_1")
+                .unwrap()
+                .map(|m| m.upstream_id),
+            Some("resp_4".to_string())
+        );
+    }
+
+    #[test]
+    fn retention_deletes_old_ids() {
+        let (_dir, store, now) = open_with_clock(StoreConfig {
+            retention_days: 1,
+            ..config()
+        });
+        store.put_response_id(&alice(), id("old", "x")).unwrap();
+        now.fetch_add(86_400_000 + 1, Ordering::SeqCst);
+        store.put_response_id(&alice(), id("new", "y")).unwrap();
+        store.sweep().unwrap();
+        assert_eq!(store.response_id(&alice(), "old").unwrap(), None);
+        assert!(store.response_id(&alice(), "new").unwrap().is_some());
+    }
+}

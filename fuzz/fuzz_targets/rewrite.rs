@@ -1,6 +1,6 @@
-//! Fuzz target: the request rewrite on any bytes as a request body of
-//! either protocol (OpenAI Chat Completions or Anthropic Messages), under
-//! any configuration within its bounds, in both modes.
+//! Fuzz target: the request rewrite on any bytes as a request body of any
+//! protocol (OpenAI Chat Completions, Anthropic Messages, OpenAI
+//! Responses), under any configuration within its bounds, in both modes.
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
 //! the [`Policy`] (switches, MIME hint, and the five budgets of SPEC section
@@ -12,15 +12,18 @@
 //! and it is the original byte for byte except for (a) each externalized
 //! output, in order: its content replaced by its encoded stub and the spans
 //! the adapter named for removal (Anthropic's other text blocks) gone, and
-//! (b) one insertion of the recall tools (when recall is on and refs exist);
-//! every restoration candidate's span is an assistant message of the new
-//! body.
+//! (b) one insertion of the recall tools (when recall is on and refs exist)
+//! and the adapter's recall edits (Responses with `store: false`: the
+//! encrypted reasoning asked for in `include`); every restoration
+//! candidate's span is an assistant message (or a run of the model's items)
+//! of the new body.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
+use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
@@ -73,10 +76,11 @@ fuzz_target!(|data: &[u8]| {
     let mut c = [0u8; CONFIG_BYTES];
     c.copy_from_slice(config);
     let policy = policy(&c);
-    let protocol: &dyn Protocol = if c[0] & 0x40 != 0 {
-        &AnthropicMessages
-    } else {
-        &OpenAiChat
+    // (adapter, the member holding the conversation)
+    let (protocol, key): (&dyn Protocol, &str) = match (c[0] & 0x40 != 0, c[0] & 0x80 != 0) {
+        (true, false) => (&AnthropicMessages, "messages"),
+        (_, true) if c[0] != 0xff => (&OpenAiResponses, "input"),
+        _ => (&OpenAiChat, "messages"),
     };
     let is_json = std::str::from_utf8(body)
         .ok()
@@ -94,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
             Outcome::Rewritten(r) => {
                 assert!(policy.enabled, "rewritten while disabled");
                 assert!(is_json, "rewrote a body that is not JSON");
-                check_rewritten(body, &r, &policy, mode, protocol);
+                check_rewritten(body, &r, &policy, mode, protocol, key);
             }
         }
     }
@@ -106,13 +110,14 @@ fn check_rewritten(
     policy: &Policy,
     mode: Mode,
     protocol: &dyn Protocol,
+    key: &str,
 ) {
     assert!(!r.outputs.is_empty(), "rewritten without outputs");
     let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
 
     // The new body is JSON with as many messages as the original.
-    let old = message_count(original).expect("the original has messages");
-    let new = match message_count(&r.body) {
+    let old = message_count(original, key).expect("the original has messages");
+    let new = match message_count(&r.body, key) {
         Ok(n) => n,
         Err(e) => panic!("rewritten body is not a JSON chat body: {e}\n{}", r.body),
     };
@@ -134,6 +139,19 @@ fn check_rewritten(
     } else {
         Vec::new()
     };
+    // The adapter's recall edits, each at most once, anywhere in a gap.
+    let mut edits: Vec<(String, bool)> = if policy.recall_enabled && mode == Mode::WithRefs {
+        protocol
+            .recall_edits(original)
+            .into_iter()
+            .map(|(range, text)| {
+                assert!(range.is_empty(), "recall edits only insert");
+                (text, false)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut inserted = false;
     let mut stubs = r.outputs.iter().peekable();
     let old_bytes = original.as_bytes();
@@ -151,6 +169,7 @@ fn check_rewritten(
             p,
             &insertions,
             &mut inserted,
+            &mut edits,
         );
         // Externalized: the removable spans gone, the content the next stub.
         let stubbed = stubs.peek().map(|o| {
@@ -180,7 +199,15 @@ fn check_rewritten(
         }
         at = span.end;
     }
-    p = walk_gap(&old_bytes[at..], new_body, p, &insertions, &mut inserted);
+    p = walk_gap(
+        &old_bytes[at..],
+        new_body,
+        p,
+        &insertions,
+        &mut inserted,
+        &mut edits,
+    );
+    assert!(edits.iter().all(|(_, used)| *used), "a recall edit is missing");
     assert_eq!(p, new_body.len(), "extra bytes at the end of the new body");
     assert!(
         stubs.next().is_none(),
@@ -203,15 +230,16 @@ fn check_rewritten(
     }
 }
 
-/// The number of messages, read without decoding strings (`serde_json::Value`
-/// refuses lone surrogate escapes, which JSON allows and clients send).
-fn message_count(body: &str) -> Result<usize, serde_json::Error> {
-    #[derive(serde::Deserialize)]
-    struct Shape<'a> {
-        #[serde(borrow)]
-        messages: Vec<&'a serde_json::value::RawValue>,
-    }
-    serde_json::from_str::<Shape<'_>>(body).map(|s| s.messages.len())
+/// The number of messages (or items) under `key`, read without decoding
+/// strings (`serde_json::Value` refuses lone surrogate escapes, which JSON
+/// allows and clients send).
+fn message_count(body: &str, key: &str) -> Result<usize, String> {
+    let shape: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let list = shape.get(key).ok_or("no conversation")?;
+    serde_json::from_str::<Vec<&serde_json::value::RawValue>>(list.get())
+        .map(|l| l.len())
+        .map_err(|e| e.to_string())
 }
 
 /// Matches one gap of the original (bytes outside every tool content) at
@@ -223,6 +251,7 @@ fn walk_gap(
     mut p: usize,
     insertions: &[(String, String)],
     inserted: &mut bool,
+    edits: &mut [(String, bool)],
 ) -> usize {
     loop {
         let common = gap
@@ -240,6 +269,15 @@ fn walk_gap(
                 && gap.starts_with(old.as_bytes())
                 && new_body[p..].starts_with(new.as_bytes())
         });
+        if let Some((text, used)) = edits
+            .iter_mut()
+            .find(|(text, used)| !*used && new_body[p..].starts_with(text.as_bytes()))
+            .filter(|_| hit.is_none())
+        {
+            p += text.len();
+            *used = true;
+            continue;
+        }
         match hit {
             Some((old, new)) => {
                 gap = &gap[old.len()..];

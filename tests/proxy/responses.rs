@@ -569,3 +569,162 @@ async fn a_cut_stream_ends_with_response_failed_and_errors_are_openai_shaped() {
     assert_eq!(v["error"]["code"], "upstream_unreachable");
     proxy.shutdown().await;
 }
+
+/// The replay's model: calls exec_command on most turns, reads a stub
+/// first on every fourth.
+fn replay_model(turn: Arc<Mutex<usize>>) -> Script {
+    Arc::new(move |r: &Recorded| {
+        let request = body_json(r);
+        let turn = *turn.lock().expect("lock");
+        let recalled = last_recall_result(&request).is_some();
+        let mut output = vec![
+            json!({"type": "reasoning", "id": format!("rs_{turn}_{recalled}"), "summary": [], "encrypted_content": format!("enc-{turn}-{recalled}")}),
+        ];
+        match stub_ref(&request) {
+            Some(reference)
+                if turn % 4 == 0 && !recalled && offers(&request, "tool_result_read") =>
+            {
+                output.push(json!({"type": "function_call", "id": format!("fc_rc{turn}"), "call_id": format!("call_rc{turn}"), "name": "tool_result_read", "arguments": json!({"ref": reference, "limit": 40}).to_string(), "status": "completed"}));
+            }
+            _ if turn < 30 => {
+                output.push(json!({"type": "function_call", "id": format!("fc_{turn}"), "call_id": format!("call_{turn}"), "name": "exec_command", "arguments": json!({"cmd": format!("cat f{turn}.json")}).to_string(), "status": "completed"}));
+            }
+            _ => output.push(item_text(&format!("msg_{turn}"), "All done.")),
+        }
+        let done = response(
+            &request,
+            &format!("resp_{turn}_{recalled}"),
+            output,
+            1000,
+            50,
+        );
+        if request["stream"] == true {
+            Reply::Stream {
+                chunks: streamed(&done),
+                gap: Duration::from_millis(1),
+                sent: Arc::default(),
+            }
+        } else {
+            Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                done.to_string(),
+            )
+        }
+    })
+}
+
+/// A request's prompt in cache order: tools, instructions, input items, as
+/// the upstream received them.
+fn prompt_pieces(body: &[u8]) -> Vec<String> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Prompt<'a> {
+        #[serde(borrow)]
+        tools: Vec<&'a RawValue>,
+        #[serde(borrow)]
+        instructions: &'a RawValue,
+        #[serde(borrow)]
+        input: Vec<&'a RawValue>,
+    }
+    let p: Prompt<'_> = serde_json::from_slice(body).expect("a responses body");
+    p.tools
+        .iter()
+        .chain(std::iter::once(&p.instructions))
+        .chain(&p.input)
+        .map(|r| r.get().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_30_turn_codex_replay_keeps_every_prefix() {
+    let turn = Arc::new(Mutex::new(0));
+    let s = setup(replay_model(turn.clone())).await;
+    let mut history: Vec<Value> = vec![
+        json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Look at every file."}]}),
+    ];
+    let mut recalled = 0;
+    for n in 1..=30 {
+        *turn.lock().expect("lock") = n;
+        let input: Vec<String> = history.iter().map(Value::to_string).collect();
+        let body = format!(
+            r#"{{"model":"gpt-5-codex","instructions":"Be brief.","input":[{}],"tools":[{{"type":"function","name":"exec_command","strict":false,"parameters":{{"type":"object","properties":{{"cmd":{{"type":"string"}}}}}}}}],"tool_choice":"auto","parallel_tool_calls":false,"store":false,"stream":true,"include":["reasoning.encrypted_content"],"prompt_cache_key":"019a"}}"#,
+            input.join(",")
+        );
+        let completed = accumulate(&stream(&s, body).await);
+        let output = completed["output"].as_array().expect("output").clone();
+        recalled += usize::from(output.len() > 2);
+        let call = output
+            .iter()
+            .find(|i| i["type"] == "function_call")
+            .cloned();
+        history.extend(output);
+        if let Some(call) = call {
+            let lines = [300, 2_500, 900, 1_800, 60][n % 5];
+            history.push(json!({"type": "function_call_output", "call_id": call["call_id"], "output": exec_output(lines)}));
+        }
+    }
+    assert!(recalled >= 5, "recall rounds: {recalled}");
+    let requests = s.mock.requests();
+    let first_offer = requests
+        .iter()
+        .position(|r| offers(&body_json(r), "tool_result_read"))
+        .expect("offered");
+    let mut diverged = Vec::new();
+    for k in 1..requests.len() {
+        let (before, after) = (
+            prompt_pieces(&requests[k - 1].body),
+            prompt_pieces(&requests[k].body),
+        );
+        if !(after.len() >= before.len() && before.iter().zip(&after).all(|(a, b)| a == b)) {
+            diverged.push(k);
+        }
+    }
+    assert_eq!(
+        diverged,
+        [first_offer],
+        "only the first offer of the recall tools breaks the prefix"
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_forwarded_byte_for_byte() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            "{}".to_string(),
+        )
+    }))
+    .await;
+    let big = serde_json::to_string(&"y".repeat(30_000)).expect("json");
+    let out = |output: &str| {
+        format!(r#"{{"type":"function_call_output","call_id":"c","output":{output}}}"#)
+    };
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    for body in [
+        "not json {".to_string(),
+        format!(r#"{{"input":[{}]}} trailing"#, out(&big)),
+        format!(r#"{{"input":{}}}"#, out(&big)),
+        format!(r#"{{"input":[{}],"tools":"all"}}"#, out(&big)),
+        format!(r#"{{"input":[[{big}]]}}"#),
+        format!(r#"{{"input":[{deep}]}}"#),
+        format!(r#"{{"input":[{}],"input":[]}}"#, out(&big)),
+        format!(
+            r#"{{"input":[{}]}}"#,
+            out(&format!(r#""\ud800 lone {}""#, "q".repeat(30_000)))
+        ),
+        format!(r#"{{"input":[{}]}}"#, out("12345")),
+        format!(
+            r#"{{"input":[{}],"previous_response_id":7}}"#,
+            out("\"small\"")
+        ),
+    ] {
+        let (status, _, _) = post(&s, body.clone()).await;
+        assert_eq!(status, 200, "{body:.80}");
+        assert_eq!(s.mock.last().body, Bytes::from(body.clone()), "{body:.80}");
+    }
+    s.proxy.shutdown().await;
+}

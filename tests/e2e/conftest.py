@@ -1,6 +1,7 @@
-"""Fixtures: the mock upstreams (OpenAI: mock_upstream.py; Anthropic:
-mock_anthropic.py), the real `toolstub serve` binary in front of each, and
-`openai` / `anthropic` SDK clients pointed at the proxy.
+"""Fixtures: the mock upstreams (OpenAI Chat Completions: mock_upstream.py;
+Anthropic: mock_anthropic.py; OpenAI Responses: mock_responses.py), the real
+`toolstub serve` binary in front of each, and `openai` / `anthropic` SDK
+clients pointed at the proxy.
 
 The binary is $TOOLSTUB_BIN, or target/debug/toolstub of this repository
 ($CARGO_TARGET_DIR/debug/toolstub when that is set); `scripts/e2e` builds it.
@@ -22,6 +23,7 @@ import openai
 import pytest
 
 import mock_anthropic
+import mock_responses
 import mock_upstream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,5 +227,57 @@ def aclient(aproxy, amock, sent) -> anthropic.Anthropic:
     http_client = anthropic.DefaultHttpxClient(trust_env=False, event_hooks={"request": [sent.hook]})
     c = anthropic.Anthropic(base_url=aproxy.url, api_key=ANTHROPIC_KEY, max_retries=0, timeout=30.0,
                             http_client=http_client)
+    yield c
+    c.close()
+
+
+# --- the OpenAI Responses route ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def responses_upstream() -> mock_responses.MockResponses:
+    m = mock_responses.start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="session")
+def rproxy(responses_upstream, tmp_path_factory) -> Proxy:
+    """toolstub serve in front of the mock Responses upstream."""
+    p = start_proxy(responses_upstream.url, tmp_path_factory.mktemp("toolstub-responses"))
+    yield p
+    code = stop_proxy(p)
+    assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"
+
+
+@pytest.fixture
+def rmock(responses_upstream) -> mock_responses.MockResponses:
+    """The mock Responses upstream, emptied and unscripted for each test; a
+    script that raised fails the test."""
+    responses_upstream.reset()
+    yield responses_upstream
+    errors = list(responses_upstream.errors)
+    responses_upstream.reset()
+    assert not errors, f"the mock's script failed: {errors}"
+
+
+def responses_client(base_url: str, sent: SentRequests | None = None) -> openai.OpenAI:
+    hooks = {"request": [sent.hook]} if sent is not None else {}
+    return openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0, timeout=30.0,
+                         http_client=openai.DefaultHttpxClient(trust_env=False, event_hooks=hooks))
+
+
+@pytest.fixture
+def rclient(rproxy, rmock, sent) -> openai.OpenAI:
+    """The openai SDK pointed at the proxy in front of the mock Responses upstream."""
+    c = responses_client(rproxy.url + "/v1", sent)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def rdirect(rmock, sent) -> openai.OpenAI:
+    """The openai SDK pointed straight at the mock Responses upstream (no proxy)."""
+    c = responses_client(rmock.url + "/v1", sent)
     yield c
     c.close()

@@ -36,7 +36,7 @@ use body::{boxed, full};
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
@@ -261,8 +261,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    // HTTP/1.1 with upgrades (WebSocket connections are tunnelled to the
+    // upstream as they are); hyper-util's builder, because its upgradeable
+    // connection can be drained gracefully.
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
     builder
+        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(app.config.header_read_timeout)
         .max_headers(app.config.max_headers)
@@ -282,7 +287,9 @@ pub async fn run(
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let service = service_fn(move |req| handle(app.clone(), role, req));
-                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                let conn = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
                 let watched = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = watched.await {
@@ -374,8 +381,61 @@ fn text_response(
 
 /// Forwards a request unchanged, both bodies streamed.
 async fn passthrough(app: &App, req: Request<Incoming>) -> Result<Response<BoxBody>, ProxyError> {
+    if is_upgrade(req.headers()) {
+        return tunnel(app, req).await;
+    }
     let (parts, body) = req.into_parts();
     forward(app, &parts, boxed(body)).await
+}
+
+/// A request to switch protocols (`Connection: upgrade` with `Upgrade`).
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// A protocol switch (the Responses API's WebSocket transport, say),
+/// passed through as it is: the upgrade request goes upstream with its
+/// `Upgrade` header; on `101 Switching Protocols` both connections are
+/// joined and bytes copied both ways until either side closes. Nothing in
+/// it is read or rewritten.
+async fn tunnel(app: &App, mut req: Request<Incoming>) -> Result<Response<BoxBody>, ProxyError> {
+    let client_side = hyper::upgrade::on(&mut req);
+    let (parts, body) = req.into_parts();
+    let mut request = upstream_request(app, &parts, boxed(body), None)?;
+    if let Some(upgrade) = parts.headers.get(header::UPGRADE) {
+        request
+            .headers_mut()
+            .insert(header::UPGRADE, upgrade.clone());
+        request.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("upgrade"),
+        );
+    }
+    let (mut response, latency) = app.upstream.send(request).await?;
+    app.metrics.upstream_latency(latency);
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(stream_back(response));
+    }
+    let upstream_side = hyper::upgrade::on(&mut response);
+    tokio::spawn(async move {
+        match tokio::try_join!(client_side, upstream_side) {
+            Ok((client, upstream)) => {
+                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+                if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                    tracing::debug!(error = %e, "an upgraded connection ended with an error");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "a protocol upgrade did not complete"),
+        }
+    });
+    let (parts, _) = response.into_parts();
+    Ok(Response::from_parts(parts, full(bytes::Bytes::new())))
 }
 
 /// Sends `body` upstream with the client's method, path and headers, and

@@ -582,7 +582,7 @@ fn replay_model(turn: Arc<Mutex<usize>>) -> Script {
         ];
         match stub_ref(&request) {
             Some(reference)
-                if turn % 4 == 0 && !recalled && offers(&request, "tool_result_read") =>
+                if turn.is_multiple_of(4) && !recalled && offers(&request, "tool_result_read") =>
             {
                 output.push(json!({"type": "function_call", "id": format!("fc_rc{turn}"), "call_id": format!("call_rc{turn}"), "name": "tool_result_read", "arguments": json!({"ref": reference, "limit": 40}).to_string(), "status": "completed"}));
             }
@@ -727,4 +727,82 @@ async fn hostile_bodies_are_forwarded_byte_for_byte() {
         assert_eq!(s.mock.last().body, Bytes::from(body.clone()), "{body:.80}");
     }
     s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_websocket_upgrade_is_tunnelled_as_it_is() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An upstream that switches protocols, then echoes every byte.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = upstream.local_addr().expect("addr");
+    let seen: Arc<Mutex<String>> = Arc::default();
+    let head_seen = seen.clone();
+    tokio::spawn(async move {
+        let (mut conn, _) = upstream.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if conn.read(&mut byte).await.expect("read") == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        *head_seen.lock().expect("lock") = String::from_utf8_lossy(&head).into_owned();
+        conn.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 64];
+        loop {
+            let n = conn.read(&mut buf).await.unwrap_or(0);
+            if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = toolstub::proxy::Server::start(super::config_for(
+        &format!("http://{addr}"),
+        dir.path(),
+        &[],
+    ))
+    .await
+    .expect("proxy");
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"GET /v1/responses HTTP/1.1\r\nhost: proxy\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: abc\r\nsec-websocket-version: 13\r\nauthorization: Bearer k\r\n\r\n")
+        .await
+        .expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            client.read(&mut byte).await.expect("read"),
+            1,
+            "the proxy closed"
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    let upstream_head = seen.lock().expect("lock").to_ascii_lowercase();
+    assert!(
+        upstream_head.contains("upgrade: websocket"),
+        "{upstream_head}"
+    );
+    assert!(
+        upstream_head.contains("sec-websocket-key: abc"),
+        "{upstream_head}"
+    );
+    // Bytes go both ways, untouched.
+    client.write_all(b"\x81\x04ping").await.expect("write");
+    let mut echoed = [0u8; 6];
+    client.read_exact(&mut echoed).await.expect("echo");
+    assert_eq!(&echoed, b"\x81\x04ping");
+    drop(client);
+    proxy.shutdown().await;
 }

@@ -54,6 +54,10 @@ pub enum Content<'b> {
     JsonString(&'b str),
     /// Text already decoded (text parts joined in order).
     Decoded(Cow<'b, str>),
+    /// Text parts of an array, left encoded until needed: the array's raw
+    /// text (what identifies the output) and the string literals of its
+    /// text parts, in order (joined when decoded).
+    Parts { raw: &'b str, texts: Vec<&'b str> },
 }
 
 impl<'b> Content<'b> {
@@ -63,6 +67,13 @@ impl<'b> Content<'b> {
         match self {
             Content::JsonString(raw) => json_text::decode(raw),
             Content::Decoded(text) => Some(text.clone()),
+            Content::Parts { texts, .. } => {
+                let mut joined = String::new();
+                for literal in texts {
+                    joined.push_str(&json_text::decode(literal)?);
+                }
+                Some(Cow::Owned(joined))
+            }
         }
     }
 
@@ -71,6 +82,7 @@ impl<'b> Content<'b> {
         match self {
             Content::JsonString(raw) => raw.as_bytes(),
             Content::Decoded(text) => text.as_bytes(),
+            Content::Parts { raw, .. } => raw.as_bytes(),
         }
     }
 }

@@ -360,6 +360,8 @@ struct PlannedOutput {
 enum TextSource {
     /// A JSON string literal at this span of the client's body.
     Literal(Range<usize>),
+    /// JSON string literals at these spans, joined in order (text parts).
+    Literals(Vec<Range<usize>>),
     Decoded(String),
 }
 
@@ -395,18 +397,27 @@ async fn store_outputs(
         if held {
             continue;
         }
+        let undecodable = || {
+            crate::store::StoreError::InvalidArgument(
+                "a tool output's text could not be decoded".to_string(),
+            )
+        };
+        let decode = |span: &Range<usize>| {
+            std::str::from_utf8(&original[span.clone()])
+                .ok()
+                .and_then(json_text::decode)
+        };
         let text = match &mut output.text {
             // Moved out: the text is not needed once stored.
             TextSource::Decoded(text) => std::mem::take(text),
-            TextSource::Literal(span) => std::str::from_utf8(&original[span.clone()])
-                .ok()
-                .and_then(json_text::decode)
-                .map(Cow::into_owned)
-                .ok_or_else(|| {
-                    crate::store::StoreError::InvalidArgument(
-                        "a tool output's text could not be decoded".to_string(),
-                    )
-                })?,
+            TextSource::Literal(span) => decode(span).ok_or_else(undecodable)?.into_owned(),
+            TextSource::Literals(spans) => {
+                let mut joined = String::new();
+                for span in spans.iter() {
+                    joined.push_str(&decode(span).ok_or_else(undecodable)?);
+                }
+                joined
+            }
         };
         news.push(NewOutput {
             text,
@@ -479,6 +490,18 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
                             }
                         }
                         (None, Content::Decoded(t)) => TextSource::Decoded(t.to_string()),
+                        (None, Content::Parts { texts, .. }) => {
+                            let spans: Option<Vec<Range<usize>>> = texts
+                                .iter()
+                                .map(|t| span_in_bytes(body, t.as_bytes()))
+                                .collect();
+                            match spans {
+                                Some(spans) => TextSource::Literals(spans),
+                                None => TextSource::Decoded(
+                                    o.content.decode().map(Cow::into_owned).unwrap_or_default(),
+                                ),
+                            }
+                        }
                     },
                     new: NewOutput {
                         session_id: String::new(),

@@ -151,11 +151,10 @@ pub(super) fn result_text<'b>(
             let content = if earlier.is_empty() {
                 Content::JsonString(literal)
             } else {
-                let mut text = String::new();
-                for &i in &texts {
-                    text.push_str(&json_text::decode(blocks[i].1.text?)?);
+                Content::Parts {
+                    raw,
+                    texts: texts.iter().filter_map(|&i| blocks[i].1.text).collect(),
                 }
-                Content::Decoded(Cow::Owned(text))
             };
             // An earlier text block goes with everything up to the next
             // block's start (its comma and whitespace).

@@ -41,6 +41,11 @@ fn finds_tool_results_their_names_groups_and_spans() {
     assert!(!a.is_error && b.is_error);
     // Text blocks joined in order; the stub goes into the last one.
     assert_eq!(b.content.decode().as_deref(), Some("ab"));
+    // Known by its raw bytes (a repeated turn finds it in the memo without
+    // decoding its parts).
+    assert!(std::str::from_utf8(b.content.identity())
+        .expect("utf-8")
+        .starts_with(r#"[{"type":"text","text":"a"}"#));
     assert_eq!(&body[b.content_span.clone()], "\"b\"");
     assert_eq!(b.shape, ContentShape::String);
     assert_eq!(b.removed.len(), 1);

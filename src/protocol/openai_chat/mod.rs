@@ -206,9 +206,14 @@ impl Protocol for OpenAiChat {
         let mut scanner = Scanner::new(message);
         let message = read_message(&mut scanner)?;
         scanner.finish()?;
-        let mut canon = message.role.as_deref().unwrap_or("").to_string();
+        let role = message.role.as_deref().unwrap_or("");
+        let mut canon = role.to_string();
         canon.push('\u{1e}');
-        if let Some((text, _)) = message.content.and_then(content_of) {
+        // A tool output is identified by its call id, never by its content
+        // (which may be megabytes, decoded on every request otherwise).
+        if matches!(role, "tool" | "function") {
+            canon.push_str(message.name.as_deref().unwrap_or(""));
+        } else if let Some((text, _)) = message.content.and_then(content_of) {
             canon.push_str(&text.decode()?);
         }
         for call in &message.tool_calls {
@@ -470,6 +475,19 @@ mod tests {
             .parse(r#"{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}"#)
             .expect("parsed");
         assert_eq!(p.client_tool_names, ["f"]);
+    }
+
+    #[test]
+    fn a_tool_message_is_known_by_its_call_id_not_its_content() {
+        let a = r#"{"role":"tool","tool_call_id":"call_1","content":"one megabyte"}"#;
+        let b = r#"{"content":"[toolstub stub]","tool_call_id":"call_1","role":"tool"}"#;
+        let c = r#"{"role":"tool","tool_call_id":"call_2","content":"one megabyte"}"#;
+        assert_eq!(OpenAiChat.message_canon(a), OpenAiChat.message_canon(b));
+        assert_ne!(OpenAiChat.message_canon(a), OpenAiChat.message_canon(c));
+        let said = |t: &str| {
+            OpenAiChat.message_canon(&format!(r#"{{"role":"assistant","content":"{t}"}}"#))
+        };
+        assert_ne!(said("yes"), said("no"), "an answer is known by its text");
     }
 
     #[test]

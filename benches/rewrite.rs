@@ -47,6 +47,39 @@ fn body() -> String {
     .to_string()
 }
 
+/// [`body`]'s output as the `tool_result` of a messages body (as
+/// `examples/loadbench.rs` sends it): a string, or (`blocks`) four text
+/// blocks cut between array items.
+fn messages_1mb(blocks: bool) -> String {
+    let output = large_output_salted(0);
+    let content = if blocks {
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for k in 1..4 {
+            let at = output.len() * k / 4;
+            let cut = output[at..]
+                .find("},{")
+                .map_or(output.len(), |i| at + i + 1);
+            parts.push(json!({"type": "text", "text": &output[from..cut]}));
+            from = cut;
+        }
+        parts.push(json!({"type": "text", "text": &output[from..]}));
+        Value::Array(parts)
+    } else {
+        Value::String(output)
+    };
+    json!({
+        "model": "claude-mock",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": "list the users"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "list_users", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}]},
+        ]
+    })
+    .to_string()
+}
+
 fn rewrite(c: &mut Criterion) {
     let body = body();
     let policy = Policy::default();
@@ -76,6 +109,44 @@ fn rewrite(c: &mut Criterion) {
             ))
         })
     });
+    // The same output as an Anthropic `tool_result`: its content a string,
+    // or four text blocks (joined, the same JSON document).
+    for (name, blocks) in [("messages_string", false), ("messages_blocks", true)] {
+        let body = messages_1mb(blocks);
+        group.bench_function(format!("{name}_first_seen_1MB"), |b| {
+            b.iter(|| {
+                let memo = Memo::new(0);
+                let out = rewrite_with(
+                    body.as_bytes(),
+                    &policy,
+                    &AnthropicMessages,
+                    Mode::WithRefs,
+                    &memo,
+                );
+                assert!(matches!(out, Outcome::Rewritten(_)));
+                black_box(out);
+            })
+        });
+        let memo = Memo::new(16);
+        rewrite_with(
+            body.as_bytes(),
+            &policy,
+            &AnthropicMessages,
+            Mode::WithRefs,
+            &memo,
+        );
+        group.bench_function(format!("{name}_repeated_1MB"), |b| {
+            b.iter(|| {
+                black_box(rewrite_with(
+                    body.as_bytes(),
+                    &policy,
+                    &AnthropicMessages,
+                    Mode::WithRefs,
+                    &memo,
+                ))
+            })
+        });
+    }
     group.bench_function("parse_1MB", |b| {
         b.iter(|| black_box(OpenAiChat.parse(black_box(&body))).map(|p| p.outputs.len()))
     });
@@ -209,13 +280,18 @@ fn turns() -> Vec<Turn> {
         .collect()
 }
 
-/// The 1 MB JSON output of [`body`].
+/// The 1 MB JSON output of the Claude-Code-shaped conversation.
 fn large_output() -> String {
+    large_output_salted(7)
+}
+
+/// A JSON array of user objects of about 1 MB (as [`body`]'s, salt 0).
+fn large_output_salted(salt: u64) -> String {
     let mut items = Vec::new();
     let mut len = 0;
     let mut i = 0u64;
     while len < 1_000_000 {
-        let item = format!("{{\"id\":{i},\"salt\":7,\"name\":\"user {i}\",\"email\":\"user{i}@example.com\",\"active\":true}}");
+        let item = format!("{{\"id\":{i},\"salt\":{salt},\"name\":\"user {i}\",\"email\":\"user{i}@example.com\",\"active\":true}}");
         len += item.len() + 1;
         items.push(item);
         i += 1;

@@ -1148,42 +1148,70 @@ async fn recall_rows(targets: &Targets) {
         }
     }
     let samples = 30;
-    // Per case: direct first byte, direct sum of both rounds, proxy first
-    // byte, proxy last byte.
-    let mut figures: Vec<[Vec<f64>; 4]> = cases.iter().map(|_| Default::default()).collect();
+    // A new turn: another conversation (its opening differs, so its session
+    // and its hidden exchange are new: the exchange is stored, committed,
+    // before the client's last bytes), the same stub (its output known).
+    let new_turns: Vec<[Payload; 2]> = (0..samples)
+        .map(|n| {
+            let ask = format!("{} the users (conversation {n})", support::RECALL_MARKER);
+            [
+                paced(Api::Chat, &chat_tool_body(&ask, &output, true)),
+                paced(
+                    Api::Messages,
+                    &anthropic_tool_body(&ask, output.clone().into(), true),
+                ),
+            ]
+        })
+        .collect();
+    // Per case: direct first byte, direct sum of both rounds; through the
+    // proxy, the same turn again and a new turn: first byte, last byte.
+    let mut figures: Vec<[Vec<f64>; 6]> = cases.iter().map(|_| Default::default()).collect();
     let mut shown = vec![0usize; cases.len()];
-    for _ in 0..samples {
+    for (n, new_turn) in new_turns.iter().enumerate() {
         for (i, (_, first, second)) in cases.iter().enumerate() {
             let one = timed(&client, mock, first).await;
             let two = timed(&client, mock, second).await;
-            let through = timed(&client, proxy, first).await;
-            shown[i] = through.events.len();
-            figures[i][0].push(one.first_byte);
-            figures[i][1].push(one.last_byte + two.last_byte);
-            figures[i][2].push(through.first_byte);
-            figures[i][3].push(through.last_byte);
+            // Which of the two proxied requests comes first alternates: the
+            // first after the direct ones finds the proxy's CPU idle.
+            let (again, new) = if n % 2 == 0 {
+                let again = timed(&client, proxy, first).await;
+                (again, timed(&client, proxy, &new_turn[i]).await)
+            } else {
+                let new = timed(&client, proxy, &new_turn[i]).await;
+                (timed(&client, proxy, first).await, new)
+            };
+            shown[i] = again.events.len();
+            for (f, value) in figures[i].iter_mut().zip([
+                one.first_byte,
+                one.last_byte + two.last_byte,
+                again.first_byte,
+                again.last_byte,
+                new.first_byte,
+                new.last_byte,
+            ]) {
+                f.push(value);
+            }
         }
     }
-    println!("A streamed recall round (c=1, median of {samples} each; events {} ms apart): through the proxy, round 1 (text, then a `tool_result_read` call on the stub's ref) and round 2 (the answer) spliced into one client stream; directly, the client sends both rounds itself.\n", STREAM_GAP.as_millis());
+    println!("A streamed recall round (c=1, median of {samples} each; events {} ms apart): through the proxy, round 1 (text, then a `tool_result_read` call on the stub's ref) and round 2 (the answer) spliced into one client stream; directly, the client sends both rounds itself. A new turn stores its hidden exchange (a commit) before the client's last bytes; the same turn again finds it stored.\n", STREAM_GAP.as_millis());
     println!("| recall round | direct: round 1 + round 2, to last byte | through toolstub, to last byte | added to last byte | direct first byte | added to first byte | events the client got |");
     println!("|---|---|---|---|---|---|---|");
     for (i, (name, _, _)) in cases.iter().enumerate() {
-        let [d_first, d_sum, p_first, p_last] = figures[i].clone();
-        let (d_first, d_sum, p_first, p_last) = (
-            median(d_first),
-            median(d_sum),
-            median(p_first),
-            median(p_last),
-        );
-        println!(
-            "| {name} | {} | {} | **{}** | {} | **{}** | {} |",
-            ms(d_sum),
-            ms(p_last),
-            ms(p_last - d_sum),
-            ms(d_first),
-            ms(p_first - d_first),
-            shown[i]
-        );
+        let [d_first, d_sum, a_first, a_last, n_first, n_last] = figures[i].clone().map(median);
+        for (variant, first, last) in [
+            ("a new turn", n_first, n_last),
+            ("the same turn again", a_first, a_last),
+        ] {
+            println!(
+                "| {name}, {variant} | {} | {} | **{}** | {} | **{}** | {} |",
+                ms(d_sum),
+                ms(last),
+                ms(last - d_sum),
+                ms(d_first),
+                ms(first - d_first),
+                shown[i]
+            );
+        }
     }
     println!();
 }

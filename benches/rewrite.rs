@@ -3,12 +3,20 @@
 //! rewrite on first sight (memo empty: decode, SHA-256, synopsis) and on a
 //! repeated turn (memo warm: parse, memo lookup, splice), and the parts.
 //!
+//! Then a Claude-Code-shaped conversation (system blocks, tool
+//! definitions, thinking, 30 turns of 5-30 KB tool results, one 1 MB
+//! result) in each API's shape, the Anthropic adapter beside the chat one
+//! on the same contents (`rewrite/claude_code/...`), first seen and
+//! repeated.
+//!
 //! Run: `cargo bench --bench rewrite`. CPU only, no I/O; the proxy's added
 //! latency is the load benchmark's job (`scripts/load`).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use serde_json::{json, Value};
 use std::hint::black_box;
 use std::time::Duration;
+use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::{json_text, Content, Protocol};
 use toolstub::rewrite::memo::Memo;
@@ -34,6 +42,39 @@ fn body() -> String {
             {"role": "user", "content": "list the users"},
             {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "list_users", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "call_1", "content": output},
+        ]
+    })
+    .to_string()
+}
+
+/// [`body`]'s output as the `tool_result` of a messages body (as
+/// `examples/loadbench.rs` sends it): a string, or (`blocks`) four text
+/// blocks cut between array items.
+fn messages_1mb(blocks: bool) -> String {
+    let output = large_output_salted(0);
+    let content = if blocks {
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for k in 1..4 {
+            let at = output.len() * k / 4;
+            let cut = output[at..]
+                .find("},{")
+                .map_or(output.len(), |i| at + i + 1);
+            parts.push(json!({"type": "text", "text": &output[from..cut]}));
+            from = cut;
+        }
+        parts.push(json!({"type": "text", "text": &output[from..]}));
+        Value::Array(parts)
+    } else {
+        Value::String(output)
+    };
+    json!({
+        "model": "claude-mock",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": "list the users"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "list_users", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}]},
         ]
     })
     .to_string()
@@ -68,6 +109,44 @@ fn rewrite(c: &mut Criterion) {
             ))
         })
     });
+    // The same output as an Anthropic `tool_result`: its content a string,
+    // or four text blocks (joined, the same JSON document).
+    for (name, blocks) in [("messages_string", false), ("messages_blocks", true)] {
+        let body = messages_1mb(blocks);
+        group.bench_function(format!("{name}_first_seen_1MB"), |b| {
+            b.iter(|| {
+                let memo = Memo::new(0);
+                let out = rewrite_with(
+                    body.as_bytes(),
+                    &policy,
+                    &AnthropicMessages,
+                    Mode::WithRefs,
+                    &memo,
+                );
+                assert!(matches!(out, Outcome::Rewritten(_)));
+                black_box(out);
+            })
+        });
+        let memo = Memo::new(16);
+        rewrite_with(
+            body.as_bytes(),
+            &policy,
+            &AnthropicMessages,
+            Mode::WithRefs,
+            &memo,
+        );
+        group.bench_function(format!("{name}_repeated_1MB"), |b| {
+            b.iter(|| {
+                black_box(rewrite_with(
+                    body.as_bytes(),
+                    &policy,
+                    &AnthropicMessages,
+                    Mode::WithRefs,
+                    &memo,
+                ))
+            })
+        });
+    }
     group.bench_function("parse_1MB", |b| {
         b.iter(|| black_box(OpenAiChat.parse(black_box(&body))).map(|p| p.outputs.len()))
     });
@@ -101,5 +180,262 @@ fn rewrite(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, rewrite);
+/// xorshift64*: deterministic contents without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+}
+
+/// A tool output of about `bytes` bytes of the kind a coding agent gets:
+/// a file read with line numbers (as Claude Code's Read tool shows it), a
+/// command's log, or JSON.
+fn agent_output(rng: &mut Rng, kind: u64, bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes + 128);
+    let mut line = 1u64;
+    while out.len() < bytes {
+        match kind {
+            0 => out.push_str(&format!(
+                "{line:>6}\t    let value_{} = compute(&input[{}..], {});\n",
+                rng.next() % 1000,
+                rng.next() % 64,
+                rng.next() % 4096
+            )),
+            1 => out.push_str(&format!(
+                "2026-11-30T12:{:02}:{:02}Z INFO test suite::case_{} ... ok ({} ms)\n",
+                line / 60 % 60,
+                line % 60,
+                rng.next() % 5000,
+                rng.next() % 900
+            )),
+            _ => out.push_str(&format!(
+                "{{\"path\":\"src/module_{}/file_{}.rs\",\"line\":{},\"match\":\"fn handler_{}(req: &Request) -> Response\"}}\n",
+                rng.next() % 40,
+                rng.next() % 200,
+                rng.next() % 3000,
+                rng.next() % 100
+            )),
+        }
+        line += 1;
+    }
+    out
+}
+
+/// One agent turn: the model's text and call, the tool's output.
+struct Turn {
+    thinking: String,
+    text: String,
+    id: String,
+    tool: &'static str,
+    input: Value,
+    output: String,
+    /// Whether the Anthropic shape sends the output as a text block array.
+    blocks: bool,
+}
+
+/// 30 turns of 5-30 KB outputs, the 16th carrying a 1 MB JSON output.
+fn turns() -> Vec<Turn> {
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let tools = ["Read", "Bash", "Grep"];
+    (0..30)
+        .map(|i| {
+            let kind = rng.next() % 3;
+            let output = if i == 15 {
+                large_output()
+            } else {
+                let size = rng.range(5_000, 30_001) as usize;
+                agent_output(&mut rng, kind, size)
+            };
+            let tool = tools[kind as usize];
+            Turn {
+                thinking: format!(
+                    "The user wants the failing test fixed. Step {i}: I should look at {} next, then compare it with what the last output said about case_{}. {}",
+                    tool,
+                    rng.next() % 500,
+                    "Considering the error path and the retry logic once more. ".repeat(6)
+                ),
+                text: format!("Let me check step {i}."),
+                id: format!("toolu_01{:020x}", rng.next()),
+                tool,
+                input: match tool {
+                    "Read" => json!({"file_path": format!("/repo/src/module_{i}.rs")}),
+                    "Bash" => json!({"command": "cargo test --workspace 2>&1 | tail -400", "description": "Run the tests"}),
+                    _ => json!({"pattern": format!("handler_{i}"), "path": "/repo/src", "output_mode": "content"}),
+                },
+                output,
+                blocks: i % 3 == 2,
+            }
+        })
+        .collect()
+}
+
+/// The 1 MB JSON output of the Claude-Code-shaped conversation.
+fn large_output() -> String {
+    large_output_salted(7)
+}
+
+/// A JSON array of user objects of about 1 MB (as [`body`]'s, salt 0).
+fn large_output_salted(salt: u64) -> String {
+    let mut items = Vec::new();
+    let mut len = 0;
+    let mut i = 0u64;
+    while len < 1_000_000 {
+        let item = format!("{{\"id\":{i},\"salt\":{salt},\"name\":\"user {i}\",\"email\":\"user{i}@example.com\",\"active\":true}}");
+        len += item.len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    format!("[{}]", items.join(","))
+}
+
+const SYSTEM: [&str; 2] = [
+    "You are Claude Code, Anthropic's official CLI for Claude.",
+    "You are an interactive CLI tool that helps users with software engineering tasks. Use the instructions below and the tools available to you to assist the user.",
+];
+
+/// Tool definitions: (name, description, JSON schema), 16 of them.
+fn tool_definitions() -> Vec<(String, String, Value)> {
+    (0..16)
+        .map(|i| {
+            (
+                ["Read", "Bash", "Grep", "Glob", "Edit", "Write", "TodoWrite", "WebFetch"][i % 8].to_string()
+                    + if i >= 8 { "2" } else { "" },
+                "Performs one kind of operation on the user's workspace. Usage notes: the path must be absolute; results are truncated past 2000 lines; prefer this tool over shell commands for this task. ".repeat(4),
+                json!({"type": "object", "properties": {
+                    "file_path": {"type": "string", "description": "The absolute path to the file"},
+                    "offset": {"type": "number", "description": "The line number to start reading from"},
+                    "limit": {"type": "number", "description": "The number of lines to read"},
+                    "command": {"type": "string", "description": "The command to execute"}
+                }, "required": ["file_path"], "additionalProperties": false, "$schema": "http://json-schema.org/draft-07/schema#"}),
+            )
+        })
+        .collect()
+}
+
+/// The conversation as Claude Code sends it to `/v1/messages`.
+fn messages_body(turns: &[Turn]) -> String {
+    let mut messages = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAs you answer the user's questions, you can use the following context: the repository is a Rust workspace.\n</system-reminder>"},
+        {"type": "text", "text": "The test suite fails in module 7; find out why and fix it."}
+    ]})];
+    for (i, t) in turns.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": t.thinking, "signature": format!("EqoBCkgIBhABGAIiQ{}", "Lm9wYXF1ZS1zaWduYXR1cmU".repeat(12))},
+            {"type": "text", "text": t.text},
+            {"type": "tool_use", "id": t.id, "name": t.tool, "input": t.input}
+        ]}));
+        let content = if t.blocks {
+            json!([{"type": "text", "text": t.output}])
+        } else {
+            Value::String(t.output.clone())
+        };
+        let mut result = json!({"type": "tool_result", "tool_use_id": t.id, "content": content});
+        if i + 1 == turns.len() {
+            result["cache_control"] = json!({"type": "ephemeral"});
+        }
+        messages.push(json!({"role": "user", "content": [result]}));
+    }
+    let tools: Vec<Value> = tool_definitions()
+        .into_iter()
+        .map(|(name, description, schema)| json!({"name": name, "description": description, "input_schema": schema}))
+        .collect();
+    json!({
+        "model": "claude-sonnet-4-5-20250929",
+        "max_tokens": 32000,
+        "system": [
+            {"type": "text", "text": SYSTEM[0], "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": SYSTEM[1].repeat(20), "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": messages,
+        "tools": tools,
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "metadata": {"user_id": "user_0123456789abcdef_account__session_0f1e2d3c"},
+        "stream": true
+    })
+    .to_string()
+}
+
+/// The same conversation as a Chat Completions body (no thinking blocks:
+/// the chat API has none; the outputs as `role: tool` strings).
+fn chat_conversation_body(turns: &[Turn]) -> String {
+    let mut messages = vec![
+        json!({"role": "system", "content": format!("{}\n{}", SYSTEM[0], SYSTEM[1].repeat(20))}),
+        json!({"role": "user", "content": "The test suite fails in module 7; find out why and fix it."}),
+    ];
+    for t in turns {
+        messages.push(json!({"role": "assistant", "content": t.text, "tool_calls": [
+            {"id": t.id, "type": "function", "function": {"name": t.tool, "arguments": t.input.to_string()}}
+        ]}));
+        messages.push(json!({"role": "tool", "tool_call_id": t.id, "content": t.output}));
+    }
+    let tools: Vec<Value> = tool_definitions()
+        .into_iter()
+        .map(|(name, description, schema)| json!({"type": "function", "function": {"name": name, "description": description, "parameters": schema}}))
+        .collect();
+    json!({"model": "gpt-4.1", "messages": messages, "tools": tools, "stream": true}).to_string()
+}
+
+/// The Anthropic adapter beside the chat one, on the same conversation.
+fn claude_code(c: &mut Criterion) {
+    let turns = turns();
+    let bodies: [(&str, String, &dyn Protocol); 2] = [
+        ("messages", messages_body(&turns), &AnthropicMessages),
+        ("chat", chat_conversation_body(&turns), &OpenAiChat),
+    ];
+    let policy = Policy::default();
+    let mut group = c.benchmark_group("rewrite/claude_code");
+    group.measurement_time(Duration::from_secs(4));
+    group.sample_size(30);
+    for (name, body, protocol) in &bodies {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        let memo = Memo::new(1024);
+        let Outcome::Rewritten(first) =
+            rewrite_with(body.as_bytes(), &policy, *protocol, Mode::WithRefs, &memo)
+        else {
+            panic!("the {name} body is rewritten");
+        };
+        eprintln!(
+            "{name}: body {:.2} MB, {} outputs externalized, rewritten body {:.0} KB",
+            body.len() as f64 / 1e6,
+            first.outputs.len(),
+            first.body.len() as f64 / 1e3
+        );
+        group.bench_function(format!("{name}/first_seen"), |b| {
+            b.iter(|| {
+                let memo = Memo::new(0);
+                let out = rewrite_with(body.as_bytes(), &policy, *protocol, Mode::WithRefs, &memo);
+                assert!(matches!(out, Outcome::Rewritten(_)));
+                black_box(out);
+            })
+        });
+        group.bench_function(format!("{name}/repeated"), |b| {
+            b.iter(|| {
+                black_box(rewrite_with(
+                    body.as_bytes(),
+                    &policy,
+                    *protocol,
+                    Mode::WithRefs,
+                    &memo,
+                ))
+            })
+        });
+        group.bench_function(format!("{name}/parse"), |b| {
+            b.iter(|| black_box(protocol.parse(black_box(body))).map(|p| p.outputs.len()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, rewrite, claude_code);
 criterion_main!(benches);

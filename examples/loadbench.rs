@@ -16,7 +16,18 @@
 //!   full rate), because this machine has slow spells of 20-60 ms that
 //!   decide a p99 and would otherwise land on one path's batch only.
 //!
-//! Environment: `LOADBENCH_ONLY=large|paced` (only those rows),
+//! - Issue 14 item 12: the Anthropic Messages route beside the chat one in
+//!   the same run: the passthrough rows of a small messages request (with
+//!   the bare forwarder measured beside it), the 1 MB output as a
+//!   `tool_result` (string content, and an array of text blocks)
+//!   interleaved with chat's, the delay each event of a paced stream adds
+//!   (the mock stamps every event as it leaves; without a stub the stream
+//!   is forwarded, with one the protocol's splicer reads it), and a
+//!   streamed recall round against the two rounds sent directly. The
+//!   mock's Anthropic answers are in `support`.
+//!
+//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|streams` (only those
+//! rows; `anthropic`: the messages rows and the chat rows beside them),
 //! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
 //! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
 //! `LOADBENCH_TRACE=DIR` (every paced request's latency, see
@@ -55,7 +66,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mock_addr = support::start_mock(Arc::new(mock_answer), 1);
+    let mock_addr = support::start_streaming_mock(Arc::new(mock_answer), 1);
     let dir = std::env::temp_dir().join(format!("toolstub-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let proxy_port = support::free_port();
@@ -121,47 +132,54 @@ fn main() {
             Some(cpu) => println!("CPU placement: proxy pinned to CPU {cpu}; load generator and mock share the other CPU(s).\n"),
             None => println!("CPU placement: none (proxy, load generator and mock share every CPU).\n"),
         }
-        println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s | proxy CPU per request |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
-        let small = Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
-        let small_stream = Bytes::from_static(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#);
-        let mut loaded_rss = 0;
-        let mut floors = Vec::new();
         let only = std::env::var("LOADBENCH_ONLY").unwrap_or_default();
-        let (only_large, only_paced) = (only == "large", only == "paced");
-        let scenarios: &[(&str, &Bytes)] = if only_large {
-            &[]
-        } else {
-            &[("non-streaming", &small), ("streaming", &small_stream)]
+        let only = Only::from(only.as_str());
+        let chat_small = Payload::new(Api::Chat, &br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#[..]);
+        let chat_stream = Payload::new(Api::Chat, &br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#[..]);
+        let messages_small = Payload::new(Api::Messages, &br#"{"model":"claude-mock","max_tokens":1024,"messages":[{"role":"user","content":"hello"}]}"#[..]);
+        let mut loaded_rss = 0;
+        let scenarios: Vec<(&str, &Payload)> = match only {
+            Only::Large | Only::Streams => Vec::new(),
+            Only::Anthropic => vec![("non-streaming", &chat_small), (MESSAGES, &messages_small)],
+            Only::All | Only::Paced => vec![("non-streaming", &chat_small), (MESSAGES, &messages_small), ("streaming", &chat_stream)],
         };
-        for &(name, body) in scenarios {
-            let configurations: &[(usize, Option<u32>)] = if only_paced {
-                &[(32, Some(PACED_RATE))]
-            } else {
-                &[(1, None), (32, None), (32, Some(PACED_RATE))]
-            };
-            for &(concurrency, rate) in configurations {
+        let configurations: &[(usize, Option<u32>)] = if only == Only::Paced {
+            &[(32, Some(PACED_RATE))]
+        } else {
+            &[(1, None), (32, None), (32, Some(PACED_RATE))]
+        };
+        // Configuration by configuration, every scenario in turn, so the
+        // chat and messages rows of one configuration run minutes apart at
+        // most; printed scenario by scenario.
+        let mut rows = Vec::new();
+        for (c, &(concurrency, rate)) in configurations.iter().enumerate() {
+            for (s, &(name, body)) in scenarios.iter().enumerate() {
                 let row = compare(&targets, body, concurrency, rate).await;
                 let name = match rate {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
                 };
                 loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
+                rows.push((s, c, name, row));
+            }
+        }
+        rows.sort_by_key(|&(s, c, _, _)| (s, c));
+        if !rows.is_empty() {
+            println!("| scenario | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 | added p99 | direct req/s | proxy req/s | proxy CPU per request |");
+            println!("|---|---|---|---|---|---|---|---|---|---|");
+            for (_, _, name, row) in &rows {
                 println!(
                     "| {name} | {} | {} | **{}** | {} | {} | **{}** | {:.0} | {:.0} | {:.1} µs |",
                     ms(row.direct_p50), ms(row.proxy_p50), ms(row.added_p50()),
                     ms(row.direct_p99), ms(row.proxy_p99), ms(row.added_p99()),
                     row.direct_rps, row.proxy_rps, row.proxy_cpu * 1e6
                 );
-                floors.push((name, row));
             }
-        }
-        println!();
-        if !floors.is_empty() {
+            println!();
             println!("The floor on this machine: a bare hyper forwarder (no parsing, no rewrite, no metrics: `loadbench --forwarder`), placed as the proxy is, measured in the same interleaved rounds. Latency it adds is the hops' and the placement's, which any proxy pays.\n");
             println!("| scenario | bare forwarder added p50 | toolstub added p50 | bare forwarder added p99 | toolstub added p99 | toolstub p99 over bare | CPU per request, bare / toolstub |");
             println!("|---|---|---|---|---|---|---|");
-            for (name, row) in &floors {
+            for (_, _, name, row) in &rows {
                 println!(
                     "| {name} | {} | {} | {} | {} | **{}** | {:.1} / {:.1} µs |",
                     ms(row.bare_added_p50), ms(row.added_p50()),
@@ -171,18 +189,46 @@ fn main() {
                 );
             }
             println!();
+            print_passthrough_beside(&rows);
         }
-        if only_paced {
+        if only == Only::Paced {
             return;
         }
-        let one_mb = large_output_cost(mock_addr, proxy_addr).await;
-        loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
-        println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", one_mb.samples);
-        println!("|---|---|");
-        println!("| first seen, back to back (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(one_mb.first_seen));
-        println!("| first seen, each after {} ms idle (as between agent turns) | **{}** |", IDLE_GAP.as_millis(), ms(one_mb.first_seen_after_idle));
-        println!("| repeated turn (same content again) | **{}** ({:.2} ms per MB of body) |", ms(one_mb.repeated), one_mb.repeated * 1e3 / (one_mb.body_bytes as f64 / 1e6));
-        println!();
+        if only != Only::Streams {
+            let shapes: &[Shape] = &[
+                Shape { name: "chat, `role: tool` string", api: Api::Chat, build: large_body },
+                Shape { name: "messages, `tool_result` string content", api: Api::Messages, build: |salt| anthropic_large_body(salt, false) },
+                Shape { name: "messages, `tool_result` content as 4 text blocks", api: Api::Messages, build: |salt| anthropic_large_body(salt, true) },
+            ];
+            let costs = large_output_cost(mock_addr, proxy_addr, shapes, only == Only::All).await;
+            loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
+            let chat = &costs[0];
+            println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", chat.samples);
+            println!("|---|---|");
+            println!("| first seen, back to back (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(chat.first_seen));
+            if let Some(after_idle) = chat.first_seen_after_idle {
+                println!("| first seen, each after {} ms idle (as between agent turns) | **{}** |", IDLE_GAP.as_millis(), ms(after_idle));
+            }
+            println!("| repeated turn (same content again) | **{}** ({:.2} ms per MB of body) |", ms(chat.repeated), chat.repeated * 1e3 / (chat.body_bytes as f64 / 1e6));
+            println!();
+            println!("The same 1 MB output in each API's shape, the shapes interleaved request by request (c=1, median of {} each; added latency over the direct request of the same body):\n", chat.samples);
+            println!("| shape | body | direct | first seen, back to back | repeated turn | repeated, per MB of body |");
+            println!("|---|---|---|---|---|---|");
+            for (shape, cost) in shapes.iter().zip(&costs) {
+                println!(
+                    "| {} | {:.2} MB | {} | **{}** | **{}** | {:.2} ms |",
+                    shape.name, cost.body_bytes as f64 / 1e6, ms(cost.direct), ms(cost.first_seen), ms(cost.repeated),
+                    cost.repeated * 1e3 / (cost.body_bytes as f64 / 1e6)
+                );
+            }
+            println!();
+        }
+        if only != Only::Large {
+            stream_rows(&targets).await;
+            loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
+            recall_rows(&targets).await;
+            loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
+        }
         println!("| proxy RSS | MiB |");
         println!("|---|---|");
         println!("| idle, after start | {:.1} |", idle_rss as f64 / 1024.0);
@@ -257,7 +303,7 @@ struct Targets {
     bare_pid: u32,
 }
 
-async fn compare(targets: &Targets, body: &Bytes, concurrency: usize, rate: Option<u32>) -> Row {
+async fn compare(targets: &Targets, body: &Payload, concurrency: usize, rate: Option<u32>) -> Row {
     let client = support::client();
     let (mock, proxy, bare) = (targets.mock, targets.proxy, targets.bare);
     // Warm every path (connections, pools).
@@ -393,7 +439,7 @@ type BenchClient = support::HttpClient;
 async fn batch(
     client: &BenchClient,
     target: SocketAddr,
-    body: &Bytes,
+    body: &Payload,
     concurrency: usize,
     duration: Duration,
     rate: Option<u32>,
@@ -412,7 +458,7 @@ async fn batch(
 async fn side_by_side(
     client: &BenchClient,
     targets: &[SocketAddr],
-    body: &Bytes,
+    body: &Payload,
     concurrency: usize,
     duration: Duration,
     rate: Option<u32>,
@@ -451,7 +497,7 @@ async fn side_by_side(
                         }
                         None => Instant::now(),
                     };
-                    request(&client, target, body.clone()).await;
+                    request(&client, target, &body).await;
                     lat.push(((t - started).as_secs_f64(), t.elapsed().as_secs_f64()));
                 }
                 lat
@@ -470,15 +516,65 @@ async fn side_by_side(
     (traces, started, started.elapsed().as_secs_f64())
 }
 
-async fn request(client: &BenchClient, target: SocketAddr, body: Bytes) {
-    let req = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{target}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .header("authorization", "Bearer sk-bench")
-        .body(Full::new(body))
-        .expect("request");
-    let response = client.request(req).await.expect("response");
+/// Which API a request speaks: the path and the credential header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Messages,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+        }
+    }
+}
+
+/// One request to send again and again: its API, its body, and (for the
+/// mock's paced streams) the gap between events it asks for.
+#[derive(Clone)]
+struct Payload {
+    api: Api,
+    body: Bytes,
+    gap: Option<Duration>,
+}
+
+impl Payload {
+    fn new(api: Api, body: impl Into<Bytes>) -> Payload {
+        Payload {
+            api,
+            body: body.into(),
+            gap: None,
+        }
+    }
+
+    fn paced(mut self, gap: Duration) -> Payload {
+        self.gap = Some(gap);
+        self
+    }
+
+    fn to(&self, target: SocketAddr) -> http::Request<Full<Bytes>> {
+        let builder = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{target}{}", self.api.path()))
+            .header("content-type", "application/json");
+        let mut builder = match self.api {
+            Api::Chat => builder.header("authorization", "Bearer sk-bench"),
+            Api::Messages => builder
+                .header("x-api-key", "sk-ant-bench")
+                .header("anthropic-version", "2023-06-01"),
+        };
+        if let Some(gap) = self.gap {
+            builder = builder.header(support::GAP_HEADER, gap.as_micros().to_string());
+        }
+        builder.body(Full::new(self.body.clone())).expect("request")
+    }
+}
+
+async fn request(client: &BenchClient, target: SocketAddr, payload: &Payload) {
+    let response = client.request(payload.to(target)).await.expect("response");
     assert!(
         response.status().is_success(),
         "status {}",
@@ -500,16 +596,98 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&v, 0.5)
 }
 
+/// What `LOADBENCH_ONLY` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Only {
+    All,
+    /// The 1 MB rows.
+    Large,
+    /// The paced passthrough rows.
+    Paced,
+    /// The rows of the Anthropic route and the chat rows beside them
+    /// (passthrough non-streaming, 1 MB shapes, streams, recall rounds).
+    Anthropic,
+    /// The streamed rows: added delay per event, recall rounds.
+    Streams,
+}
+
+impl Only {
+    fn from(value: &str) -> Only {
+        match value {
+            "large" => Only::Large,
+            "paced" => Only::Paced,
+            "anthropic" => Only::Anthropic,
+            "streams" => Only::Streams,
+            "" => Only::All,
+            other => panic!("LOADBENCH_ONLY={other}: expected large, paced, anthropic or streams"),
+        }
+    }
+}
+
+/// The scenario name of the small Anthropic Messages request.
+const MESSAGES: &str = "messages (Anthropic)";
+
+/// The chat and messages passthrough rows of each configuration beside
+/// each other, with the bare forwarder measured beside the messages row.
+fn print_passthrough_beside(rows: &[(usize, usize, String, Row)]) {
+    let of = |prefix: &str, c: usize| {
+        rows.iter()
+            .find(|(_, rc, name, _)| *rc == c && name.starts_with(prefix))
+            .map(|(_, _, name, row)| (name, row))
+    };
+    let configurations: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.1).collect();
+    let mut lines = Vec::new();
+    for c in configurations {
+        let (Some((_, chat)), Some((name, messages))) = (of("non-streaming,", c), of(MESSAGES, c))
+        else {
+            continue;
+        };
+        let configuration = name.trim_start_matches(MESSAGES).trim_start_matches(", ");
+        lines.push(format!(
+            "| {configuration} | {} | **{}** | {} | {} | **{}** | {} | {:.1} / {:.1} / {:.1} µs |",
+            ms(chat.added_p50()),
+            ms(messages.added_p50()),
+            ms(messages.bare_added_p50),
+            ms(chat.added_p99()),
+            ms(messages.added_p99()),
+            ms(messages.bare_added_p99),
+            chat.proxy_cpu * 1e6,
+            messages.proxy_cpu * 1e6,
+            messages.bare_cpu * 1e6
+        ));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    println!("A small request with nothing over budget (forwarded byte for byte), Chat Completions beside Anthropic Messages; the bare forwarder measured beside the messages row:\n");
+    println!("| configuration | chat added p50 | messages added p50 | bare added p50 | chat added p99 | messages added p99 | bare added p99 | CPU per request, chat / messages / bare |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for line in lines {
+        println!("{line}");
+    }
+    println!();
+}
+
 struct LargeCost {
+    /// The direct request's median, back to back.
+    direct: f64,
     first_seen: f64,
-    first_seen_after_idle: f64,
+    first_seen_after_idle: Option<f64>,
     repeated: f64,
     samples: usize,
     body_bytes: usize,
 }
 
-/// A chat body with one ~1 MB JSON tool output; `salt` makes the content new.
-fn large_body(salt: u64) -> Bytes {
+/// A request shape of the 1 MB rows: its API and its body, given a salt
+/// that makes the content new.
+struct Shape {
+    name: &'static str,
+    api: Api,
+    build: fn(u64) -> Bytes,
+}
+
+/// A JSON array of user objects of about 1 MB; `salt` makes the content new.
+fn large_output(salt: u64) -> String {
     let mut items = Vec::new();
     let mut len = 0;
     let mut i = 0u64;
@@ -519,7 +697,12 @@ fn large_body(salt: u64) -> Bytes {
         items.push(item);
         i += 1;
     }
-    let output = format!("[{}]", items.join(","));
+    format!("[{}]", items.join(","))
+}
+
+/// A chat body with one ~1 MB JSON tool output; `salt` makes the content new.
+fn large_body(salt: u64) -> Bytes {
+    let output = large_output(salt);
     let body = serde_json::json!({
         "model": "m",
         "messages": [
@@ -531,47 +714,550 @@ fn large_body(salt: u64) -> Bytes {
     Bytes::from(body.to_string())
 }
 
-async fn large_output_cost(mock: SocketAddr, proxy: SocketAddr) -> LargeCost {
+/// The same output as a messages body's `tool_result`: its content a
+/// string, or (`blocks`) four text blocks cut between array items, whose
+/// joined text is the same JSON document.
+fn anthropic_large_body(salt: u64, blocks: bool) -> Bytes {
+    let output = large_output(salt);
+    let content = if blocks {
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for k in 1..4 {
+            let at = output.len() * k / 4;
+            let cut = output[at..]
+                .find("},{")
+                .map_or(output.len(), |i| at + i + 1);
+            parts.push(serde_json::json!({"type": "text", "text": &output[from..cut]}));
+            from = cut;
+        }
+        parts.push(serde_json::json!({"type": "text", "text": &output[from..]}));
+        serde_json::Value::Array(parts)
+    } else {
+        serde_json::Value::String(output)
+    };
+    Bytes::from(anthropic_tool_body("list the users", content, false).to_string())
+}
+
+/// A messages body: a user message, an assistant `tool_use`, the user's
+/// `tool_result` with this content.
+fn anthropic_tool_body(ask: &str, content: serde_json::Value, stream: bool) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "model": "claude-mock",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "list_users", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}]},
+        ]
+    });
+    if stream {
+        body["stream"] = true.into();
+    }
+    body
+}
+
+/// A chat body: a user message, an assistant tool call, the tool's output.
+fn chat_tool_body(ask: &str, output: &str, stream: bool) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "list_users", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": output},
+        ]
+    });
+    if stream {
+        body["stream"] = true.into();
+    }
+    body
+}
+
+/// The 1 MB rows: for each shape, a request with new content (first seen)
+/// and the same request again (repeated), against the direct request of a
+/// new body, the shapes interleaved request by request; with `idle`, the
+/// first shape's first-seen request also after an idle gap.
+async fn large_output_cost(
+    mock: SocketAddr,
+    proxy: SocketAddr,
+    shapes: &[Shape],
+    idle: bool,
+) -> Vec<LargeCost> {
     let client = support::client();
     let samples = 30;
-    let repeated_body = large_body(0);
-    let time = |target: SocketAddr, body: Bytes| {
+    // Each shape its own contents: the memo and the store must not know
+    // one shape's output from another's.
+    let salt = |shape: usize, n: u64| shape as u64 * 1_000_000 + n;
+    let payload = |shape: usize, n: u64| {
+        Payload::new(shapes[shape].api, (shapes[shape].build)(salt(shape, n)))
+    };
+    let time = |target: SocketAddr, body: Payload| {
         let client = client.clone();
         async move {
             let t = Instant::now();
-            request(&client, target, body).await;
+            request(&client, target, &body).await;
             t.elapsed().as_secs_f64()
         }
     };
-    // Warm-up, and the repeated body's first sight.
-    time(proxy, repeated_body.clone()).await;
-    time(mock, repeated_body.clone()).await;
-    let (mut direct, mut first, mut repeat) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..samples {
-        let fresh = large_body(n as u64 + 1);
-        direct.push(time(mock, fresh.clone()).await);
-        first.push(time(proxy, fresh).await);
-        repeat.push(time(proxy, repeated_body.clone()).await);
+    let repeated: Vec<Payload> = (0..shapes.len()).map(|i| payload(i, 0)).collect();
+    // Warm-up, and the repeated bodies' first sight.
+    for body in &repeated {
+        time(proxy, body.clone()).await;
+        time(mock, body.clone()).await;
     }
-    let base = median(direct);
+    let mut direct = vec![Vec::new(); shapes.len()];
+    let mut first = vec![Vec::new(); shapes.len()];
+    let mut repeat = vec![Vec::new(); shapes.len()];
+    for n in 0..samples {
+        for i in 0..shapes.len() {
+            let fresh = payload(i, n as u64 + 1);
+            direct[i].push(time(mock, fresh.clone()).await);
+            first[i].push(time(proxy, fresh).await);
+            repeat[i].push(time(proxy, repeated[i].clone()).await);
+        }
+    }
     // The same, each request after an idle gap, as between an agent's turns
     // (a model answers in seconds): the store's background work (indexing
     // the last output, the checkpoint that lets the WAL be reused) has run.
     // Back to back above, it never gets a quiet moment and the WAL only grows.
-    let (mut direct_idle, mut first_idle) = (Vec::new(), Vec::new());
-    for n in 0..samples {
-        tokio::time::sleep(IDLE_GAP).await;
-        direct_idle.push(time(mock, large_body(10_000 + 2 * n as u64)).await);
-        tokio::time::sleep(IDLE_GAP).await;
-        first_idle.push(time(proxy, large_body(10_001 + 2 * n as u64)).await);
+    let mut after_idle = None;
+    if idle {
+        let (mut direct_idle, mut first_idle) = (Vec::new(), Vec::new());
+        for n in 0..samples {
+            tokio::time::sleep(IDLE_GAP).await;
+            direct_idle.push(time(mock, payload(0, 10_000 + 2 * n as u64)).await);
+            tokio::time::sleep(IDLE_GAP).await;
+            first_idle.push(time(proxy, payload(0, 10_001 + 2 * n as u64)).await);
+        }
+        after_idle = Some(median(first_idle) - median(direct_idle));
     }
-    LargeCost {
-        first_seen: median(first) - base,
-        first_seen_after_idle: median(first_idle) - median(direct_idle),
-        repeated: median(repeat) - base,
-        samples,
-        body_bytes: repeated_body.len(),
+    let mut costs = Vec::new();
+    for (i, ((direct, first), repeat)) in direct.into_iter().zip(first).zip(repeat).enumerate() {
+        let base = median(direct);
+        costs.push(LargeCost {
+            direct: base,
+            first_seen: median(first) - base,
+            first_seen_after_idle: if i == 0 { after_idle } else { None },
+            repeated: median(repeat) - base,
+            samples,
+            body_bytes: repeated[i].body.len(),
+        });
     }
+    costs
+}
+
+/// The mock's gap between the events of a paced stream.
+const STREAM_GAP: Duration = Duration::from_millis(2);
+/// Streams in flight per path in the streamed rows.
+const STREAM_WORKERS: usize = 4;
+/// The size of the tool output that makes the stub of the streamed rows
+/// (over the 20,000-character threshold).
+const STUB_OUTPUT_CHARS: usize = 25_000;
+
+/// What an event of a stream is to the measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventKind {
+    /// `message_delta` (Anthropic) or the finish chunk (chat): held by a
+    /// splicer until it knows how the round ends.
+    Closing,
+    Other,
+}
+
+/// One streamed request, seen by the client: seconds to the first byte of
+/// the body and to its last, and each stamped event's transit time (from
+/// the mock's write to its arrival here).
+struct Timed {
+    first_byte: f64,
+    last_byte: f64,
+    events: Vec<(EventKind, f64)>,
+}
+
+async fn timed(client: &BenchClient, target: SocketAddr, payload: &Payload) -> Timed {
+    let started = Instant::now();
+    let response = client.request(payload.to(target)).await.expect("response");
+    assert!(
+        response.status().is_success(),
+        "status {}",
+        response.status()
+    );
+    let mut body = response.into_body();
+    let (mut buffer, mut events, mut first_byte) = (Vec::new(), Vec::new(), None);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.expect("stream").into_data() else {
+            continue;
+        };
+        let now = support::now_ns();
+        first_byte.get_or_insert_with(|| started.elapsed().as_secs_f64());
+        buffer.extend_from_slice(&data);
+        while let Some(end) = memchr::memmem::find(&buffer, b"\n\n") {
+            let event: Vec<u8> = buffer.drain(..end + 2).collect();
+            if let Some((kind, sent)) = stamp_of(&event) {
+                events.push((kind, now.saturating_sub(sent) as f64 / 1e9));
+            }
+        }
+    }
+    let last_byte = started.elapsed().as_secs_f64();
+    Timed {
+        first_byte: first_byte.unwrap_or(last_byte),
+        last_byte,
+        events,
+    }
+}
+
+/// A stamped event's kind and send time.
+fn stamp_of(event: &[u8]) -> Option<(EventKind, u64)> {
+    const KEY: &[u8] = b"\"bench_ns\":";
+    let at = memchr::memmem::find(event, KEY)? + KEY.len();
+    let digits = event[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let sent = std::str::from_utf8(&event[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()?;
+    let closing = event.starts_with(b"event: message_delta")
+        || memchr::memmem::find(event, b"\"finish_reason\":\"").is_some();
+    Some((
+        if closing {
+            EventKind::Closing
+        } else {
+            EventKind::Other
+        },
+        sent,
+    ))
+}
+
+/// [`timed`] by `workers` workers per target, all targets at once, for
+/// `duration`; one list of streams per target.
+async fn streams_side_by_side(
+    client: &BenchClient,
+    targets: &[SocketAddr],
+    payload: &Payload,
+    workers: usize,
+    duration: Duration,
+) -> Vec<Vec<Timed>> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for &target in targets {
+        let mut handles = Vec::new();
+        for _ in 0..workers {
+            let (client, payload) = (client.clone(), payload.clone());
+            handles.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                while started.elapsed() < duration {
+                    out.push(timed(&client, target, &payload).await);
+                }
+                out
+            }));
+        }
+        tasks.push(handles);
+    }
+    let mut all = Vec::new();
+    for handles in tasks {
+        let mut streams = Vec::new();
+        for h in handles {
+            streams.extend(h.await.expect("stream worker"));
+        }
+        all.push(streams);
+    }
+    all
+}
+
+/// One path's figures in the streamed rows, one entry per batch.
+#[derive(Default)]
+struct StreamStats {
+    first_byte: Vec<f64>,
+    event_p50: Vec<f64>,
+    event_p99: Vec<f64>,
+    closing_p50: Vec<f64>,
+    last_byte: Vec<f64>,
+    streams: Vec<f64>,
+}
+
+impl StreamStats {
+    fn add(&mut self, streams: &[Timed]) {
+        let sorted = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v
+        };
+        let first = sorted(streams.iter().map(|t| t.first_byte).collect());
+        let last = sorted(streams.iter().map(|t| t.last_byte).collect());
+        let events = sorted(
+            streams
+                .iter()
+                .flat_map(|t| t.events.iter().map(|e| e.1))
+                .collect(),
+        );
+        let closing = sorted(
+            streams
+                .iter()
+                .flat_map(|t| {
+                    t.events
+                        .iter()
+                        .filter(|e| e.0 == EventKind::Closing)
+                        .map(|e| e.1)
+                })
+                .collect(),
+        );
+        self.first_byte.push(percentile(&first, 0.5));
+        self.last_byte.push(percentile(&last, 0.5));
+        self.event_p50.push(percentile(&events, 0.5));
+        self.event_p99.push(percentile(&events, 0.99));
+        self.closing_p50.push(percentile(&closing, 0.5));
+        self.streams.push(streams.len() as f64);
+    }
+}
+
+/// Item 3 of issue 14: the delay each event of a paced stream adds through
+/// the proxy, without a stub (the stream is forwarded) and with one (the
+/// request offers the recall tools, so the protocol's splicer reads every
+/// event), chat beside messages; the direct path and the proxy side by
+/// side, the cases in turn in every round.
+async fn stream_rows(targets: &Targets) {
+    let client = support::client();
+    let output = support::output_text(0, STUB_OUTPUT_CHARS);
+    let paced =
+        |api, body: serde_json::Value| Payload::new(api, body.to_string()).paced(STREAM_GAP);
+    let cases = [
+        (
+            "chat, no stub (forwarded)",
+            paced(
+                Api::Chat,
+                serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hello"}]}),
+            ),
+        ),
+        (
+            "chat, with a stub (splicer)",
+            paced(Api::Chat, chat_tool_body("list the users", &output, true)),
+        ),
+        (
+            "messages, no stub (forwarded)",
+            paced(
+                Api::Messages,
+                serde_json::json!({"model": "claude-mock", "max_tokens": 1024, "stream": true, "messages": [{"role": "user", "content": "hello"}]}),
+            ),
+        ),
+        (
+            "messages, with a stub (splicer)",
+            paced(
+                Api::Messages,
+                anthropic_tool_body("list the users", output.clone().into(), true),
+            ),
+        ),
+    ];
+    let (mock, proxy) = (targets.mock, targets.proxy);
+    for (_, payload) in &cases {
+        for target in [proxy, mock] {
+            for _ in 0..3 {
+                timed(&client, target, payload).await;
+            }
+        }
+    }
+    let mut stats: Vec<[StreamStats; 2]> = cases.iter().map(|_| Default::default()).collect();
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for round in 0..ROUNDS {
+        for (i, (_, payload)) in cases.iter().enumerate() {
+            let order = if round % 2 == 0 {
+                [mock, proxy]
+            } else {
+                [proxy, mock]
+            };
+            let before = cpu_seconds(targets.proxy_pid);
+            let mut streams =
+                streams_side_by_side(&client, &order, payload, STREAM_WORKERS, BATCH).await;
+            let spent = cpu_seconds(targets.proxy_pid) - before;
+            if round % 2 == 1 {
+                streams.reverse();
+            }
+            stats[i][0].add(&streams[0]);
+            stats[i][1].add(&streams[1]);
+            cpu[i].push(spent / streams[1].len().max(1) as f64);
+        }
+    }
+    let events = support::ANTHROPIC_TEXT_DELTAS + 5;
+    println!("Streams of {events} events {} ms apart (`event: <type>` + `data:`; chat: `data:` chunks and `[DONE]`), each event stamped by the mock as it leaves; {STREAM_WORKERS} streams in flight per path, the direct path and the proxy side by side; {ROUNDS} rounds of {} ms, the cases in turn; medians over rounds. Per event: transit from the mock's write to the client's read, proxy minus direct.\n", STREAM_GAP.as_millis(), BATCH.as_millis());
+    println!("| stream | direct first byte | added: first byte | added per event p50 | added per event p99 | added: `message_delta` / finish chunk p50 | added: last byte p50 | streams per path | proxy CPU per stream |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (i, (name, _)) in cases.iter().enumerate() {
+        let [d, p] = &stats[i];
+        let added = |f: fn(&StreamStats) -> &Vec<f64>| median(f(p).clone()) - median(f(d).clone());
+        println!(
+            "| {name} | {} | **{}** | **{}** | **{}** | {} | {} | {:.0} | {:.1} µs |",
+            ms(median(d.first_byte.clone())),
+            ms(added(|s| &s.first_byte)),
+            ms(added(|s| &s.event_p50)),
+            ms(added(|s| &s.event_p99)),
+            ms(added(|s| &s.closing_p50)),
+            ms(added(|s| &s.last_byte)),
+            median(p.streams.clone()),
+            median(cpu[i].clone()) * 1e6
+        );
+    }
+    println!();
+}
+
+/// Item 4 of issue 14: a streamed recall round. Through the proxy, the
+/// mock's first round streams a text block and a `tool_result_read` call
+/// on the stub's ref, the proxy answers it and streams the second round's
+/// answer into the same client stream; directly, the client sends the two
+/// rounds itself (the second with the call answered). Added: the proxy's
+/// stream to its last byte against the sum of the two direct rounds, and
+/// to its first byte against the first round's.
+async fn recall_rows(targets: &Targets) {
+    let client = support::client();
+    let output = support::output_text(0, STUB_OUTPUT_CHARS);
+    let ask = format!("{} the users", support::RECALL_MARKER);
+    let read = format!("[lines 1-40 of the output]\n{}", &output[..2000]);
+    let chat = chat_tool_body(&ask, &output, true);
+    let mut chat_second = chat.clone();
+    let arguments = r#"{"ref":"tr_none","offset":0,"limit":2000}"#;
+    if let Some(messages) = chat_second["messages"].as_array_mut() {
+        messages.push(serde_json::json!({"role": "assistant", "content": "word0 word1 word2 word3 word4 ", "tool_calls": [{"id": support::CHAT_RECALL_ID, "type": "function", "function": {"name": "tool_result_read", "arguments": arguments}}]}));
+        messages.push(serde_json::json!({"role": "tool", "tool_call_id": support::CHAT_RECALL_ID, "content": read}));
+    }
+    let messages = anthropic_tool_body(&ask, output.clone().into(), true);
+    let mut messages_second = messages.clone();
+    if let Some(list) = messages_second["messages"].as_array_mut() {
+        list.push(serde_json::json!({"role": "assistant", "content": [
+            {"type": "text", "text": "word0 word1 word2 word3 word4 "},
+            {"type": "tool_use", "id": support::ANTHROPIC_RECALL_ID, "name": "tool_result_read", "input": {"ref": "tr_none", "offset": 0, "limit": 2000}}]}));
+        list.push(serde_json::json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": support::ANTHROPIC_RECALL_ID, "content": read}]}));
+    }
+    let paced =
+        |api, body: &serde_json::Value| Payload::new(api, body.to_string()).paced(STREAM_GAP);
+    let cases = [
+        (
+            "chat",
+            paced(Api::Chat, &chat),
+            paced(Api::Chat, &chat_second),
+        ),
+        (
+            "messages",
+            paced(Api::Messages, &messages),
+            paced(Api::Messages, &messages_second),
+        ),
+    ];
+    let (mock, proxy) = (targets.mock, targets.proxy);
+    for (name, first, second) in &cases {
+        check_recall_stream(&client, proxy, name, first).await;
+        for _ in 0..3 {
+            timed(&client, proxy, first).await;
+            timed(&client, mock, first).await;
+            timed(&client, mock, second).await;
+        }
+    }
+    let samples = 30;
+    // A new turn: another conversation (its opening differs, so its session
+    // and its hidden exchange are new: the exchange is stored, committed,
+    // before the client's last bytes), the same stub (its output known).
+    let new_turns: Vec<[Payload; 2]> = (0..samples)
+        .map(|n| {
+            let ask = format!("{} the users (conversation {n})", support::RECALL_MARKER);
+            [
+                paced(Api::Chat, &chat_tool_body(&ask, &output, true)),
+                paced(
+                    Api::Messages,
+                    &anthropic_tool_body(&ask, output.clone().into(), true),
+                ),
+            ]
+        })
+        .collect();
+    // Per case: direct first byte, direct sum of both rounds; through the
+    // proxy, the same turn again and a new turn: first byte, last byte.
+    let mut figures: Vec<[Vec<f64>; 6]> = cases.iter().map(|_| Default::default()).collect();
+    let mut shown = vec![0usize; cases.len()];
+    for (n, new_turn) in new_turns.iter().enumerate() {
+        for (i, (_, first, second)) in cases.iter().enumerate() {
+            let one = timed(&client, mock, first).await;
+            let two = timed(&client, mock, second).await;
+            // Which of the two proxied requests comes first alternates: the
+            // first after the direct ones finds the proxy's CPU idle.
+            let (again, new) = if n % 2 == 0 {
+                let again = timed(&client, proxy, first).await;
+                (again, timed(&client, proxy, &new_turn[i]).await)
+            } else {
+                let new = timed(&client, proxy, &new_turn[i]).await;
+                (timed(&client, proxy, first).await, new)
+            };
+            shown[i] = again.events.len();
+            for (f, value) in figures[i].iter_mut().zip([
+                one.first_byte,
+                one.last_byte + two.last_byte,
+                again.first_byte,
+                again.last_byte,
+                new.first_byte,
+                new.last_byte,
+            ]) {
+                f.push(value);
+            }
+        }
+    }
+    println!("A streamed recall round (c=1, median of {samples} each; events {} ms apart): through the proxy, round 1 (text, then a `tool_result_read` call on the stub's ref) and round 2 (the answer) spliced into one client stream; directly, the client sends both rounds itself. A new turn stores its hidden exchange (a commit) before the client's last bytes; the same turn again finds it stored.\n", STREAM_GAP.as_millis());
+    println!("| recall round | direct: round 1 + round 2, to last byte | through toolstub, to last byte | added to last byte | direct first byte | added to first byte | events the client got |");
+    println!("|---|---|---|---|---|---|---|");
+    for (i, (name, _, _)) in cases.iter().enumerate() {
+        let [d_first, d_sum, a_first, a_last, n_first, n_last] = figures[i].clone().map(median);
+        for (variant, first, last) in [
+            ("a new turn", n_first, n_last),
+            ("the same turn again", a_first, a_last),
+        ] {
+            println!(
+                "| {name}, {variant} | {} | {} | **{}** | {} | **{}** | {} |",
+                ms(d_sum),
+                ms(last),
+                ms(last - d_sum),
+                ms(d_first),
+                ms(first - d_first),
+                shown[i]
+            );
+        }
+    }
+    println!();
+}
+
+/// What the recall rows measure is a recall round answered inside the
+/// proxy: the client's one stream holds the second round's last words and
+/// neither the recall call nor a second opening or ending.
+async fn check_recall_stream(
+    client: &BenchClient,
+    proxy: SocketAddr,
+    name: &str,
+    payload: &Payload,
+) {
+    let response = client.request(payload.to(proxy)).await.expect("response");
+    assert!(
+        response.status().is_success(),
+        "{name}: status {}",
+        response.status()
+    );
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let (last_word, opening, ending) = match payload.api {
+        Api::Chat => (
+            format!("word{} ", support::CHAT_TEXT_DELTAS - 1),
+            "\"role\":\"assistant\"",
+            "[DONE]",
+        ),
+        Api::Messages => (
+            format!("word{} ", support::ANTHROPIC_TEXT_DELTAS - 1),
+            "event: message_start",
+            "event: message_stop",
+        ),
+    };
+    let count = |needle: &str| text.matches(needle).count();
+    assert!(
+        text.contains(&last_word)
+            && !text.contains("tool_result_read")
+            && count(opening) == 1
+            && count(ending) == 1,
+        "{name}: the proxy did not answer the recall round inside one stream:\n{text}"
+    );
 }
 
 /// The pause before each request of the "after an idle gap" row.
@@ -611,17 +1297,27 @@ async fn wait_healthy(addr: SocketAddr, what: &str) {
     panic!("{what} did not become healthy");
 }
 
-/// The mock upstream's answer: a small completion, or 10 SSE chunks.
-fn mock_answer(_parts: &http::request::Parts, body: &Bytes) -> http::Response<Full<Bytes>> {
+/// The mock upstream's answer: Anthropic Messages requests go to
+/// [`support::anthropic_answer`]; chat requests asking for a paced stream
+/// or a recall round to [`support::chat_answer`]; any other chat request
+/// gets a small completion, or 10 SSE chunks at once for streams.
+fn mock_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<support::MockBody> {
+    let path = parts.uri.path();
+    if path.ends_with("/messages") || path.ends_with("/count_tokens") {
+        return support::anthropic_answer(parts, body);
+    }
+    if let Some(answer) = support::chat_answer(parts, body) {
+        return answer;
+    }
     if memchr::memmem::find(body, b"\"stream\":true").is_some() {
         let mut s = String::new();
         for i in 0..10 {
             s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}}}}]}}\n\n"));
         }
         s.push_str("data: [DONE]\n\n");
-        support::sse_response(s)
+        support::sse_response(s).map(BodyExt::boxed)
     } else {
-        support::json_response(support::COMPLETION)
+        support::json_response(support::COMPLETION).map(BodyExt::boxed)
     }
 }
 

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -246,8 +247,23 @@ pub fn mib(bytes: u64) -> f64 {
 pub type Handler =
     Arc<dyn Fn(&http::request::Parts, &Bytes) -> http::Response<Full<Bytes>> + Send + Sync>;
 
+/// A response body of the mock: whole, or events sent over time.
+pub type MockBody = BoxBody<Bytes, Infallible>;
+
+/// A mock handler whose responses may stream over time ([`paced_sse`]).
+pub type StreamingHandler =
+    Arc<dyn Fn(&http::request::Parts, &Bytes) -> http::Response<MockBody> + Send + Sync>;
+
 /// A mock upstream on its own runtime thread (`threads` workers).
 pub fn start_mock(handler: Handler, threads: usize) -> SocketAddr {
+    start_streaming_mock(
+        Arc::new(move |parts, body| handler(parts, body).map(BodyExt::boxed)),
+        threads,
+    )
+}
+
+/// [`start_mock`] for a handler whose bodies may stream over time.
+pub fn start_streaming_mock(handler: StreamingHandler, threads: usize) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -334,4 +350,333 @@ pub async fn request(
     tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| format!("no answer within {timeout:?}"))?
+}
+
+/// Where a paced event's send time goes: [`paced_sse`] replaces it with
+/// [`now_ns`] as the event leaves, so a client in this process can tell
+/// each event's transit time (the load generator and the mock share one
+/// clock).
+pub const STAMP: &str = "__BENCH_NS__";
+
+/// Nanoseconds since this process's first call (one clock for the mock and
+/// the load generator).
+pub fn now_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Server-sent events sent one at a time, event `k` at `k * gap` after the
+/// first (a fixed schedule: a late wake-up does not push the rest back),
+/// each with its [`STAMP`] replaced by its send time. The body ends with the
+/// last event, as an upstream's does.
+pub fn paced_sse(events: Vec<String>, gap: Duration) -> http::Response<MockBody> {
+    http::Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(
+            Paced {
+                events: events.into_iter(),
+                gap,
+                start: None,
+                sent: 0,
+                sleep: None,
+            }
+            .boxed(),
+        )
+        .expect("response")
+}
+
+struct Paced {
+    events: std::vec::IntoIter<String>,
+    gap: Duration,
+    start: Option<tokio::time::Instant>,
+    sent: u32,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for Paced {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(sleep) = this.sleep.as_mut() {
+            std::task::ready!(std::future::Future::poll(sleep.as_mut(), cx));
+            this.sleep = None;
+        }
+        let Some(event) = this.events.next() else {
+            return std::task::Poll::Ready(None);
+        };
+        let start = *this.start.get_or_insert_with(tokio::time::Instant::now);
+        this.sent += 1;
+        if this.events.len() > 0 {
+            this.sleep = Some(Box::pin(tokio::time::sleep_until(
+                start + this.gap * this.sent,
+            )));
+        }
+        let event = event.replace(STAMP, &now_ns().to_string());
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(event)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.sleep.is_none() && self.events.len() == 0
+    }
+}
+
+/// The request header that asks the mock for paced, stamped events: the gap
+/// between events in microseconds.
+pub const GAP_HEADER: &str = "x-bench-gap-us";
+/// Text in a request that asks the mock model for a recall round: the first
+/// round streams a text block and a `tool_result_read` call on the first
+/// stub's ref; a request answering that call gets the answer.
+pub const RECALL_MARKER: &str = "bench-recall";
+/// The id of the mock's recall call (Anthropic `tool_use`).
+pub const ANTHROPIC_RECALL_ID: &str = "toolu_bench_recall";
+/// The id of the mock's recall call (Chat Completions `tool_calls`).
+pub const CHAT_RECALL_ID: &str = "call_bench_recall";
+
+fn gap_of(parts: &http::request::Parts) -> Option<Duration> {
+    parts
+        .headers
+        .get(GAP_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros)
+}
+
+fn contains(body: &[u8], needle: &str) -> bool {
+    memchr::memmem::find(body, needle.as_bytes()).is_some()
+}
+
+fn streams(body: &[u8]) -> bool {
+    contains(body, "\"stream\":true")
+}
+
+/// `n` text pieces that together say a short sentence.
+fn pieces(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("word{i} ")).collect()
+}
+
+/// One block of a mock model's answer.
+pub enum MockBlock {
+    /// A text block, streamed as these deltas.
+    Text(Vec<String>),
+    /// A call: id, tool name, JSON input (streamed in two halves).
+    ToolUse(String, String, String),
+}
+
+/// The mock model's turn, the same for both APIs: a recall round when
+/// asked ([`RECALL_MARKER`]), its answer once the call is answered, or a
+/// text of `deltas` pieces.
+fn mock_turn(body: &[u8], recall_id: &str, deltas: usize) -> (Vec<MockBlock>, bool) {
+    if contains(body, recall_id) {
+        (vec![MockBlock::Text(pieces(deltas))], false)
+    } else if contains(body, RECALL_MARKER) {
+        let reference = refs_in(body)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "tr_none".to_string());
+        let input = format!(r#"{{"ref":"{reference}","offset":0,"limit":2000}}"#);
+        let call = MockBlock::ToolUse(recall_id.to_string(), "tool_result_read".to_string(), input);
+        (vec![MockBlock::Text(pieces(5)), call], true)
+    } else {
+        (vec![MockBlock::Text(pieces(deltas))], false)
+    }
+}
+
+/// A small Anthropic message, as `POST /v1/messages` answers without `stream`.
+pub const ANTHROPIC_MESSAGE: &str = r#"{"id":"msg_bench","type":"message","role":"assistant","model":"claude-mock","content":[{"type":"text","text":"Done."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}"#;
+
+/// Text deltas of the mock's streamed Anthropic answer: with
+/// `message_start`, `content_block_start`/`stop`, `message_delta` and
+/// `message_stop`, 20 events.
+pub const ANTHROPIC_TEXT_DELTAS: usize = 15;
+
+/// The events of one streamed Anthropic message with these blocks
+/// (`event: <type>\ndata: <json>\n\n` each); `stamped`: each data object
+/// ends with `"bench_ns":` [`STAMP`].
+pub fn anthropic_events(id: &str, blocks: &[MockBlock], stop: &str, stamped: bool) -> Vec<String> {
+    let stamp = if stamped {
+        format!(r#","bench_ns":{STAMP}"#)
+    } else {
+        String::new()
+    };
+    let event = |kind: &str, rest: &str| {
+        format!("event: {kind}\ndata: {{\"type\":\"{kind}\"{rest}{stamp}}}\n\n")
+    };
+    let mut out = vec![event(
+        "message_start",
+        &format!(
+            r#","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-mock","content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}}"#
+        ),
+    )];
+    let mut tokens = 1;
+    for (index, block) in blocks.iter().enumerate() {
+        match block {
+            MockBlock::Text(pieces) => {
+                out.push(event(
+                    "content_block_start",
+                    &format!(r#","index":{index},"content_block":{{"type":"text","text":""}}"#),
+                ));
+                for piece in pieces {
+                    out.push(event(
+                        "content_block_delta",
+                        &format!(
+                            r#","index":{index},"delta":{{"type":"text_delta","text":"{piece}"}}"#
+                        ),
+                    ));
+                    tokens += 1;
+                }
+            }
+            MockBlock::ToolUse(call_id, name, input) => {
+                out.push(event(
+                    "content_block_start",
+                    &format!(
+                        r#","index":{index},"content_block":{{"type":"tool_use","id":"{call_id}","name":"{name}","input":{{}}}}"#
+                    ),
+                ));
+                let (a, b) = input.split_at(input.len() / 2);
+                for piece in [a, b] {
+                    out.push(event(
+                        "content_block_delta",
+                        &format!(
+                            r#","index":{index},"delta":{{"type":"input_json_delta","partial_json":{}}}"#,
+                            serde_json::to_string(piece).expect("json")
+                        ),
+                    ));
+                    tokens += 5;
+                }
+            }
+        }
+        out.push(event("content_block_stop", &format!(r#","index":{index}"#)));
+    }
+    out.push(event(
+        "message_delta",
+        &format!(
+            r#","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{tokens}}}"#
+        ),
+    ));
+    out.push(event("message_stop", ""));
+    out
+}
+
+/// The whole Anthropic message with these blocks.
+fn anthropic_message(id: &str, blocks: &[MockBlock], stop: &str) -> String {
+    let content: Vec<String> = blocks
+        .iter()
+        .map(|b| match b {
+            MockBlock::Text(pieces) => format!(
+                r#"{{"type":"text","text":{}}}"#,
+                serde_json::to_string(&pieces.concat()).expect("json")
+            ),
+            MockBlock::ToolUse(id, name, input) => {
+                format!(r#"{{"type":"tool_use","id":"{id}","name":"{name}","input":{input}}}"#)
+            }
+        })
+        .collect();
+    format!(
+        r#"{{"id":"{id}","type":"message","role":"assistant","model":"claude-mock","content":[{}],"stop_reason":"{stop}","stop_sequence":null,"usage":{{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":9}}}}"#,
+        content.join(",")
+    )
+}
+
+/// The mock's Anthropic Messages upstream: `count_tokens`; a small message;
+/// with `"stream":true` its events, all at once, or paced and stamped when
+/// the request carries [`GAP_HEADER`]; a recall round on [`RECALL_MARKER`]
+/// (text, then `tool_result_read` on the request's first stub ref, stop
+/// reason `tool_use`) and its answer once a request answers
+/// [`ANTHROPIC_RECALL_ID`].
+pub fn anthropic_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<MockBody> {
+    if parts.uri.path().ends_with("/count_tokens") {
+        return json_response(r#"{"input_tokens":25}"#).map(BodyExt::boxed);
+    }
+    let recall = contains(body, RECALL_MARKER);
+    if !recall && !streams(body) {
+        return json_response(ANTHROPIC_MESSAGE).map(BodyExt::boxed);
+    }
+    let (blocks, calls) = mock_turn(body, ANTHROPIC_RECALL_ID, ANTHROPIC_TEXT_DELTAS);
+    let (id, stop) = if calls {
+        ("msg_bench_1", "tool_use")
+    } else {
+        ("msg_bench", "end_turn")
+    };
+    if !streams(body) {
+        return json_response(anthropic_message(id, &blocks, stop)).map(BodyExt::boxed);
+    }
+    let gap = gap_of(parts);
+    let events = anthropic_events(id, &blocks, stop, gap.is_some());
+    match gap {
+        Some(gap) => paced_sse(events, gap),
+        None => sse_response(events.concat()).map(BodyExt::boxed),
+    }
+}
+
+/// Content deltas of the mock's paced Chat Completions answer: with the
+/// role chunk and the finish chunk, 20 stamped events, then `[DONE]`.
+pub const CHAT_TEXT_DELTAS: usize = 18;
+
+/// The chunks of one streamed chat completion: a role chunk, the text
+/// pieces, a tool call (its arguments in two halves) if any, the finish
+/// chunk, `[DONE]`; `stamped` as for [`anthropic_events`].
+pub fn chat_events(blocks: &[MockBlock], stamped: bool) -> Vec<String> {
+    let stamp = if stamped {
+        format!(r#","bench_ns":{STAMP}"#)
+    } else {
+        String::new()
+    };
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]{stamp}}}\n\n"
+        )
+    };
+    let mut out = vec![chunk(r#"{"role":"assistant","content":""}"#, "null")];
+    let mut finish = "\"stop\"";
+    for block in blocks {
+        match block {
+            MockBlock::Text(pieces) => {
+                for piece in pieces {
+                    out.push(chunk(&format!(r#"{{"content":"{piece}"}}"#), "null"));
+                }
+            }
+            MockBlock::ToolUse(id, name, input) => {
+                let (a, b) = input.split_at(input.len() / 2);
+                let (a, b) = (
+                    serde_json::to_string(a).expect("json"),
+                    serde_json::to_string(b).expect("json"),
+                );
+                out.push(chunk(
+                    &format!(
+                        r#"{{"tool_calls":[{{"index":0,"id":"{id}","type":"function","function":{{"name":"{name}","arguments":{a}}}}}]}}"#
+                    ),
+                    "null",
+                ));
+                out.push(chunk(
+                    &format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{b}}}}}]}}"#),
+                    "null",
+                ));
+                finish = "\"tool_calls\"";
+            }
+        }
+    }
+    out.push(chunk("{}", finish));
+    out.push("data: [DONE]\n\n".to_string());
+    out
+}
+
+/// The mock's Chat Completions answers for paced streams ([`GAP_HEADER`])
+/// and recall rounds ([`RECALL_MARKER`], [`CHAT_RECALL_ID`]), streamed;
+/// `None` for any other request.
+pub fn chat_answer(parts: &http::request::Parts, body: &Bytes) -> Option<http::Response<MockBody>> {
+    let gap = gap_of(parts);
+    if !streams(body) || (gap.is_none() && !contains(body, RECALL_MARKER)) {
+        return None;
+    }
+    let (blocks, _) = mock_turn(body, CHAT_RECALL_ID, CHAT_TEXT_DELTAS);
+    let events = chat_events(&blocks, gap.is_some());
+    Some(match gap {
+        Some(gap) => paced_sse(events, gap),
+        None => sse_response(events.concat()).map(BodyExt::boxed),
+    })
 }

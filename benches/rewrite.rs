@@ -16,8 +16,16 @@
 //! items with `encrypted_content`, 30 rounds of `exec_command` calls whose
 //! outputs carry Codex's wrapper), beside the other two.
 //!
+//! Then the stream splicers (`splice/...`): the CPU each protocol's
+//! splicer spends on one streamed answer of 20 events, the load
+//! benchmark's mock's (`examples/support`), from the SSE parser to the
+//! closing bytes, as the proxy runs them when the recall tools are offered.
+//!
 //! Run: `cargo bench --bench rewrite`. CPU only, no I/O; the proxy's added
 //! latency is the load benchmark's job (`scripts/load`).
+
+#[path = "../examples/support/mod.rs"]
+mod support;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
@@ -576,5 +584,89 @@ fn conversations(c: &mut Criterion, group: &str, bodies: &[(&str, String, &dyn P
     group.finish();
 }
 
-criterion_group!(benches, rewrite, claude_code);
+/// Each splicer on the load benchmark's paced answer (stamped events; the
+/// Responses one echoing the request's tools, the recall tools): events
+/// in, bytes for the client out.
+fn splice(c: &mut Criterion) {
+    use support::MockBlock;
+    use toolstub::protocol::RoundsContext;
+    use toolstub::recall::sse::SseParser;
+    use toolstub::recall::RoundEnd;
+    use toolstub::stub::RecallToolNames;
+    let text = |n: usize| MockBlock::Text((0..n).map(|i| format!("word{i} ")).collect());
+    let names = RecallToolNames::default();
+    let tools = format!("[{}]", OpenAiResponses.recall_tools(&names).join(","));
+    let stamp = |events: Vec<String>| -> Vec<Vec<u8>> {
+        events
+            .into_iter()
+            .map(|e| e.replace(support::STAMP, "123456789").into_bytes())
+            .collect()
+    };
+    let streams: [(&str, Vec<Vec<u8>>, &dyn Protocol); 3] = [
+        (
+            "chat",
+            stamp(support::chat_events(
+                &[text(support::CHAT_TEXT_DELTAS)],
+                true,
+            )),
+            &OpenAiChat,
+        ),
+        (
+            "messages",
+            stamp(support::anthropic_events(
+                "msg_bench",
+                &[text(support::ANTHROPIC_TEXT_DELTAS)],
+                "end_turn",
+                true,
+            )),
+            &AnthropicMessages,
+        ),
+        (
+            "responses",
+            stamp(support::responses_events(
+                "resp_bench_1",
+                &["msg_bench"],
+                &[text(support::RESPONSES_TEXT_DELTAS)],
+                &tools,
+                true,
+            )),
+            &OpenAiResponses,
+        ),
+    ];
+    let mut group = c.benchmark_group("splice");
+    group.measurement_time(Duration::from_secs(3));
+    for (name, events, protocol) in &streams {
+        let run = || {
+            let mut rounds = protocol.rounds(RoundsContext {
+                names: names.clone(),
+                last_canon: Some("tool\u{1e}call_1".to_string()),
+            });
+            let mut parser = SseParser::new(1 << 20);
+            let mut sent = 0usize;
+            for event in events {
+                for e in parser.push(event).expect("events") {
+                    sent += rounds.event(&e).iter().map(|b| b.len()).sum::<usize>();
+                }
+            }
+            if let Some(e) = parser.finish() {
+                sent += rounds.event(&e).iter().map(|b| b.len()).sum::<usize>();
+            }
+            let (released, end) = rounds.end_round(true);
+            assert!(matches!(end, RoundEnd::Done), "{name}: the round ends");
+            sent += released.iter().map(|b| b.len()).sum::<usize>();
+            sent + rounds.finish().iter().map(|b| b.len()).sum::<usize>()
+        };
+        let upstream: usize = events.iter().map(Vec::len).sum();
+        eprintln!(
+            "{name}: {} events, {upstream} bytes upstream, {} bytes to the client",
+            events.len(),
+            run()
+        );
+        group.throughput(Throughput::Bytes(upstream as u64));
+        group.bench_function(*name, |b| b.iter(|| black_box(run())));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, rewrite, claude_code, splice);
 criterion_main!(benches);

@@ -9,8 +9,23 @@
 //! on the same contents (`rewrite/claude_code/...`), first seen and
 //! repeated.
 //!
+//! And the same 1 MB output as a Responses `function_call_output` (a
+//! string, and four `input_text` parts: `rewrite/responses_*`), and a
+//! Codex-shaped Responses conversation on the same contents
+//! (`rewrite/codex/responses/...`: developer and user messages, reasoning
+//! items with `encrypted_content`, 30 rounds of `exec_command` calls whose
+//! outputs carry Codex's wrapper), beside the other two.
+//!
+//! Then the stream splicers (`splice/...`): the CPU each protocol's
+//! splicer spends on one streamed answer of 20 events, the load
+//! benchmark's mock's (`examples/support`), from the SSE parser to the
+//! closing bytes, as the proxy runs them when the recall tools are offered.
+//!
 //! Run: `cargo bench --bench rewrite`. CPU only, no I/O; the proxy's added
 //! latency is the load benchmark's job (`scripts/load`).
+
+#[path = "../examples/support/mod.rs"]
+mod support;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
@@ -18,6 +33,7 @@ use std::hint::black_box;
 use std::time::Duration;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
+use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::{json_text, Content, Protocol};
 use toolstub::rewrite::memo::Memo;
 use toolstub::rewrite::{rewrite_with, Mode, Outcome, Policy};
@@ -53,18 +69,12 @@ fn body() -> String {
 fn messages_1mb(blocks: bool) -> String {
     let output = large_output_salted(0);
     let content = if blocks {
-        let mut parts = Vec::new();
-        let mut from = 0;
-        for k in 1..4 {
-            let at = output.len() * k / 4;
-            let cut = output[at..]
-                .find("},{")
-                .map_or(output.len(), |i| at + i + 1);
-            parts.push(json!({"type": "text", "text": &output[from..cut]}));
-            from = cut;
-        }
-        parts.push(json!({"type": "text", "text": &output[from..]}));
-        Value::Array(parts)
+        Value::Array(
+            quarters(&output)
+                .into_iter()
+                .map(|text| json!({"type": "text", "text": text}))
+                .collect(),
+        )
     } else {
         Value::String(output)
     };
@@ -78,6 +88,47 @@ fn messages_1mb(blocks: bool) -> String {
         ]
     })
     .to_string()
+}
+
+/// [`body`]'s output as the `function_call_output` of a Responses body: a
+/// string, or (`parts`) four `input_text` parts cut between array items.
+fn responses_1mb(parts: bool) -> String {
+    let output = large_output_salted(0);
+    let output = if parts {
+        Value::Array(
+            quarters(&output)
+                .into_iter()
+                .map(|text| json!({"type": "input_text", "text": text}))
+                .collect(),
+        )
+    } else {
+        Value::String(output)
+    };
+    json!({
+        "model": "m",
+        "input": [
+            {"type": "message", "role": "user", "content": "list the users"},
+            {"type": "function_call", "call_id": "call_1", "name": "list_users", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": output},
+        ]
+    })
+    .to_string()
+}
+
+/// A JSON array's text in four pieces cut between its items.
+fn quarters(output: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut from = 0;
+    for k in 1..4 {
+        let at = output.len() * k / 4;
+        let cut = output[at..]
+            .find("},{")
+            .map_or(output.len(), |i| at + i + 1);
+        parts.push(&output[from..cut]);
+        from = cut;
+    }
+    parts.push(&output[from..]);
+    parts
 }
 
 fn rewrite(c: &mut Criterion) {
@@ -110,37 +161,32 @@ fn rewrite(c: &mut Criterion) {
         })
     });
     // The same output as an Anthropic `tool_result`: its content a string,
-    // or four text blocks (joined, the same JSON document).
-    for (name, blocks) in [("messages_string", false), ("messages_blocks", true)] {
-        let body = messages_1mb(blocks);
+    // or four text blocks (joined, the same JSON document); and as a
+    // Responses `function_call_output`: a string, or four `input_text`
+    // parts.
+    let shapes: [(&str, String, &dyn Protocol); 4] = [
+        ("messages_string", messages_1mb(false), &AnthropicMessages),
+        ("messages_blocks", messages_1mb(true), &AnthropicMessages),
+        ("responses_string", responses_1mb(false), &OpenAiResponses),
+        ("responses_parts", responses_1mb(true), &OpenAiResponses),
+    ];
+    for (name, body, protocol) in shapes {
         group.bench_function(format!("{name}_first_seen_1MB"), |b| {
             b.iter(|| {
                 let memo = Memo::new(0);
-                let out = rewrite_with(
-                    body.as_bytes(),
-                    &policy,
-                    &AnthropicMessages,
-                    Mode::WithRefs,
-                    &memo,
-                );
+                let out = rewrite_with(body.as_bytes(), &policy, protocol, Mode::WithRefs, &memo);
                 assert!(matches!(out, Outcome::Rewritten(_)));
                 black_box(out);
             })
         });
         let memo = Memo::new(16);
-        rewrite_with(
-            body.as_bytes(),
-            &policy,
-            &AnthropicMessages,
-            Mode::WithRefs,
-            &memo,
-        );
+        rewrite_with(body.as_bytes(), &policy, protocol, Mode::WithRefs, &memo);
         group.bench_function(format!("{name}_repeated_1MB"), |b| {
             b.iter(|| {
                 black_box(rewrite_with(
                     body.as_bytes(),
                     &policy,
-                    &AnthropicMessages,
+                    protocol,
                     Mode::WithRefs,
                     &memo,
                 ))
@@ -386,18 +432,119 @@ fn chat_conversation_body(turns: &[Turn]) -> String {
     json!({"model": "gpt-4.1", "messages": messages, "tools": tools, "stream": true}).to_string()
 }
 
-/// The Anthropic adapter beside the chat one, on the same conversation.
+/// Codex's tool definitions (`type, name, description, strict, parameters`)
+/// and its web search tool.
+fn codex_tools() -> Vec<Value> {
+    let mut tools: Vec<Value> = tool_definitions()
+        .into_iter()
+        .map(|(name, description, schema)| json!({"type": "function", "name": name, "description": description, "strict": false, "parameters": schema}))
+        .collect();
+    tools.push(json!({"type": "web_search", "external_web_access": true}));
+    tools
+}
+
+/// A deterministic stand-in for a reasoning item's `encrypted_content`
+/// (base64 text of about `bytes` bytes).
+fn encrypted(rng: &mut Rng, bytes: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::from("gAAAAAB");
+    while out.len() < bytes {
+        let x = rng.next();
+        for k in 0..10 {
+            out.push(ALPHABET[(x >> (6 * k) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// The same conversation as Codex CLI sends it to `/v1/responses` (the
+/// top-level key order and the item shapes as captured in
+/// `tests/e2e/RESPONSES_CLIENTS.md`; each item's keys sorted):
+/// two developer messages and the user's environment context and prompt,
+/// then per turn a reasoning item with `encrypted_content`, an
+/// `exec_command` call and its output in Codex's wrapper (`Chunk ID`, wall
+/// time, exit code, token count, `Output:`); stateless (`store: false`,
+/// `include` asking for the encrypted reasoning).
+fn codex_body(turns: &[Turn]) -> String {
+    let mut rng = Rng(0xc0de_c0de_0015_0015);
+    let mut id = |prefix: &str| format!("{prefix}_{:016x}{:016x}", rng.next(), rng.next());
+    let developer = |text: String, id: String| json!({"type": "message", "id": id, "role": "developer", "content": [{"type": "input_text", "text": text}]});
+    let mut input = vec![
+        developer(format!("{}\n{}", SYSTEM[1], "<permissions instructions>Filesystem sandboxing: workspace-write; approvals: on-request. Commands that need network access or write outside the workspace must be escalated.</permissions instructions>\n".repeat(40)), id("msg")),
+        developer("<skills_instructions>\nA skill is a set of local instructions stored in a SKILL.md file. Use a skill when the user names it or the task clearly matches its description.\n</skills_instructions>\n".repeat(50), id("msg")),
+        json!({"type": "message", "id": id("msg"), "role": "user", "content": [{"type": "input_text", "text": "<environment_context>\n  <cwd>/repo</cwd>\n  <shell>bash</shell>\n</environment_context>"}]}),
+        json!({"type": "message", "id": id("msg"), "role": "user", "content": [{"type": "input_text", "text": "The test suite fails in module 7; find out why and fix it."}]}),
+    ];
+    let mut seal = Rng(0x5ea1_0015);
+    for (i, t) in turns.iter().enumerate() {
+        input.push(json!({"type": "reasoning", "id": id("rs"), "summary": [{"type": "summary_text", "text": t.thinking}], "content": null, "encrypted_content": encrypted(&mut seal, 1_500 + 2 * t.thinking.len())}));
+        let call_id = format!("call_{}", &t.id[8..]);
+        let cmd = match t.tool {
+            "Read" => format!("sed -n '1,400p' src/module_{i}.rs"),
+            "Bash" => "cargo test --workspace 2>&1 | tail -400".to_string(),
+            _ => format!("rg --json handler_{i} src"),
+        };
+        let arguments = json!({"cmd": cmd, "workdir": "/repo", "yield_time_ms": 10000}).to_string();
+        input.push(json!({"type": "function_call", "status": "completed", "id": id("fc"), "name": "exec_command", "arguments": arguments, "call_id": call_id}));
+        let output = format!(
+            "Chunk ID: {:06x}\nWall time: 0.{:04} seconds\nProcess exited with code 0\nOriginal token count: {}\nOutput:\n{}",
+            seal.next() & 0xff_ffff,
+            seal.next() % 10_000,
+            t.output.len() / 4,
+            t.output
+        );
+        input.push(json!({"type": "function_call_output", "id": id("fco"), "call_id": call_id, "output": output}));
+    }
+    let part = |key: &str, value: Value| format!("\"{key}\":{value}");
+    format!(
+        "{{{}}}",
+        [
+            part("model", json!("gpt-5.1-codex")),
+            part("stream", json!(true)),
+            part("input", Value::Array(input)),
+            part("tools", Value::Array(codex_tools())),
+            part("tool_choice", json!("auto")),
+            part("parallel_tool_calls", json!(true)),
+            part("reasoning", json!({"summary": "auto"})),
+            part("store", json!(false)),
+            part("include", json!(["reasoning.encrypted_content"])),
+            part(
+                "prompt_cache_key",
+                json!("019a7c3e-5f1d-7b20-9c4e-0f1e2d3c4b5a")
+            ),
+            part("client_metadata", json!({"originator": "codex_exec"})),
+        ]
+        .join(",")
+    )
+}
+
+/// The Anthropic adapter beside the chat one, on the same conversation
+/// (`rewrite/claude_code/...`), and the Responses adapter on the same
+/// contents in Codex's shape (`rewrite/codex/responses/...`).
 fn claude_code(c: &mut Criterion) {
     let turns = turns();
-    let bodies: [(&str, String, &dyn Protocol); 2] = [
-        ("messages", messages_body(&turns), &AnthropicMessages),
-        ("chat", chat_conversation_body(&turns), &OpenAiChat),
-    ];
+    conversations(
+        c,
+        "rewrite/claude_code",
+        &[
+            ("messages", messages_body(&turns), &AnthropicMessages),
+            ("chat", chat_conversation_body(&turns), &OpenAiChat),
+        ],
+    );
+    conversations(
+        c,
+        "rewrite/codex",
+        &[("responses", codex_body(&turns), &OpenAiResponses)],
+    );
+}
+
+/// First seen, repeated and parse of each conversation body.
+fn conversations(c: &mut Criterion, group: &str, bodies: &[(&str, String, &dyn Protocol)]) {
     let policy = Policy::default();
-    let mut group = c.benchmark_group("rewrite/claude_code");
+    let mut group = c.benchmark_group(group);
     group.measurement_time(Duration::from_secs(4));
     group.sample_size(30);
-    for (name, body, protocol) in &bodies {
+    for (name, body, protocol) in bodies {
         group.throughput(Throughput::Bytes(body.len() as u64));
         let memo = Memo::new(1024);
         let Outcome::Rewritten(first) =
@@ -437,5 +584,89 @@ fn claude_code(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, rewrite, claude_code);
+/// Each splicer on the load benchmark's paced answer (stamped events; the
+/// Responses one echoing the request's tools, the recall tools): events
+/// in, bytes for the client out.
+fn splice(c: &mut Criterion) {
+    use support::MockBlock;
+    use toolstub::protocol::RoundsContext;
+    use toolstub::recall::sse::SseParser;
+    use toolstub::recall::RoundEnd;
+    use toolstub::stub::RecallToolNames;
+    let text = |n: usize| MockBlock::Text((0..n).map(|i| format!("word{i} ")).collect());
+    let names = RecallToolNames::default();
+    let tools = format!("[{}]", OpenAiResponses.recall_tools(&names).join(","));
+    let stamp = |events: Vec<String>| -> Vec<Vec<u8>> {
+        events
+            .into_iter()
+            .map(|e| e.replace(support::STAMP, "123456789").into_bytes())
+            .collect()
+    };
+    let streams: [(&str, Vec<Vec<u8>>, &dyn Protocol); 3] = [
+        (
+            "chat",
+            stamp(support::chat_events(
+                &[text(support::CHAT_TEXT_DELTAS)],
+                true,
+            )),
+            &OpenAiChat,
+        ),
+        (
+            "messages",
+            stamp(support::anthropic_events(
+                "msg_bench",
+                &[text(support::ANTHROPIC_TEXT_DELTAS)],
+                "end_turn",
+                true,
+            )),
+            &AnthropicMessages,
+        ),
+        (
+            "responses",
+            stamp(support::responses_events(
+                "resp_bench_1",
+                &["msg_bench"],
+                &[text(support::RESPONSES_TEXT_DELTAS)],
+                &tools,
+                true,
+            )),
+            &OpenAiResponses,
+        ),
+    ];
+    let mut group = c.benchmark_group("splice");
+    group.measurement_time(Duration::from_secs(3));
+    for (name, events, protocol) in &streams {
+        let run = || {
+            let mut rounds = protocol.rounds(RoundsContext {
+                names: names.clone(),
+                last_canon: Some("tool\u{1e}call_1".to_string()),
+            });
+            let mut parser = SseParser::new(1 << 20);
+            let mut sent = 0usize;
+            for event in events {
+                for e in parser.push(event).expect("events") {
+                    sent += rounds.event(&e).iter().map(|b| b.len()).sum::<usize>();
+                }
+            }
+            if let Some(e) = parser.finish() {
+                sent += rounds.event(&e).iter().map(|b| b.len()).sum::<usize>();
+            }
+            let (released, end) = rounds.end_round(true);
+            assert!(matches!(end, RoundEnd::Done), "{name}: the round ends");
+            sent += released.iter().map(|b| b.len()).sum::<usize>();
+            sent + rounds.finish().iter().map(|b| b.len()).sum::<usize>()
+        };
+        let upstream: usize = events.iter().map(Vec::len).sum();
+        eprintln!(
+            "{name}: {} events, {upstream} bytes upstream, {} bytes to the client",
+            events.len(),
+            run()
+        );
+        group.throughput(Throughput::Bytes(upstream as u64));
+        group.bench_function(*name, |b| b.iter(|| black_box(run())));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, rewrite, claude_code, splice);
 criterion_main!(benches);

@@ -26,8 +26,19 @@
 //!   streamed recall round against the two rounds sent directly. The
 //!   mock's Anthropic answers are in `support`.
 //!
-//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|streams` (only those
-//! rows; `anthropic`: the messages rows and the chat rows beside them),
+//! - Issue 15: the OpenAI Responses route beside the other two, by the same
+//!   method: a small `/v1/responses` request in the passthrough rows, the
+//!   1 MB output as a `function_call_output` (a string, and an array of
+//!   `input_text` parts), paced Responses streams (`sequence_number` on
+//!   every event, `response.completed` with the whole output), and a
+//!   streamed recall round (a message and a `tool_result_read`
+//!   `function_call`, then the answer). The bare forwarder reads no body,
+//!   so it is measured beside the chat rows only.
+//!
+//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|responses|streams`
+//! (only those rows; `anthropic`: the messages rows and the chat rows
+//! beside them; `responses`: the Responses rows and the chat and messages
+//! rows beside them),
 //! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
 //! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
 //! `LOADBENCH_TRACE=DIR` (every paced request's latency, see
@@ -137,11 +148,16 @@ fn main() {
         let chat_small = Payload::new(Api::Chat, &br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#[..]);
         let chat_stream = Payload::new(Api::Chat, &br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#[..]);
         let messages_small = Payload::new(Api::Messages, &br#"{"model":"claude-mock","max_tokens":1024,"messages":[{"role":"user","content":"hello"}]}"#[..]);
+        let responses_small = Payload::new(Api::Responses, &br#"{"model":"m","input":[{"role":"user","content":"hello"}]}"#[..]);
         let mut loaded_rss = 0;
-        let scenarios: Vec<(&str, &Payload)> = match only {
+        // (name, request, whether the bare forwarder is measured beside
+        // it): the bare forwarder reads no body, so the messages and
+        // Responses rows use the chat row's of their configuration.
+        let scenarios: Vec<(&str, &Payload, bool)> = match only {
             Only::Large | Only::Streams => Vec::new(),
-            Only::Anthropic => vec![("non-streaming", &chat_small), (MESSAGES, &messages_small)],
-            Only::All | Only::Paced => vec![("non-streaming", &chat_small), (MESSAGES, &messages_small), ("streaming", &chat_stream)],
+            Only::Anthropic => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false)],
+            Only::Responses => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false)],
+            Only::All | Only::Paced => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false), ("streaming", &chat_stream, true)],
         };
         let configurations: &[(usize, Option<u32>)] = if only == Only::Paced {
             &[(32, Some(PACED_RATE))]
@@ -153,8 +169,8 @@ fn main() {
         // most; printed scenario by scenario.
         let mut rows = Vec::new();
         for (c, &(concurrency, rate)) in configurations.iter().enumerate() {
-            for (s, &(name, body)) in scenarios.iter().enumerate() {
-                let row = compare(&targets, body, concurrency, rate).await;
+            for (s, &(name, body, with_bare)) in scenarios.iter().enumerate() {
+                let row = compare(&targets, body, concurrency, rate, with_bare).await;
                 let name = match rate {
                     Some(r) => format!("{name}, c={concurrency} paced at {r} req/s"),
                     None => format!("{name}, c={concurrency} saturating"),
@@ -180,12 +196,15 @@ fn main() {
             println!("| scenario | bare forwarder added p50 | toolstub added p50 | bare forwarder added p99 | toolstub added p99 | toolstub p99 over bare | CPU per request, bare / toolstub |");
             println!("|---|---|---|---|---|---|---|");
             for (_, _, name, row) in &rows {
+                if row.bare_cpu.is_nan() {
+                    continue;
+                }
                 println!(
-                    "| {name} | {} | {} | {} | {} | **{}** | {:.1} / {:.1} µs |",
+                    "| {name} | {} | {} | {} | {} | **{}** | {} / {} µs |",
                     ms(row.bare_added_p50), ms(row.added_p50()),
                     ms(row.bare_added_p99), ms(row.added_p99()),
                     ms(row.added_p99() - row.bare_added_p99),
-                    row.bare_cpu * 1e6, row.proxy_cpu * 1e6
+                    us(row.bare_cpu), us(row.proxy_cpu)
                 );
             }
             println!();
@@ -199,6 +218,8 @@ fn main() {
                 Shape { name: "chat, `role: tool` string", api: Api::Chat, build: large_body },
                 Shape { name: "messages, `tool_result` string content", api: Api::Messages, build: |salt| anthropic_large_body(salt, false) },
                 Shape { name: "messages, `tool_result` content as 4 text blocks", api: Api::Messages, build: |salt| anthropic_large_body(salt, true) },
+                Shape { name: "responses, `function_call_output` string", api: Api::Responses, build: |salt| responses_large_body(salt, false) },
+                Shape { name: "responses, `function_call_output` as 4 `input_text` parts", api: Api::Responses, build: |salt| responses_large_body(salt, true) },
             ];
             let costs = large_output_cost(mock_addr, proxy_addr, shapes, only == Only::All).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
@@ -262,7 +283,18 @@ impl Drop for Reaped {
 }
 
 fn ms(seconds: f64) -> String {
+    if seconds.is_nan() {
+        return "-".to_string();
+    }
     format!("{:.3} ms", seconds * 1e3)
+}
+
+/// Microseconds, "-" when not measured.
+fn us(seconds: f64) -> String {
+    if seconds.is_nan() {
+        return "-".to_string();
+    }
+    format!("{:.1}", seconds * 1e6)
 }
 
 struct Row {
@@ -303,9 +335,22 @@ struct Targets {
     bare_pid: u32,
 }
 
-async fn compare(targets: &Targets, body: &Payload, concurrency: usize, rate: Option<u32>) -> Row {
+/// One passthrough row: the direct path beside the proxy and (`with_bare`)
+/// beside the bare forwarder, in alternating batches or side by side.
+async fn compare(
+    targets: &Targets,
+    body: &Payload,
+    concurrency: usize,
+    rate: Option<u32>,
+    with_bare: bool,
+) -> Row {
     let client = support::client();
     let (mock, proxy, bare) = (targets.mock, targets.proxy, targets.bare);
+    let paths: &[(&str, SocketAddr)] = if with_bare {
+        &[("proxy", proxy), ("bare", bare)]
+    } else {
+        &[("proxy", proxy)]
+    };
     // Warm every path (connections, pools).
     for target in [mock, proxy, bare] {
         let warm = Duration::from_millis(300);
@@ -317,7 +362,7 @@ async fn compare(targets: &Targets, body: &Payload, concurrency: usize, rate: Op
     // CPU time per request of the proxy and of the bare forwarder.
     let mut cpu: [Vec<f64>; 2] = Default::default();
     for round in 0..ROUNDS {
-        for (i, (who, target)) in [("proxy", proxy), ("bare", bare)].into_iter().enumerate() {
+        for (i, &(who, target)) in paths.iter().enumerate() {
             let pid = if who == "proxy" {
                 targets.proxy_pid
             } else {
@@ -368,9 +413,14 @@ async fn compare(targets: &Targets, body: &Payload, concurrency: usize, rate: Op
     }
     let [d, p, d2, b] = stats;
     let [proxy_cpu, bare_cpu] = cpu;
+    // Not measured: NaN (printed as "-").
     Row {
         proxy_cpu: median(proxy_cpu),
-        bare_cpu: median(bare_cpu),
+        bare_cpu: if with_bare {
+            median(bare_cpu)
+        } else {
+            f64::NAN
+        },
         direct_p50: median(d.p50),
         proxy_p50: median(p.p50),
         direct_p99: median(d.p99),
@@ -521,6 +571,7 @@ async fn side_by_side(
 enum Api {
     Chat,
     Messages,
+    Responses,
 }
 
 impl Api {
@@ -528,6 +579,7 @@ impl Api {
         match self {
             Api::Chat => "/v1/chat/completions",
             Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
         }
     }
 }
@@ -561,7 +613,7 @@ impl Payload {
             .uri(format!("http://{target}{}", self.api.path()))
             .header("content-type", "application/json");
         let mut builder = match self.api {
-            Api::Chat => builder.header("authorization", "Bearer sk-bench"),
+            Api::Chat | Api::Responses => builder.header("authorization", "Bearer sk-bench"),
             Api::Messages => builder
                 .header("x-api-key", "sk-ant-bench")
                 .header("anthropic-version", "2023-06-01"),
@@ -609,6 +661,9 @@ enum Only {
     Anthropic,
     /// The streamed rows: added delay per event, recall rounds.
     Streams,
+    /// The rows of the Responses route and the chat and messages rows
+    /// beside them (as `Anthropic`, with the Responses rows added).
+    Responses,
 }
 
 impl Only {
@@ -618,17 +673,23 @@ impl Only {
             "paced" => Only::Paced,
             "anthropic" => Only::Anthropic,
             "streams" => Only::Streams,
+            "responses" => Only::Responses,
             "" => Only::All,
-            other => panic!("LOADBENCH_ONLY={other}: expected large, paced, anthropic or streams"),
+            other => panic!(
+                "LOADBENCH_ONLY={other}: expected large, paced, anthropic, responses or streams"
+            ),
         }
     }
 }
 
 /// The scenario name of the small Anthropic Messages request.
 const MESSAGES: &str = "messages (Anthropic)";
+/// The scenario name of the small OpenAI Responses request.
+const RESPONSES: &str = "responses (OpenAI)";
 
-/// The chat and messages passthrough rows of each configuration beside
-/// each other, with the bare forwarder measured beside the messages row.
+/// The chat, messages and Responses passthrough rows of each
+/// configuration beside each other, with the bare forwarder measured
+/// beside the chat row.
 fn print_passthrough_beside(rows: &[(usize, usize, String, Row)]) {
     let of = |prefix: &str, c: usize| {
         rows.iter()
@@ -638,30 +699,39 @@ fn print_passthrough_beside(rows: &[(usize, usize, String, Row)]) {
     let configurations: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.1).collect();
     let mut lines = Vec::new();
     for c in configurations {
-        let (Some((_, chat)), Some((name, messages))) = (of("non-streaming,", c), of(MESSAGES, c))
+        let (Some((name, chat)), Some((_, messages))) = (of("non-streaming,", c), of(MESSAGES, c))
         else {
             continue;
         };
-        let configuration = name.trim_start_matches(MESSAGES).trim_start_matches(", ");
+        let responses = of(RESPONSES, c).map(|(_, row)| row);
+        let added_p50 = responses.map_or(f64::NAN, Row::added_p50);
+        let added_p99 = responses.map_or(f64::NAN, Row::added_p99);
+        let cpu = responses.map_or(f64::NAN, |r| r.proxy_cpu);
+        let configuration = name.trim_start_matches("non-streaming, ");
         lines.push(format!(
-            "| {configuration} | {} | **{}** | {} | {} | **{}** | {} | {:.1} / {:.1} / {:.1} µs |",
+            "| {configuration} | {} | **{}** | **{}** | {} | {} | **{}** | **{}** | {} | {} / {} / {} / {} µs | {:.2} / {:.2} |",
             ms(chat.added_p50()),
             ms(messages.added_p50()),
-            ms(messages.bare_added_p50),
+            ms(added_p50),
+            ms(chat.bare_added_p50),
             ms(chat.added_p99()),
             ms(messages.added_p99()),
-            ms(messages.bare_added_p99),
-            chat.proxy_cpu * 1e6,
-            messages.proxy_cpu * 1e6,
-            messages.bare_cpu * 1e6
+            ms(added_p99),
+            ms(chat.bare_added_p99),
+            us(chat.proxy_cpu),
+            us(messages.proxy_cpu),
+            us(cpu),
+            us(chat.bare_cpu),
+            messages.proxy_cpu / chat.proxy_cpu,
+            cpu / chat.proxy_cpu,
         ));
     }
     if lines.is_empty() {
         return;
     }
-    println!("A small request with nothing over budget (forwarded byte for byte), Chat Completions beside Anthropic Messages; the bare forwarder measured beside the messages row:\n");
-    println!("| configuration | chat added p50 | messages added p50 | bare added p50 | chat added p99 | messages added p99 | bare added p99 | CPU per request, chat / messages / bare |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("A small request with nothing over budget (forwarded byte for byte): Chat Completions, Anthropic Messages and the Responses API, each row in the same configuration minutes apart; the bare forwarder measured beside the chat row:\n");
+    println!("| configuration | chat added p50 | messages added p50 | responses added p50 | bare added p50 | chat added p99 | messages added p99 | responses added p99 | bare added p99 | CPU per request, chat / messages / responses / bare | CPU, messages / chat, responses / chat |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for line in lines {
         println!("{line}");
     }
@@ -720,22 +790,66 @@ fn large_body(salt: u64) -> Bytes {
 fn anthropic_large_body(salt: u64, blocks: bool) -> Bytes {
     let output = large_output(salt);
     let content = if blocks {
-        let mut parts = Vec::new();
-        let mut from = 0;
-        for k in 1..4 {
-            let at = output.len() * k / 4;
-            let cut = output[at..]
-                .find("},{")
-                .map_or(output.len(), |i| at + i + 1);
-            parts.push(serde_json::json!({"type": "text", "text": &output[from..cut]}));
-            from = cut;
-        }
-        parts.push(serde_json::json!({"type": "text", "text": &output[from..]}));
-        serde_json::Value::Array(parts)
+        serde_json::Value::Array(
+            quarters(&output)
+                .into_iter()
+                .map(|text| serde_json::json!({"type": "text", "text": text}))
+                .collect(),
+        )
     } else {
         serde_json::Value::String(output)
     };
     Bytes::from(anthropic_tool_body("list the users", content, false).to_string())
+}
+
+/// The same output as a Responses body's `function_call_output`: a string,
+/// or (`parts`) four `input_text` parts cut between array items.
+fn responses_large_body(salt: u64, parts: bool) -> Bytes {
+    let output = large_output(salt);
+    let output = if parts {
+        serde_json::Value::Array(
+            quarters(&output)
+                .into_iter()
+                .map(|text| serde_json::json!({"type": "input_text", "text": text}))
+                .collect(),
+        )
+    } else {
+        serde_json::Value::String(output)
+    };
+    Bytes::from(responses_tool_body("list the users", output, false).to_string())
+}
+
+/// A JSON array's text in four pieces cut between its items.
+fn quarters(output: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut from = 0;
+    for k in 1..4 {
+        let at = output.len() * k / 4;
+        let cut = output[at..]
+            .find("},{")
+            .map_or(output.len(), |i| at + i + 1);
+        parts.push(&output[from..cut]);
+        from = cut;
+    }
+    parts.push(&output[from..]);
+    parts
+}
+
+/// A Responses body: a user message, a `function_call`, its
+/// `function_call_output` with this output.
+fn responses_tool_body(ask: &str, output: serde_json::Value, stream: bool) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "model": "m",
+        "input": [
+            {"type": "message", "role": "user", "content": ask},
+            {"type": "function_call", "call_id": "call_1", "name": "list_users", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": output},
+        ]
+    });
+    if stream {
+        body["stream"] = true.into();
+    }
+    body
 }
 
 /// A messages body: a user message, an assistant `tool_use`, the user's
@@ -916,6 +1030,7 @@ fn stamp_of(event: &[u8]) -> Option<(EventKind, u64)> {
         .parse()
         .ok()?;
     let closing = event.starts_with(b"event: message_delta")
+        || event.starts_with(b"event: response.completed")
         || memchr::memmem::find(event, b"\"finish_reason\":\"").is_some();
     Some((
         if closing {
@@ -1044,6 +1159,20 @@ async fn stream_rows(targets: &Targets) {
                 anthropic_tool_body("list the users", output.clone().into(), true),
             ),
         ),
+        (
+            "responses, no stub (forwarded)",
+            paced(
+                Api::Responses,
+                serde_json::json!({"model": "m", "stream": true, "input": [{"role": "user", "content": "hello"}]}),
+            ),
+        ),
+        (
+            "responses, with a stub (splicer)",
+            paced(
+                Api::Responses,
+                responses_tool_body("list the users", output.clone().into(), true),
+            ),
+        ),
     ];
     let (mock, proxy) = (targets.mock, targets.proxy);
     for (_, payload) in &cases {
@@ -1075,8 +1204,8 @@ async fn stream_rows(targets: &Targets) {
         }
     }
     let events = support::ANTHROPIC_TEXT_DELTAS + 5;
-    println!("Streams of {events} events {} ms apart (`event: <type>` + `data:`; chat: `data:` chunks and `[DONE]`), each event stamped by the mock as it leaves; {STREAM_WORKERS} streams in flight per path, the direct path and the proxy side by side; {ROUNDS} rounds of {} ms, the cases in turn; medians over rounds. Per event: transit from the mock's write to the client's read, proxy minus direct.\n", STREAM_GAP.as_millis(), BATCH.as_millis());
-    println!("| stream | direct first byte | added: first byte | added per event p50 | added per event p99 | added: `message_delta` / finish chunk p50 | added: last byte p50 | streams per path | proxy CPU per stream |");
+    println!("Streams of {events} events {} ms apart (`event: <type>` + `data:`; chat: `data:` chunks and `[DONE]`; Responses: `response.created`, `.in_progress`, `.output_item.added`, 15 `.output_text.delta`, `.output_item.done`, `.completed`), each event stamped by the mock as it leaves; {STREAM_WORKERS} streams in flight per path, the direct path and the proxy side by side; {ROUNDS} rounds of {} ms, the cases in turn; medians over rounds. Per event: transit from the mock's write to the client's read, proxy minus direct.\n", STREAM_GAP.as_millis(), BATCH.as_millis());
+    println!("| stream | direct first byte | added: first byte | added per event p50 | added per event p99 | added: `message_delta` / finish chunk / `response.completed` p50 | added: last byte p50 | streams per path | proxy CPU per stream |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (i, (name, _)) in cases.iter().enumerate() {
         let [d, p] = &stats[i];
@@ -1124,6 +1253,16 @@ async fn recall_rows(targets: &Targets) {
         list.push(serde_json::json!({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": support::ANTHROPIC_RECALL_ID, "content": read}]}));
     }
+    let responses = responses_tool_body(&ask, output.clone().into(), true);
+    let mut responses_second = responses.clone();
+    if let Some(input) = responses_second["input"].as_array_mut() {
+        let arguments = r#"{"ref":"tr_none","limit":20}"#;
+        input.push(serde_json::json!({"id": "msg_bench_1", "type": "message", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": "word0 word1 word2 word3 word4 "}]}));
+        input.push(serde_json::json!({"id": "fc_bench_1", "type": "function_call", "status": "completed",
+            "arguments": arguments, "call_id": support::RESPONSES_RECALL_ID, "name": "tool_result_read"}));
+        input.push(serde_json::json!({"type": "function_call_output", "call_id": support::RESPONSES_RECALL_ID, "output": read}));
+    }
     let paced =
         |api, body: &serde_json::Value| Payload::new(api, body.to_string()).paced(STREAM_GAP);
     let cases = [
@@ -1136,6 +1275,11 @@ async fn recall_rows(targets: &Targets) {
             "messages",
             paced(Api::Messages, &messages),
             paced(Api::Messages, &messages_second),
+        ),
+        (
+            "responses",
+            paced(Api::Responses, &responses),
+            paced(Api::Responses, &responses_second),
         ),
     ];
     let (mock, proxy) = (targets.mock, targets.proxy);
@@ -1151,7 +1295,7 @@ async fn recall_rows(targets: &Targets) {
     // A new turn: another conversation (its opening differs, so its session
     // and its hidden exchange are new: the exchange is stored, committed,
     // before the client's last bytes), the same stub (its output known).
-    let new_turns: Vec<[Payload; 2]> = (0..samples)
+    let new_turns: Vec<[Payload; 3]> = (0..samples)
         .map(|n| {
             let ask = format!("{} the users (conversation {n})", support::RECALL_MARKER);
             [
@@ -1159,6 +1303,10 @@ async fn recall_rows(targets: &Targets) {
                 paced(
                     Api::Messages,
                     &anthropic_tool_body(&ask, output.clone().into(), true),
+                ),
+                paced(
+                    Api::Responses,
+                    &responses_tool_body(&ask, output.clone().into(), true),
                 ),
             ]
         })
@@ -1249,6 +1397,11 @@ async fn check_recall_stream(
             "event: message_start",
             "event: message_stop",
         ),
+        Api::Responses => (
+            format!("word{} ", support::RESPONSES_TEXT_DELTAS - 1),
+            "event: response.created",
+            "event: response.completed",
+        ),
     };
     let count = |needle: &str| text.matches(needle).count();
     assert!(
@@ -1257,6 +1410,35 @@ async fn check_recall_stream(
             && count(opening) == 1
             && count(ending) == 1,
         "{name}: the proxy did not answer the recall round inside one stream:\n{text}"
+    );
+    if payload.api == Api::Responses {
+        check_responses_stream(name, &text);
+    }
+}
+
+/// A Responses stream spliced from two rounds is one response: one
+/// `sequence_number` counter from 0, round 1's id on its first and last
+/// events.
+fn check_responses_stream(name: &str, text: &str) {
+    let events: Vec<serde_json::Value> = text
+        .split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).expect("each event's data is JSON"))
+        .collect();
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(
+            event["sequence_number"].as_u64(),
+            Some(i as u64),
+            "{name}: sequence_number of event {i}:\n{text}"
+        );
+    }
+    let id = |event: Option<&serde_json::Value>| {
+        event.and_then(|e| e["response"]["id"].as_str().map(str::to_string))
+    };
+    let (first, last) = (id(events.first()), id(events.last()));
+    assert!(
+        first.is_some() && first == last,
+        "{name}: the response ids differ ({first:?}, {last:?}):\n{text}"
     );
 }
 
@@ -1305,6 +1487,9 @@ fn mock_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<sup
     let path = parts.uri.path();
     if path.ends_with("/messages") || path.ends_with("/count_tokens") {
         return support::anthropic_answer(parts, body);
+    }
+    if path.ends_with("/responses") {
+        return support::responses_answer(parts, body);
     }
     if let Some(answer) = support::chat_answer(parts, body) {
         return answer;

@@ -680,3 +680,218 @@ pub fn chat_answer(parts: &http::request::Parts, body: &Bytes) -> Option<http::R
         None => sse_response(events.concat()).map(BodyExt::boxed),
     })
 }
+
+/// The `call_id` of the mock's recall call (Responses `function_call`).
+pub const RESPONSES_RECALL_ID: &str = "call_bench_recall_resp";
+/// Text deltas of the mock's streamed Responses answer: with
+/// `response.created`, `response.in_progress`, `response.output_item.added`,
+/// `response.output_item.done` and `response.completed`, 20 events.
+pub const RESPONSES_TEXT_DELTAS: usize = 15;
+
+/// A small Responses API response, as `POST /v1/responses` answers without
+/// `stream` (the members OpenAI sends, abridged).
+pub const RESPONSES_RESPONSE: &str = r#"{"id":"resp_bench","object":"response","created_at":1760000000,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"gpt-mock","output":[{"id":"msg_bench","type":"message","status":"completed","content":[{"type":"output_text","annotations":[],"logprobs":[],"text":"Done."}],"role":"assistant"}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":25,"input_tokens_details":{"cached_tokens":0},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":27},"user":null,"metadata":{}}"#;
+
+/// A fresh response id for each streamed Responses answer, as the API
+/// gives (the proxy keeps which upstream id a client id stands for).
+fn next_response_id() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!(
+        "resp_bench_{:06}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// The events of one streamed Responses answer with these blocks (a text
+/// block is a `message` item, its deltas `response.output_text.delta`; a
+/// call a `function_call` item, its arguments in two
+/// `response.function_call_arguments.delta`s), as OpenAI writes them:
+/// `event: <type>\ndata: <json>\n\n`, `type` then `sequence_number` (from
+/// 0) first in every data object; `response.completed` carries the whole
+/// response (`output`, usage, the request's `tools` echoed); `stamped`: each
+/// data object ends with `"bench_ns":` [`STAMP`].
+pub fn responses_events(
+    id: &str,
+    item_ids: &[&str],
+    blocks: &[MockBlock],
+    tools: &str,
+    stamped: bool,
+) -> Vec<String> {
+    let stamp = if stamped {
+        format!(r#","bench_ns":{STAMP}"#)
+    } else {
+        String::new()
+    };
+    let mut sequence = 0u64;
+    let mut event = |kind: &str, rest: &str| {
+        let e = format!(
+            "event: {kind}\ndata: {{\"type\":\"{kind}\",\"sequence_number\":{sequence}{rest}{stamp}}}\n\n"
+        );
+        sequence += 1;
+        e
+    };
+    let response = |status: &str, output: &str, usage: &str| {
+        format!(
+            r#"{{"id":"{id}","object":"response","created_at":1760000000,"status":"{status}","error":null,"incomplete_details":null,"model":"gpt-mock","output":[{output}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{{"effort":null,"summary":null}},"store":false,"text":{{"format":{{"type":"text"}}}},"tool_choice":"auto","tools":{tools},"usage":{usage},"metadata":{{}}}}"#
+        )
+    };
+    let mut out = Vec::new();
+    let created = response("in_progress", "", "null");
+    out.push(event(
+        "response.created",
+        &format!(r#","response":{created}"#),
+    ));
+    out.push(event(
+        "response.in_progress",
+        &format!(r#","response":{created}"#),
+    ));
+    let mut items = Vec::new();
+    let mut tokens = 0;
+    for (index, block) in blocks.iter().enumerate() {
+        let item_id = item_ids.get(index).copied().unwrap_or("item_bench");
+        match block {
+            MockBlock::Text(pieces) => {
+                out.push(event(
+                    "response.output_item.added",
+                    &format!(
+                        r#","output_index":{index},"item":{{"id":"{item_id}","type":"message","status":"in_progress","content":[],"role":"assistant"}}"#
+                    ),
+                ));
+                for piece in pieces {
+                    out.push(event(
+                        "response.output_text.delta",
+                        &format!(
+                            r#","item_id":"{item_id}","output_index":{index},"content_index":0,"delta":"{piece}","logprobs":[]"#
+                        ),
+                    ));
+                    tokens += 1;
+                }
+                let text = serde_json::to_string(&pieces.concat()).expect("json");
+                let item = format!(
+                    r#"{{"id":"{item_id}","type":"message","status":"completed","content":[{{"type":"output_text","annotations":[],"logprobs":[],"text":{text}}}],"role":"assistant"}}"#
+                );
+                out.push(event(
+                    "response.output_item.done",
+                    &format!(r#","output_index":{index},"item":{item}"#),
+                ));
+                items.push(item);
+            }
+            MockBlock::ToolUse(call_id, name, arguments) => {
+                let quoted = serde_json::to_string(arguments).expect("json");
+                out.push(event(
+                    "response.output_item.added",
+                    &format!(
+                        r#","output_index":{index},"item":{{"id":"{item_id}","type":"function_call","status":"in_progress","arguments":"","call_id":"{call_id}","name":"{name}"}}"#
+                    ),
+                ));
+                let (a, b) = arguments.split_at(arguments.len() / 2);
+                for piece in [a, b] {
+                    out.push(event(
+                        "response.function_call_arguments.delta",
+                        &format!(
+                            r#","item_id":"{item_id}","output_index":{index},"delta":{}"#,
+                            serde_json::to_string(piece).expect("json")
+                        ),
+                    ));
+                    tokens += 5;
+                }
+                out.push(event(
+                    "response.function_call_arguments.done",
+                    &format!(
+                        r#","item_id":"{item_id}","output_index":{index},"name":"{name}","arguments":{quoted}"#
+                    ),
+                ));
+                let item = format!(
+                    r#"{{"id":"{item_id}","type":"function_call","status":"completed","arguments":{quoted},"call_id":"{call_id}","name":"{name}"}}"#
+                );
+                out.push(event(
+                    "response.output_item.done",
+                    &format!(r#","output_index":{index},"item":{item}"#),
+                ));
+                items.push(item);
+            }
+        }
+    }
+    let usage = format!(
+        r#"{{"input_tokens":25,"input_tokens_details":{{"cached_tokens":0}},"output_tokens":{tokens},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}"#,
+        25 + tokens
+    );
+    let completed = response("completed", &items.join(","), &usage);
+    out.push(event(
+        "response.completed",
+        &format!(r#","response":{completed}"#),
+    ));
+    out
+}
+
+/// Whether a Responses request's `input` ends with the output of the call
+/// `call_id` (the second round of a recall exchange).
+fn answers_call(body: &[u8], call_id: &str) -> bool {
+    if !contains(body, call_id) {
+        return false;
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    value["input"]
+        .as_array()
+        .and_then(|input| input.last())
+        .is_some_and(|last| last["type"] == "function_call_output" && last["call_id"] == call_id)
+}
+
+/// The mock's Responses upstream (`POST /v1/responses`): a small response;
+/// with `"stream":true` its events, all at once, or paced and stamped when
+/// the request carries [`GAP_HEADER`]; a recall round on [`RECALL_MARKER`]
+/// (a message, then a `function_call` of `tool_result_read` on the
+/// request's first stub ref, `limit` 20) and its answer once the request's
+/// `input` ends with the output of [`RESPONSES_RECALL_ID`]. Streamed
+/// answers echo the request's `tools`.
+pub fn responses_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<MockBody> {
+    if !streams(body) {
+        return json_response(RESPONSES_RESPONSE).map(BodyExt::boxed);
+    }
+    let (blocks, item_ids): (Vec<MockBlock>, &[&str]) = if answers_call(body, RESPONSES_RECALL_ID) {
+        (
+            vec![MockBlock::Text(pieces(RESPONSES_TEXT_DELTAS))],
+            &["msg_bench_2"],
+        )
+    } else if contains(body, RECALL_MARKER) {
+        let reference = refs_in(body)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "tr_none".to_string());
+        let arguments = format!(r#"{{"ref":"{reference}","limit":20}}"#);
+        (
+            vec![
+                MockBlock::Text(pieces(5)),
+                MockBlock::ToolUse(
+                    RESPONSES_RECALL_ID.to_string(),
+                    "tool_result_read".to_string(),
+                    arguments,
+                ),
+            ],
+            &["msg_bench_1", "fc_bench_1"],
+        )
+    } else {
+        (
+            vec![MockBlock::Text(pieces(RESPONSES_TEXT_DELTAS))],
+            &["msg_bench"],
+        )
+    };
+    let tools = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("tools").map(serde_json::Value::to_string))
+        .unwrap_or_else(|| "[]".to_string());
+    let gap = gap_of(parts);
+    let events = responses_events(
+        &next_response_id(),
+        item_ids,
+        &blocks,
+        &tools,
+        gap.is_some(),
+    );
+    match gap {
+        Some(gap) => paced_sse(events, gap),
+        None => sse_response(events.concat()).map(BodyExt::boxed),
+    }
+}

@@ -1447,3 +1447,42 @@ mod response_ids {
         assert!(store.response_id(&alice(), "new").unwrap().is_some());
     }
 }
+
+mod answers {
+    use super::*;
+    use toolstub::store::{Answer, Exchange, ResponseId};
+
+    #[test]
+    fn an_answer_keeps_its_exchange_and_its_id_together() {
+        let (_dir, store) = open();
+        let answer = Answer {
+            exchange: Some(Exchange {
+                key: "k".to_string(),
+                session_id: "s".to_string(),
+                replacement: "[1]".to_string(),
+            }),
+            response_id: Some(ResponseId {
+                client_id: "resp_a".to_string(),
+                upstream_id: "resp_b".to_string(),
+                output: "[]".to_string(),
+            }),
+        };
+        assert!(store.put_answer(&alice(), answer.clone()).unwrap());
+        assert!(
+            !store.put_answer(&alice(), answer).unwrap(),
+            "the exchange was kept already"
+        );
+        assert_eq!(
+            store.exchanges(&alice(), &["k".to_string()]).unwrap().len(),
+            1
+        );
+        assert_eq!(
+            store
+                .response_id(&alice(), "resp_a")
+                .unwrap()
+                .map(|m| m.upstream_id),
+            Some("resp_b".to_string())
+        );
+        assert!(!store.put_answer(&alice(), Answer::default()).unwrap());
+    }
+}

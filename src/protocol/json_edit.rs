@@ -14,16 +14,24 @@ pub fn raw_member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
 
 /// Where the value of a top-level member of a JSON object is.
 pub fn member_span(object: &str, key: &str) -> Option<Range<usize>> {
+    member_spans(object, &[key])?.pop().flatten()
+}
+
+/// Where the values of several top-level members are, in one pass (the
+/// first occurrence of each); `None` if `object` is not an object.
+pub fn member_spans(object: &str, keys: &[&str]) -> Option<Vec<Option<Range<usize>>>> {
+    let mut found: Vec<Option<Range<usize>>> = vec![None; keys.len()];
     let mut scanner = Scanner::new(object);
-    let mut found = None;
     scanner.object(|s, k| {
         let raw = s.value()?;
-        if k == key && found.is_none() {
-            found = span_in(object, raw);
+        if let Some(i) = keys.iter().position(|key| *key == k) {
+            if found[i].is_none() {
+                found[i] = span_in(object, raw);
+            }
         }
         Some(())
     })?;
-    found
+    Some(found)
 }
 
 /// `object` (a JSON object's text) with each member's value replaced by the

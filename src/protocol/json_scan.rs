@@ -57,6 +57,12 @@ impl<'a> Scanner<'a> {
         self.pos
     }
 
+    /// Consumes a `,` after whitespace, if one comes next (values of a
+    /// comma-separated run that is not an array).
+    pub fn comma(&mut self) -> bool {
+        self.eat(b',').is_some()
+    }
+
     /// Consumes `byte` after whitespace.
     fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.pos += 1)

@@ -19,7 +19,7 @@ use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
 use crate::rewrite::{derive_session, rewrite_with, splice, Mode, Outcome, Turn};
-use crate::store::{Exchange, NewOutput, Tenant};
+use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
@@ -243,29 +243,6 @@ async fn find_exchanges(
             app.metrics.store_error("exchanges");
             tracing::warn!(error = %e, "looking up hidden recall exchanges failed");
             BTreeMap::new()
-        }
-    }
-}
-
-/// Stores a round's hidden exchange (best effort: without it the next turn
-/// is sent as the client has it).
-pub(super) async fn keep_exchange(
-    app: &App,
-    tenant: &Tenant,
-    session: &str,
-    restoration: crate::recall::Restoration,
-) {
-    let exchange = Exchange {
-        key: exchange_key(session, &restoration.identity),
-        session_id: session.to_string(),
-        replacement: restoration.replacement,
-    };
-    match app.store.put_exchange(tenant, exchange).await {
-        Ok(true) => app.metrics.exchange_kept(),
-        Ok(false) => {}
-        Err(e) => {
-            app.metrics.store_error("put_exchange");
-            tracing::warn!(error = %e, "storing a hidden recall exchange failed");
         }
     }
 }

@@ -17,7 +17,7 @@
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
-use super::api::{keep_exchange, plan, Api, Plan};
+use super::api::{exchange_key, plan, Api, Plan};
 use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
 use super::error::ProxyError;
 use super::{stream_back, upstream_request, App};
@@ -141,24 +141,35 @@ impl RecallRequest {
     }
 
     /// Stores the answer's hidden exchange, if there was one, and the id
-    /// the client got for it, if the upstream knows it under another.
+    /// the client got for it, if the upstream knows it under another, in
+    /// one commit (best effort: without them the next turn is sent as the
+    /// client has it).
     async fn keep(&self, app: &App, rounds: &dyn Rounds) {
-        if let Some(map) = rounds.id_map() {
-            let id = crate::store::ResponseId {
+        let answer = crate::store::Answer {
+            exchange: rounds
+                .restoration()
+                .filter(|_| app.config.restore_history)
+                .map(|r| crate::store::Exchange {
+                    key: exchange_key(&self.session, &r.identity),
+                    session_id: self.session.clone(),
+                    replacement: r.replacement,
+                }),
+            response_id: rounds.id_map().map(|map| crate::store::ResponseId {
                 client_id: map.client,
                 upstream_id: map.upstream,
                 output: map.output,
-            };
-            if let Err(e) = app.store.put_response_id(&self.tenant, id).await {
-                app.metrics.store_error("put_response_id");
-                tracing::warn!(error = %e, "keeping a response id failed");
-            }
-        }
-        if !app.config.restore_history {
+            }),
+        };
+        if answer.exchange.is_none() && answer.response_id.is_none() {
             return;
         }
-        if let Some(restoration) = rounds.restoration() {
-            keep_exchange(app, &self.tenant, &self.session, restoration).await;
+        match app.store.put_answer(&self.tenant, answer).await {
+            Ok(true) => app.metrics.exchange_kept(),
+            Ok(false) => {}
+            Err(e) => {
+                app.metrics.store_error("put_answer");
+                tracing::warn!(error = %e, "keeping a recall answer failed");
+            }
         }
     }
 

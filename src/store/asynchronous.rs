@@ -6,7 +6,7 @@
 
 use super::writer::{self, Job};
 use super::{
-    Exchange, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, ResultStore,
+    Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, ResultStore,
     SearchHit, StoreError, Stored, Tenant,
 };
 use std::sync::Arc;
@@ -148,18 +148,14 @@ impl AsyncResultStore {
             .await
     }
 
-    /// [`ResultStore::put_exchange`]: resolves once committed.
-    pub async fn put_exchange(
-        &self,
-        tenant: &Tenant,
-        exchange: Exchange,
-    ) -> Result<bool, StoreError> {
+    /// [`ResultStore::put_answer`]: resolves once committed.
+    pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
         let (reply, wait) = oneshot::channel();
         self.store
             .job_sender()?
-            .send(Job::PutExchange {
+            .send(Job::PutAnswer {
                 tenant: tenant.clone(),
-                exchange,
+                answer,
                 reply,
             })
             .await
@@ -175,21 +171,6 @@ impl AsyncResultStore {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let tenant = tenant.clone();
         self.blocking(move |s| s.exchanges(&tenant, &keys)).await
-    }
-
-    /// [`ResultStore::put_response_id`]: resolves once committed.
-    pub async fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(Job::PutResponseId {
-                tenant: tenant.clone(),
-                id,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
     }
 
     /// [`ResultStore::response_id`].

@@ -32,8 +32,8 @@ pub use asynchronous::AsyncResultStore;
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
 pub use types::{
-    Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
-    SearchHit, StoreStats, Stored, Tenant, OFFSET_UNIT,
+    Answer, Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
+    ResponseId, SearchHit, StoreStats, Stored, Tenant, OFFSET_UNIT,
 };
 pub use writer::SweepReport;
 
@@ -290,19 +290,30 @@ impl ResultStore {
         self.inner.readers.with(|c| reader::held(c, tenant, refs))
     }
 
-    /// Stores a hidden recall exchange (committed durably, per
-    /// [`Durability`], before it returns). A key already stored keeps its
-    /// first exchange; returns whether this one was new.
-    pub fn put_exchange(&self, tenant: &Tenant, exchange: Exchange) -> Result<bool, StoreError> {
+    /// Stores what the proxy keeps of an answer (its hidden exchange, the
+    /// response id the client got) in one commit, durable per
+    /// [`Durability`] before it returns. An exchange already stored under
+    /// its key keeps its first version; a response id is updated. Returns
+    /// whether the exchange was new.
+    pub fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
         let (reply, wait) = oneshot::channel();
         self.jobs()?
-            .blocking_send(writer::Job::PutExchange {
+            .blocking_send(writer::Job::PutAnswer {
                 tenant: tenant.clone(),
-                exchange,
+                answer,
                 reply,
             })
             .map_err(|_| StoreError::Closed)?;
         wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::put_answer`] of a hidden exchange alone.
+    pub fn put_exchange(&self, tenant: &Tenant, exchange: Exchange) -> Result<bool, StoreError> {
+        let answer = Answer {
+            exchange: Some(exchange),
+            response_id: None,
+        };
+        self.put_answer(tenant, answer)
     }
 
     /// The stored exchanges of `tenant` among `keys`: (key, replacement).
@@ -316,18 +327,13 @@ impl ResultStore {
             .with(|c| reader::exchanges(c, tenant, keys))
     }
 
-    /// Keeps which upstream response a client's response id stands for
-    /// (committed before it returns); a client id already kept is updated.
+    /// [`ResultStore::put_answer`] of a response id alone.
     pub fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.jobs()?
-            .blocking_send(writer::Job::PutResponseId {
-                tenant: tenant.clone(),
-                id,
-                reply,
-            })
-            .map_err(|_| StoreError::Closed)?;
-        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+        let answer = Answer {
+            exchange: None,
+            response_id: Some(id),
+        };
+        self.put_answer(tenant, answer).map(drop)
     }
 
     /// The upstream response `client_id` stands for, if it stands for one.

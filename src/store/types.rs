@@ -97,6 +97,14 @@ pub struct ResponseId {
     pub output: String,
 }
 
+/// What the proxy keeps of one answer that took recall rounds, committed
+/// together (one transaction, one sync).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub exchange: Option<Exchange>,
+    pub response_id: Option<ResponseId>,
+}
+
 /// What `put` reports for one output, once it is committed durably.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stored {

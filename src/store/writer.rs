@@ -11,9 +11,7 @@
 
 use super::error::SqlContext;
 use super::text::{self, CHUNK_BITS, MAX_CHUNKS};
-use super::{
-    age_cutoff, Exchange, NewOutput, ResponseId, StoreConfig, StoreError, Stored, Tenant, DAY_MS,
-};
+use super::{age_cutoff, Answer, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -54,15 +52,10 @@ pub(crate) enum Job {
     FlushIndex {
         reply: Reply<u64>,
     },
-    PutExchange {
+    PutAnswer {
         tenant: Tenant,
-        exchange: Exchange,
+        answer: Answer,
         reply: Reply<bool>,
-    },
-    PutResponseId {
-        tenant: Tenant,
-        id: ResponseId,
-        reply: Reply<()>,
     },
     Sweep {
         now_ms: i64,
@@ -286,16 +279,12 @@ impl Writer {
                 Job::FlushIndex { reply } => {
                     let _ = reply.send(self.flush_index());
                 }
-                Job::PutExchange {
+                Job::PutAnswer {
                     tenant,
-                    exchange,
+                    answer,
                     reply,
                 } => {
-                    let _ = reply.send(self.put_exchange(&tenant, &exchange));
-                    self.last_put = std::time::Instant::now();
-                }
-                Job::PutResponseId { tenant, id, reply } => {
-                    let _ = reply.send(self.put_response_id(&tenant, &id));
+                    let _ = reply.send(self.put_answer(&tenant, &answer));
                     self.last_put = std::time::Instant::now();
                 }
                 Job::Sweep { now_ms, reply } => {
@@ -404,36 +393,38 @@ impl Writer {
         }
     }
 
-    /// Stores a hidden exchange unless one is stored under its key (the
-    /// first wins: restoration sends what was first sent); `true` if new.
-    fn put_exchange(&mut self, tenant: &Tenant, exchange: &Exchange) -> Result<bool, StoreError> {
+    /// Stores an answer's hidden exchange (unless one is stored under its
+    /// key: the first wins, restoration sends what was first sent) and its
+    /// response id, in one transaction; `true` if the exchange was new.
+    fn put_answer(&mut self, tenant: &Tenant, answer: &Answer) -> Result<bool, StoreError> {
         self.set_synchronous(self.durable_level())?;
         let now = self.config.clock.now_ms();
-        let n = self
+        let tx = self
             .conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO exchanges (tenant, key, session_id, replacement, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    tenant.as_str(),
-                    exchange.key,
-                    exchange.session_id,
-                    exchange.replacement,
-                    now
-                ])
-            })
-            .ctx("storing a hidden recall exchange")?;
-        self.wal_dirty += exchange.replacement.len() as u64;
-        Ok(n > 0)
-    }
-
-    fn put_response_id(&mut self, tenant: &Tenant, id: &ResponseId) -> Result<(), StoreError> {
-        self.set_synchronous(self.durable_level())?;
-        let now = self.config.clock.now_ms();
-        self.conn
-            .prepare_cached(
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting to keep an answer")?;
+        let mut new = false;
+        if let Some(exchange) = &answer.exchange {
+            let n = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO exchanges (tenant, key, session_id, replacement, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        tenant.as_str(),
+                        exchange.key,
+                        exchange.session_id,
+                        exchange.replacement,
+                        now
+                    ])
+                })
+                .ctx("storing a hidden recall exchange")?;
+            new = n > 0;
+            self.wal_dirty += exchange.replacement.len() as u64;
+        }
+        if let Some(id) = &answer.response_id {
+            tx.prepare_cached(
                 "INSERT INTO response_ids (tenant, client_id, upstream_id, output, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, client_id) DO UPDATE SET \
                  upstream_id = excluded.upstream_id, output = excluded.output",
@@ -448,8 +439,10 @@ impl Writer {
                 ])
             })
             .ctx("keeping a response id")?;
-        self.wal_dirty += id.output.len() as u64;
-        Ok(())
+            self.wal_dirty += id.output.len() as u64;
+        }
+        tx.commit().ctx("committing a kept answer")?;
+        Ok(new)
     }
 
     fn flush_index(&mut self) -> Result<u64, StoreError> {

@@ -68,6 +68,10 @@ pub(crate) struct StreamState {
     /// Whether a released event was rewritten (the final events are then
     /// rewritten too, instead of passing through).
     changed: bool,
+    /// The answer's `message_delta` went out as soon as it came (a first
+    /// round without recall calls: nothing to keep, nothing to wait for);
+    /// `message_stop` then passes as it comes.
+    finished: bool,
 }
 
 impl StreamState {
@@ -199,11 +203,23 @@ pub(super) fn event(rounds: &mut AnthropicRounds, event: &Event) -> Vec<Bytes> {
                 .and_then(Value::as_str)
                 .map(str::to_string);
             state.message_delta = Some((event.raw.clone(), data.to_string(), stop));
-            Vec::new()
+            let hidden = state.blocks.values().any(|b| b.route == Route::Hidden);
+            if rounds.rounds > 0 || hidden {
+                return Vec::new();
+            }
+            // No recall in the first round: the answer is complete now.
+            let (mut out, _) = close(rounds, false);
+            out.push(final_delta(rounds));
+            rounds.stream.finished = true;
+            out
         }
         ("message_stop", _) => {
             state.message_stop = Some(event.raw.clone());
-            Vec::new()
+            if state.finished {
+                vec![event.raw.clone()]
+            } else {
+                Vec::new()
+            }
         }
         ("error", _) => {
             state.errored = true;
@@ -248,6 +264,15 @@ pub(super) fn end_round(
     if rounds.stream.message_stop.is_none() {
         return (Vec::new(), RoundEnd::Truncated);
     }
+    if rounds.stream.finished {
+        return (Vec::new(), RoundEnd::Done);
+    }
+    close(rounds, recall_allowed)
+}
+
+/// The round's blocks are complete: held blocks released (or dropped), the
+/// round closed, and whether it goes on with recall calls.
+fn close(rounds: &mut AnthropicRounds, recall_allowed: bool) -> (Vec<Bytes>, RoundEnd) {
     let names = rounds.context.names.clone();
     let state = &mut rounds.stream;
     let mut routes = BTreeMap::new();
@@ -308,6 +333,21 @@ fn event_kind(event: &Event) -> String {
 
 /// The closing events: one `message_delta` and one `message_stop`.
 pub(super) fn finish(rounds: &mut AnthropicRounds) -> Vec<Bytes> {
+    if rounds.stream.finished {
+        return Vec::new();
+    }
+    let stop = rounds
+        .stream
+        .message_stop
+        .clone()
+        .unwrap_or_else(|| sse("message_stop", "{\"type\":\"message_stop\"}"));
+    vec![final_delta(rounds), stop]
+}
+
+/// The client's one `message_delta`: the last round's, its stop reason and
+/// usage set by the rule of [`super::rounds`] (its own bytes when nothing
+/// was changed anywhere).
+fn final_delta(rounds: &AnthropicRounds) -> Bytes {
     let state = &rounds.stream;
     let upstream_stop = state
         .message_delta
@@ -315,13 +355,9 @@ pub(super) fn finish(rounds: &mut AnthropicRounds) -> Vec<Bytes> {
         .and_then(|(_, _, stop)| stop.as_deref());
     let stop_reason = rounds.stop_reason(upstream_stop);
     let untouched = rounds.rounds == 0 && !state.changed && stop_reason.as_deref() == upstream_stop;
-    let stop = state
-        .message_stop
-        .clone()
-        .unwrap_or_else(|| sse("message_stop", "{\"type\":\"message_stop\"}"));
     if untouched {
         if let Some((raw, _, _)) = &state.message_delta {
-            return vec![raw.clone(), stop];
+            return raw.clone();
         }
     }
     // The last round's message_delta with the final stop_reason and usage
@@ -343,7 +379,7 @@ pub(super) fn finish(rounds: &mut AnthropicRounds) -> Vec<Bytes> {
     let usage = set_members(usage_raw, &usage).unwrap_or_else(|| usage_raw.to_string());
     let data = set_members(data, &[("delta", delta), ("usage", usage)])
         .unwrap_or_else(|| data.to_string());
-    vec![sse("message_delta", &data), stop]
+    sse("message_delta", &data)
 }
 
 #[cfg(test)]

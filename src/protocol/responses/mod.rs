@@ -24,7 +24,7 @@ mod stream;
 
 use super::anthropic::result_text;
 use super::body::{once, read_conversation};
-use super::json_edit::{member_span, raw_member};
+use super::json_edit::member_spans;
 use super::json_scan::Scanner;
 use super::json_text;
 use super::openai_chat::{append_opening, client_tool_names, tools_slot};
@@ -241,11 +241,10 @@ impl Protocol for OpenAiResponses {
     /// `call_id`, else a message's role and text. A reasoning item without
     /// an id is left out (clients may drop it from older turns).
     fn message_canon(&self, message: &str) -> Option<String> {
-        let run = format!("[{message}]");
         let mut canon = String::new();
         let mut first_is_model_output = None;
-        let mut scanner = Scanner::new(&run);
-        scanner.array(|s| {
+        let mut scanner = Scanner::new(message);
+        let mut each = |s: &mut Scanner<'_>| -> Option<()> {
             let item = read_item(s)?;
             first_is_model_output.get_or_insert(item.is_model_output());
             let kind = item.kind().to_string();
@@ -266,7 +265,14 @@ impl Protocol for OpenAiResponses {
             canon.push(':');
             canon.push_str(&identity);
             Some(())
-        })?;
+        };
+        // The items of a run, comma-separated, read in place.
+        loop {
+            each(&mut scanner)?;
+            if !scanner.comma() {
+                break;
+            }
+        }
         scanner.finish()?;
         // A turn of the model's says so first, as the other adapters' do.
         Some(if first_is_model_output == Some(true) {
@@ -285,11 +291,17 @@ impl Protocol for OpenAiResponses {
     /// the client did not.
     fn recall_edits(&self, body: &str) -> Vec<(Range<usize>, String)> {
         const ENCRYPTED: &str = "reasoning.encrypted_content";
-        let (Some(store), include) = (raw_member(body, "store"), member_span(body, "include"))
-        else {
+        // `store` defaults to true: most bodies are settled without a scan.
+        if memchr::memmem::find(body.as_bytes(), b"\"store\"").is_none() {
+            return Vec::new();
+        }
+        let Some(spans) = member_spans(body, &["store", "include"]) else {
             return Vec::new();
         };
-        if store != "false" {
+        let (Some(store), include) = (spans[0].clone(), spans[1].clone()) else {
+            return Vec::new();
+        };
+        if &body[store] != "false" {
             return Vec::new();
         }
         match include {

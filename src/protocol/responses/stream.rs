@@ -18,12 +18,11 @@
 //! Pure: events in, bytes out; the proxy's driver does the I/O.
 
 use super::rounds::{item_kind, round_items, without_recall_tools, ItemKind, ResponsesRounds};
-use crate::protocol::json_edit::{raw_member, set_members};
+use crate::protocol::json_edit::{member_spans, raw_member, set_members};
 use crate::protocol::json_string;
 use crate::recall::sse::Event;
 use crate::recall::RoundEnd;
 use bytes::Bytes;
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// What became of a streamed item.
@@ -49,6 +48,9 @@ pub(crate) struct StreamState {
     /// The round's terminal event: its type and data.
     terminal: Option<(String, String)>,
     errored: bool,
+    /// The answer's last event went out as soon as it came (a first round
+    /// without recall calls: nothing to keep, nothing to wait for).
+    finished: bool,
 }
 
 impl StreamState {
@@ -66,36 +68,79 @@ fn sse(kind: &str, data: &str) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
 }
 
+/// The members of an event the splicer reads, found in one pass.
+struct Fields<'a> {
+    kind: String,
+    index: Option<u64>,
+    sequence: Option<std::ops::Range<usize>>,
+    index_span: Option<std::ops::Range<usize>>,
+    response: Option<&'a str>,
+    item: Option<&'a str>,
+}
+
+fn fields(data: &str) -> Option<Fields<'_>> {
+    let spans = member_spans(
+        data,
+        &[
+            "type",
+            "output_index",
+            "sequence_number",
+            "response",
+            "item",
+        ],
+    )?;
+    let raw = |i: usize| spans[i].clone().map(|span| &data[span]);
+    Some(Fields {
+        kind: raw(0)
+            .and_then(|t| serde_json::from_str::<String>(t).ok())
+            .unwrap_or_default(),
+        index: raw(1).and_then(|i| i.parse().ok()),
+        sequence: spans[2].clone(),
+        index_span: spans[1].clone(),
+        response: raw(3),
+        item: raw(4),
+    })
+}
+
 /// Sends an event on to the client: its `sequence_number` (and its
-/// `output_index` when it has one) set to the client's; its own bytes when
-/// nothing changes.
+/// `output_index` when it has one) set to the client's, and `extra`
+/// members replaced; its own bytes when nothing changes.
 fn emit(
     state: &mut StreamState,
     event: &Event,
-    kind: &str,
     data: &str,
-    index: Option<(u64, u64)>,
+    fields: &Fields<'_>,
+    to_index: Option<u64>,
     extra: Vec<(&str, String)>,
 ) -> Bytes {
     let sequence = state.next_sequence;
     state.next_sequence += 1;
-    let upstream_sequence = raw_member(data, "sequence_number").and_then(|s| s.parse::<u64>().ok());
-    let mut members = extra;
-    if upstream_sequence != Some(sequence) {
-        members.push(("sequence_number", sequence.to_string()));
-    }
-    if let Some((from, to)) = index {
-        if from != to {
-            members.push(("output_index", to.to_string()));
+    let mut splices: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    if let Some(span) = &fields.sequence {
+        if data[span.clone()].parse::<u64>().ok() != Some(sequence) {
+            splices.push((span.clone(), sequence.to_string()));
         }
     }
-    if members.is_empty() {
+    if let (Some(span), Some(to)) = (&fields.index_span, to_index) {
+        if fields.index != Some(to) {
+            splices.push((span.clone(), to.to_string()));
+        }
+    }
+    if splices.is_empty() && extra.is_empty() && fields.sequence.is_some() {
         return event.raw.clone();
     }
-    match set_members(data, &members) {
-        Some(data) => sse(kind, &data),
-        None => event.raw.clone(),
+    let mut data = crate::rewrite::splice(data, splices);
+    let mut members = extra;
+    if fields.sequence.is_none() {
+        members.push(("sequence_number", sequence.to_string()));
     }
+    if !members.is_empty() {
+        match set_members(&data, &members) {
+            Some(edited) => data = edited,
+            None => return event.raw.clone(),
+        }
+    }
+    sse(&fields.kind, &data)
 }
 
 /// Handles one upstream event; returns the bytes for the client.
@@ -103,52 +148,52 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
     let Some(data) = event.data.as_deref() else {
         return vec![event.raw.clone()];
     };
-    let Ok(Value::Object(value)) = serde_json::from_str::<Value>(data) else {
+    let Some(fields) = fields(data) else {
         return vec![event.raw.clone()];
     };
-    let kind = value
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let index = value.get("output_index").and_then(Value::as_u64);
     let names = rounds.context.names.clone();
-    if kind == "response.created" && rounds.first_id.is_none() {
-        rounds.first_id = value
-            .get("response")
-            .and_then(|r| r.get("id"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+    if fields.kind == "response.created" && rounds.first_id.is_none() {
+        rounds.first_id = fields
+            .response
+            .and_then(|r| raw_member(r, "id"))
+            .and_then(|id| serde_json::from_str::<String>(id).ok());
     }
     let state = &mut rounds.stream;
-    match kind.as_str() {
+    match fields.kind.as_str() {
         "response.created" | "response.in_progress" | "response.queued" => {
             if state.round > 0 {
                 return Vec::new();
             }
             // The echoed tools without the recall tools.
-            let response = raw_member(data, "response").unwrap_or("{}");
+            let response = fields.response.unwrap_or("{}");
             let extra = raw_member(response, "tools")
                 .and_then(|tools| without_recall_tools(tools, &names))
                 .and_then(|tools| set_members(response, &[("tools", tools)]))
                 .map(|response| vec![("response", response)])
                 .unwrap_or_default();
-            vec![emit(state, event, &kind, data, None, extra)]
+            vec![emit(state, event, data, &fields, None, extra)]
         }
         "response.completed" | "response.incomplete" | "response.failed" => {
-            state.terminal = Some((kind, data.to_string()));
-            Vec::new()
+            state.terminal = Some((fields.kind.clone(), data.to_string()));
+            let hidden = state.items.values().any(|r| *r == Route::Hidden);
+            if rounds.rounds > 0 || hidden {
+                return Vec::new();
+            }
+            // No recall in the first round: the answer is complete now.
+            let (mut out, _) = end_round(rounds, false);
+            out.extend(finish(rounds));
+            rounds.stream.finished = true;
+            out
         }
         "error" => {
             state.errored = true;
-            vec![emit(state, event, &kind, data, None, Vec::new())]
+            vec![emit(state, event, data, &fields, None, Vec::new())]
         }
         "response.output_item.added" => {
-            let Some(index) = index else {
-                return vec![emit(state, event, &kind, data, None, Vec::new())];
+            let Some(index) = fields.index else {
+                return vec![emit(state, event, data, &fields, None, Vec::new())];
             };
-            let item = raw_member(data, "item").unwrap_or("{}");
-            let route = match item_kind(&names, item) {
+            let route = match item_kind(&names, fields.item.unwrap_or("{}")) {
                 ItemKind::Recall(_) => Route::Hidden,
                 ItemKind::ClientCall => {
                     state.holding = true;
@@ -162,11 +207,14 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
                 }
             };
             state.items.insert(index, route);
-            route_event(state, event, &kind, data, index, route)
+            route_event(state, event, data, &fields, index, route)
         }
-        _ => match index.and_then(|i| state.items.get(&i).copied().map(|r| (i, r))) {
-            Some((index, route)) => route_event(state, event, &kind, data, index, route),
-            None => vec![emit(state, event, &kind, data, None, Vec::new())],
+        _ => match fields
+            .index
+            .and_then(|i| state.items.get(&i).copied().map(|r| (i, r)))
+        {
+            Some((index, route)) => route_event(state, event, data, &fields, index, route),
+            None => vec![emit(state, event, data, &fields, None, Vec::new())],
         },
     }
 }
@@ -174,20 +222,13 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
 fn route_event(
     state: &mut StreamState,
     event: &Event,
-    kind: &str,
     data: &str,
+    fields: &Fields<'_>,
     index: u64,
     route: Route,
 ) -> Vec<Bytes> {
     match route {
-        Route::Shown(to) => vec![emit(
-            state,
-            event,
-            kind,
-            data,
-            Some((index, to)),
-            Vec::new(),
-        )],
+        Route::Shown(to) => vec![emit(state, event, data, fields, Some(to), Vec::new())],
         Route::Held => {
             state.held.push((index, event.clone()));
             Vec::new()
@@ -203,6 +244,9 @@ pub(super) fn end_round(
 ) -> (Vec<Bytes>, RoundEnd) {
     if rounds.stream.errored {
         return (Vec::new(), RoundEnd::UpstreamError);
+    }
+    if rounds.stream.finished {
+        return (Vec::new(), RoundEnd::Done);
     }
     let Some((terminal, data)) = rounds.stream.terminal.clone() else {
         return (Vec::new(), RoundEnd::Truncated);
@@ -233,17 +277,10 @@ pub(super) fn end_round(
             shown
         });
         let data = event.data.clone().unwrap_or_default();
-        let kind = raw_member(&data, "type")
-            .and_then(|t| serde_json::from_str::<String>(t).ok())
-            .unwrap_or_default();
-        released.push(emit(
-            state,
-            &event,
-            &kind,
-            &data,
-            Some((index, to)),
-            Vec::new(),
-        ));
+        let Some(fields) = fields(&data) else {
+            continue;
+        };
+        released.push(emit(state, &event, &data, &fields, Some(to), Vec::new()));
     }
     // A round that failed or stopped short ends the answer as it is.
     let allowed = recall_allowed && completed;
@@ -256,6 +293,9 @@ pub(super) fn end_round(
 /// The closing event: the last round's terminal event, as the client sees
 /// the whole answer.
 pub(super) fn finish(rounds: &mut ResponsesRounds) -> Vec<Bytes> {
+    if rounds.stream.finished {
+        return Vec::new();
+    }
     let Some((kind, data)) = rounds.stream.terminal.clone() else {
         return Vec::new();
     };

@@ -56,6 +56,10 @@ struct ServeArgs {
     /// The SQLite file holding the originals (store.path).
     #[arg(long, value_name = "FILE")]
     db: Option<PathBuf>,
+    /// Store in PostgreSQL instead (store.url, or TOOLSTUB_STORE_URL), e.g.
+    /// postgres://toolstub:secret@db:5432/toolstub.
+    #[arg(long, value_name = "URL")]
+    store_url: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -99,6 +103,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         listen: args.listen,
         upstream: args.upstream,
         db: args.db,
+        store_url: args.store_url,
         routes: args.routes,
     };
     let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
@@ -191,7 +196,7 @@ fn read_stdin() -> Result<Vec<u8>> {
 
 /// `toolstub results list|read|search`: the store seen by an operator.
 mod results {
-    use crate::store::{ResultStore, StoreConfig, Tenant};
+    use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
     use anyhow::{bail, Context, Result};
     use clap::{Args, Subcommand};
     use std::io::Write;
@@ -207,6 +212,15 @@ mod results {
             global = true
         )]
         db: PathBuf,
+        /// A PostgreSQL store instead of the file (as `serve --store-url`).
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "TOOLSTUB_STORE_URL",
+            global = true,
+            hide_env_values = true
+        )]
+        store_url: Option<String>,
         /// The tenant id (16 hex digits of the credential's SHA-256, or `anonymous`).
         #[arg(long, value_name = "ID", default_value = Tenant::ANONYMOUS, global = true)]
         tenant: String,
@@ -259,17 +273,34 @@ mod results {
     }
 
     pub fn run(args: ResultsArgs) -> Result<()> {
-        if !args.db.exists() {
-            bail!("no store at {} (pass --db FILE)", args.db.display());
-        }
+        let backend = match &args.store_url {
+            Some(url) => Backend::Postgres(PostgresOptions {
+                url: url.clone(),
+                pool_size: 1,
+                connect_timeout: std::time::Duration::from_secs(5),
+                ca_file: None,
+            }),
+            None if !args.db.exists() => {
+                bail!(
+                    "no store at {} (pass --db FILE or --store-url URL)",
+                    args.db.display()
+                )
+            }
+            None => Backend::Sqlite(args.db.clone()),
+        };
         let tenant = Tenant::new(args.tenant.clone()).context("invalid --tenant")?;
         let config = StoreConfig {
             sweep_interval: None,
             readers: 1,
             ..StoreConfig::default()
         };
-        let store = ResultStore::open(&args.db, config)
-            .with_context(|| format!("opening the store {}", args.db.display()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let store = rt
+            .block_on(AsyncResultStore::open(backend, config))
+            .context("opening the store")?;
         let mut out = std::io::stdout().lock();
         match args.action {
             Action::List {
@@ -277,7 +308,12 @@ mod results {
                 tool_name,
                 limit,
             } => {
-                let rows = store.list(&tenant, session.as_deref(), tool_name.as_deref(), limit)?;
+                let rows = rt.block_on(store.list(
+                    &tenant,
+                    session.as_deref(),
+                    tool_name.as_deref(),
+                    limit,
+                ))?;
                 if args.json {
                     print_json(&mut out, &serde_json::json!({ "results": rows }))?;
                 } else {
@@ -307,9 +343,9 @@ mod results {
                 offset,
                 limit,
             } => {
-                let window = store.read(&tenant, &result_ref, offset, limit)?;
+                let window = rt.block_on(store.read(&tenant, &result_ref, offset, limit))?;
                 if args.json {
-                    let meta = store.meta(&tenant, &result_ref)?;
+                    let meta = rt.block_on(store.meta(&tenant, &result_ref))?;
                     print_json(
                         &mut out,
                         &serde_json::json!({
@@ -349,7 +385,8 @@ mod results {
                 context_chars,
             } => match (result_ref, session) {
                 (Some(r), _) => {
-                    let found = store.search(&tenant, &r, &query, limit, context_chars)?;
+                    let found =
+                        rt.block_on(store.search(&tenant, &r, &query, limit, context_chars))?;
                     if args.json {
                         print_json(&mut out, &found)?;
                     } else {
@@ -368,8 +405,13 @@ mod results {
                     }
                 }
                 (None, Some(session)) => {
-                    let hits =
-                        store.search_session(&tenant, &session, &query, limit, context_chars)?;
+                    let hits = rt.block_on(store.search_session(
+                        &tenant,
+                        &session,
+                        &query,
+                        limit,
+                        context_chars,
+                    ))?;
                     if args.json {
                         print_json(&mut out, &serde_json::json!({ "hits": hits }))?;
                     } else {

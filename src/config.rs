@@ -88,10 +88,29 @@ impl Default for RawUpstream {
     }
 }
 
+/// A database URL: it may hold a password, so it never prints.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct StoreUrl(pub String);
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreUrl(<redacted>)")
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawStore {
+    /// The SQLite file (used when `url` is not set).
     pub path: PathBuf,
+    /// `postgres://user:pass@host:5432/db`: store in PostgreSQL instead
+    /// (several replicas sharing one store).
+    pub url: Option<StoreUrl>,
+    /// PostgreSQL connections per replica.
+    pub pool_size: usize,
+    /// Longest wait for a PostgreSQL connection.
+    pub connect_timeout_ms: u64,
     pub retention_days: u32,
     pub max_bytes: u64,
     /// How often the background retention sweep runs (at least 100 ms).
@@ -105,6 +124,9 @@ impl Default for RawStore {
     fn default() -> Self {
         RawStore {
             path: PathBuf::from("toolstub.db"),
+            url: None,
+            pool_size: 16,
+            connect_timeout_ms: 5_000,
             retention_days: 30,
             max_bytes: 10 * 1024 * 1024 * 1024,
             sweep_interval_ms: 60_000,
@@ -267,6 +289,8 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub upstream: Option<String>,
     pub db: Option<PathBuf>,
+    /// `store.url` (PostgreSQL).
+    pub store_url: Option<String>,
     /// `PREFIX=URL` pairs (`upstream.routes`), added to the file's.
     pub routes: Vec<String>,
 }
@@ -331,6 +355,9 @@ pub fn load(
             "path",
             toml::Value::String(db.to_string_lossy().into_owned()),
         );
+    }
+    if let Some(url) = &overrides.store_url {
+        set(&mut table, "store", "url", toml::Value::String(url.clone()));
     }
     let raw: RawConfig = toml::Value::Table(table)
         .try_into()
@@ -475,6 +502,15 @@ fn validate(raw: RawConfig) -> Result<Config> {
         .is_some_and(|t| t.trim().is_empty())
     {
         bail!("operator_api.admin_token must not be empty: remove the key to run without a token");
+    }
+    if let Some(url) = &raw.store.url {
+        // The value itself is never echoed: it may hold a password.
+        if !(url.0.starts_with("postgres://") || url.0.starts_with("postgresql://")) {
+            bail!("store.url must be a postgres:// or postgresql:// URL");
+        }
+        if raw.store.pool_size == 0 {
+            bail!("store.pool_size must be at least 1");
+        }
     }
     if raw.store.sweep_interval_ms < 100 {
         bail!(

@@ -30,7 +30,7 @@ pub use error::ProxyError;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::Flavor;
-use crate::store::{AsyncResultStore, ResultStore, StoreConfig, Tenant};
+use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
 use anyhow::{Context, Result};
 use body::{boxed, full};
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
@@ -73,16 +73,35 @@ fn store_config(config: &Config) -> StoreConfig {
     }
 }
 
+/// Which database the configuration asks for.
+fn store_backend(config: &Config) -> Backend {
+    match &config.store.url {
+        Some(url) => Backend::Postgres(PostgresOptions {
+            url: url.0.clone(),
+            pool_size: config.store.pool_size,
+            connect_timeout: std::time::Duration::from_millis(
+                config.store.connect_timeout_ms.max(1),
+            ),
+            ca_file: config.upstream.ca_file.clone(),
+        }),
+        None => Backend::Sqlite(config.store.path.clone()),
+    }
+}
+
 impl App {
     /// Opens the store and builds the upstream client.
-    pub fn new(config: Config) -> Result<App> {
-        let store = ResultStore::open(&config.store.path, store_config(&config))
-            .with_context(|| format!("cannot open the store {}", config.store.path.display()))?;
+    pub async fn new(config: Config) -> Result<App> {
         let upstream = Upstream::new(&config.upstream)?;
+        let store = AsyncResultStore::open(store_backend(&config), store_config(&config))
+            .await
+            .with_context(|| match &config.store.url {
+                Some(_) => "cannot open the store (store.url)".to_string(),
+                None => format!("cannot open the store {}", config.store.path.display()),
+            })?;
         Ok(App {
             config,
             metrics: Arc::new(Metrics::default()),
-            store: AsyncResultStore::new(store),
+            store,
             upstream,
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
         })
@@ -231,7 +250,7 @@ impl Server {
             Some(l) => Some(l.local_addr().context("operator API address")?),
             None => None,
         };
-        let app = Arc::new(App::new(config)?);
+        let app = Arc::new(App::new(config).await?);
         let (tx, rx) = tokio::sync::watch::channel(false);
         let tasks = listeners.spawn(&app, &rx);
         Ok(Server {
@@ -334,7 +353,7 @@ async fn handle(
         _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
             "this address serves the operator API only (/toolstub/v1/...), not {path}"
         ))),
-        Route::Healthz => Ok(text_response(StatusCode::OK, "text/plain", "ok\n")),
+        Route::Healthz => Ok(healthz(&app).await),
         Route::Metrics => {
             let mut text = app.metrics.render();
             memory::render_gauges(&mut text, app.memo.bytes());
@@ -363,6 +382,21 @@ async fn handle(
         "request"
     );
     Ok(response)
+}
+
+/// `/healthz`: 200 while the proxy serves. A store it cannot use right now
+/// says `degraded` (still 200: requests flow under `failure_mode`, and a
+/// load balancer taking every replica out over one shared database would
+/// stop the passthrough too).
+async fn healthz(app: &App) -> Response<BoxBody> {
+    match app.store.health().await {
+        crate::store::Health::Ok => text_response(StatusCode::OK, "text/plain", "ok\n"),
+        crate::store::Health::Degraded(why) => text_response(
+            StatusCode::OK,
+            "text/plain",
+            format!("degraded: store unavailable ({why})\n"),
+        ),
+    }
 }
 
 fn text_response(
@@ -504,7 +538,6 @@ pub async fn serve(config: Config) -> Result<()> {
         ),
         None => config.upstream.base_url.to_string(),
     };
-    let db = config.store.path.display().to_string();
     let listeners = Listeners::bind(&config).await?;
     // The bound address (the configured one may ask for port 0).
     let listen = listeners.main.local_addr().unwrap_or(listen);
@@ -512,7 +545,8 @@ pub async fn serve(config: Config) -> Result<()> {
         Some(l) => Some(l.local_addr().context("operator API address")?),
         None => None,
     };
-    let app = Arc::new(App::new(config)?);
+    let app = Arc::new(App::new(config).await?);
+    let db = app.store.describe();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = listeners.spawn(&app, &rx);
     memory::spawn_trimmer();

@@ -471,11 +471,8 @@ async fn search_session(
     let limit = query.count("limit", SEARCH_LIMIT)?;
     let context =
         usize::try_from(query.non_negative("context_chars", CONTEXT_CHARS)?).unwrap_or(usize::MAX);
-    // Ranked search sees what the background indexer has done: index what is
-    // pending first, so every committed output is searchable.
-    if let Err(e) = app.store.flush_index().await {
-        tracing::warn!(error = %e, "flushing the search index failed");
-    }
+    // The store's ranked search sees every committed output (each backend
+    // makes sure of it; see AsyncResultStore::search_session).
     let hits = app
         .store
         .search_session(tenant, session, q, limit, context)

@@ -178,11 +178,6 @@ async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, Stri
             struct Hits<T> {
                 hits: T,
             }
-            // Outputs are indexed for ranked search in the background; index
-            // what is pending so this request's own outputs are found.
-            if let Err(e) = scope.store.flush_index().await {
-                tracing::warn!(error = %e, "flushing the search index failed");
-            }
             let hits = scope
                 .store
                 .search_session(scope.tenant, scope.session, &a.query, limit, context)

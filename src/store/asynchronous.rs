@@ -1,84 +1,116 @@
-//! The store for async (tokio) code, without blocking the runtime: puts go
-//! to the writer thread through the bounded job channel and are awaited;
-//! reads run on tokio's blocking pool, at most `readers` at a time (a
-//! semaphore), so a burst of recall calls queues here instead of filling the
-//! blocking pool with threads waiting for a connection.
+//! [`AsyncResultStore`]: the store's one interface for async (tokio) code,
+//! whichever backend holds the data. The proxy, the recall executor, the
+//! operator API and the CLI call these methods and never learn which
+//! database answers; each method forwards to the backend's method of the
+//! same name and meaning (`sqlite::asynchronous`, `postgres`).
 
-use super::writer::{self, Job};
+use super::postgres::{PostgresBackend, PostgresOptions};
+use super::sqlite::asynchronous::SqliteBackend;
 use super::{
     Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, ResultStore,
-    SearchHit, StoreError, Stored, Tenant,
+    SearchHit, StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
-use std::sync::Arc;
-use tokio::sync::{oneshot, Semaphore};
+use std::path::PathBuf;
 
-/// Below this many bytes of text, hashing a put inline costs less than a
-/// hand-off to the blocking pool (SHA-256 runs at about 2 GB/s).
-const INLINE_PREPARE_BYTES: usize = 64 * 1024;
+/// Where the store lives (`store.path` or `store.url`).
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The embedded SQLite file (the default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database shared by several replicas.
+    Postgres(PostgresOptions),
+}
 
-/// A cheap-to-clone async handle on a [`ResultStore`].
+/// What `/healthz` reports of the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    Ok,
+    /// The store cannot be used right now (why, in words); requests still
+    /// flow under `failure_mode`.
+    Degraded(String),
+}
+
+/// A cheap-to-clone handle on the store.
 #[derive(Clone, Debug)]
 pub struct AsyncResultStore {
-    store: ResultStore,
-    permits: Arc<Semaphore>,
+    backend: Inner,
+}
+
+#[derive(Clone, Debug)]
+enum Inner {
+    Sqlite(SqliteBackend),
+    Postgres(PostgresBackend),
+}
+
+/// Calls the same method on whichever backend this is.
+macro_rules! on_backend {
+    ($self:ident, $b:ident => $call:expr) => {
+        match &$self.backend {
+            Inner::Sqlite($b) => $call,
+            Inner::Postgres($b) => $call,
+        }
+    };
 }
 
 impl AsyncResultStore {
+    /// Opens the store: the SQLite file (created and migrated, on the
+    /// blocking pool), or a pool on the PostgreSQL database (migrated on
+    /// the first connection; if the database is down now, the store starts
+    /// degraded and connects once it is back).
+    pub async fn open(
+        backend: Backend,
+        config: StoreConfig,
+    ) -> Result<AsyncResultStore, StoreError> {
+        match backend {
+            Backend::Sqlite(path) => {
+                let store = tokio::task::spawn_blocking(move || ResultStore::open(path, config))
+                    .await
+                    .map_err(|e| StoreError::Task(e.to_string()))??;
+                Ok(AsyncResultStore::new(store))
+            }
+            Backend::Postgres(options) => Ok(AsyncResultStore {
+                backend: Inner::Postgres(PostgresBackend::open(options, config).await?),
+            }),
+        }
+    }
+
+    /// An async handle on an open SQLite store.
     pub fn new(store: ResultStore) -> AsyncResultStore {
-        let permits = Arc::new(Semaphore::new(store.readers().size()));
-        AsyncResultStore { store, permits }
+        AsyncResultStore {
+            backend: Inner::Sqlite(SqliteBackend::new(store)),
+        }
     }
 
-    /// The sync store underneath (for code that already runs off the runtime).
-    pub fn sync(&self) -> &ResultStore {
-        &self.store
+    /// The backend in words, without credentials (for logs and `/healthz`).
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Inner::Sqlite(b) => format!("sqlite {}", b.sync().path().display()),
+            Inner::Postgres(b) => format!("postgres {}", b.describe()),
+        }
     }
 
-    /// [`ResultStore::put`]: resolves once the outputs are committed.
+    /// Whether the store can be used now.
+    pub async fn health(&self) -> Health {
+        match &self.backend {
+            Inner::Sqlite(_) => Health::Ok,
+            Inner::Postgres(b) => b.health().await,
+        }
+    }
+
+    /// Stores the outputs of one request and resolves once they are
+    /// committed durably. Idempotent by content: an output whose (tenant,
+    /// ref) is already stored is a no-op (`created: false`); an expired one
+    /// is stored again.
     pub async fn put(
         &self,
         tenant: &Tenant,
         outputs: Vec<NewOutput>,
     ) -> Result<Vec<Stored>, StoreError> {
-        let bytes: usize = outputs.iter().map(|o| o.text.len()).sum();
-        let items = if bytes <= INLINE_PREPARE_BYTES {
-            writer::prepare(outputs)?
-        } else {
-            tokio::task::spawn_blocking(move || writer::prepare(outputs))
-                .await
-                .map_err(|e| StoreError::Task(e.to_string()))??
-        };
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(Job::Put {
-                tenant: tenant.clone(),
-                items,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
+        on_backend!(self, b => b.put(tenant, outputs).await)
     }
 
-    /// Runs a read on the blocking pool, bounded by the semaphore.
-    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&ResultStore) -> Result<T, StoreError> + Send + 'static,
-    {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
-    }
-
-    /// [`ResultStore::read`].
+    /// Characters `[offset, offset + limit)` of an original (`limit = -1`:
+    /// to the end).
     pub async fn read(
         &self,
         tenant: &Tenant,
@@ -86,24 +118,20 @@ impl AsyncResultStore {
         offset: i64,
         limit: i64,
     ) -> Result<ReadWindow, StoreError> {
-        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
-        self.blocking(move |s| s.read(&tenant, &result_ref, offset, limit))
-            .await
+        on_backend!(self, b => b.read(tenant, result_ref, offset, limit).await)
     }
 
-    /// [`ResultStore::held`].
+    /// For each ref, whether `tenant` holds it readable.
     pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
-        let tenant = tenant.clone();
-        self.blocking(move |s| s.held(&tenant, &refs)).await
+        on_backend!(self, b => b.held(tenant, refs).await)
     }
 
-    /// [`ResultStore::meta`].
+    /// Everything stored about one output.
     pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
-        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
-        self.blocking(move |s| s.meta(&tenant, &result_ref)).await
+        on_backend!(self, b => b.meta(tenant, result_ref).await)
     }
 
-    /// [`ResultStore::search`].
+    /// Exact, case-sensitive, non-overlapping matches in one original.
     pub async fn search(
         &self,
         tenant: &Tenant,
@@ -112,13 +140,12 @@ impl AsyncResultStore {
         limit: usize,
         context_chars: usize,
     ) -> Result<RefSearch, StoreError> {
-        let (tenant, result_ref, query) =
-            (tenant.clone(), result_ref.to_string(), query.to_string());
-        self.blocking(move |s| s.search(&tenant, &result_ref, &query, limit, context_chars))
-            .await
+        on_backend!(self, b => b.search(tenant, result_ref, query, limit, context_chars).await)
     }
 
-    /// [`ResultStore::search_session`].
+    /// Ranked full-text search across one session's outputs; sees every
+    /// output committed before it (the SQLite backend flushes its index
+    /// backlog first, PostgreSQL reads unindexed passages directly).
     pub async fn search_session(
         &self,
         tenant: &Tenant,
@@ -127,13 +154,10 @@ impl AsyncResultStore {
         limit: usize,
         context_chars: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let (tenant, session_id, query) =
-            (tenant.clone(), session_id.to_string(), query.to_string());
-        self.blocking(move |s| s.search_session(&tenant, &session_id, &query, limit, context_chars))
-            .await
+        on_backend!(self, b => b.search_session(tenant, session_id, query, limit, context_chars).await)
     }
 
-    /// [`ResultStore::list`].
+    /// The tenant's live outputs, newest first, filtered before the limit.
     pub async fn list(
         &self,
         tenant: &Tenant,
@@ -141,57 +165,52 @@ impl AsyncResultStore {
         tool_name: Option<&str>,
         limit: usize,
     ) -> Result<Vec<OutputSummary>, StoreError> {
-        let tenant = tenant.clone();
-        let session_id = session_id.map(str::to_string);
-        let tool_name = tool_name.map(str::to_string);
-        self.blocking(move |s| s.list(&tenant, session_id.as_deref(), tool_name.as_deref(), limit))
-            .await
+        on_backend!(self, b => b.list(tenant, session_id, tool_name, limit).await)
     }
 
-    /// [`ResultStore::put_answer`]: resolves once committed.
+    /// Stores an answer's hidden exchange and response id in one commit;
+    /// `true` if the exchange was new (the first one stored for a key wins).
     pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(Job::PutAnswer {
-                tenant: tenant.clone(),
-                answer,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
+        on_backend!(self, b => b.put_answer(tenant, answer).await)
     }
 
-    /// [`ResultStore::exchanges`].
+    /// The stored exchanges of `tenant` among `keys`: (key, replacement),
+    /// in key order.
     pub async fn exchanges(
         &self,
         tenant: &Tenant,
         keys: Vec<String>,
     ) -> Result<Vec<(String, String)>, StoreError> {
-        let tenant = tenant.clone();
-        self.blocking(move |s| s.exchanges(&tenant, &keys)).await
+        on_backend!(self, b => b.exchanges(tenant, keys).await)
     }
 
-    /// [`ResultStore::response_id`].
+    /// The upstream response `client_id` stands for, if it stands for one.
     pub async fn response_id(
         &self,
         tenant: &Tenant,
         client_id: &str,
     ) -> Result<Option<ResponseId>, StoreError> {
-        let (tenant, client_id) = (tenant.clone(), client_id.to_string());
-        self.blocking(move |s| s.response_id(&tenant, &client_id))
-            .await
+        on_backend!(self, b => b.response_id(tenant, client_id).await)
     }
 
-    /// [`ResultStore::flush_index`], off the runtime.
+    /// Indexes every stored passage for ranked search now; returns how many
+    /// this call indexed.
     pub async fn flush_index(&self) -> Result<u64, StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(Job::FlushIndex { reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
+        on_backend!(self, b => b.flush_index().await)
+    }
+
+    /// Runs retention to completion as of the store clock's "now".
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        on_backend!(self, b => b.sweep().await)
+    }
+
+    /// Runs retention to completion as if it were `now_ms`.
+    pub async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        on_backend!(self, b => b.sweep_at(now_ms).await)
+    }
+
+    /// Sizes of the originals, the index and the database.
+    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+        on_backend!(self, b => b.stats().await)
     }
 }

@@ -69,6 +69,20 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
 
+    /// PostgreSQL failed; `context` names the operation.
+    #[error("{context}: {source}")]
+    Postgres {
+        context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// The database cannot be reached (no connection within the pool's
+    /// timeouts, or the schema could not be brought up to date yet): the
+    /// proxy applies `failure_mode`, and retries on the next request.
+    #[error("the store's database is unavailable: {0}")]
+    Unavailable(String),
+
     /// A file-system or thread operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -101,6 +115,8 @@ impl StoreError {
             StoreError::Task(_) => "task",
             StoreError::Closed => "closed",
             StoreError::Sqlite { .. } => "sqlite",
+            StoreError::Postgres { .. } => "postgres",
+            StoreError::Unavailable(_) => "unavailable",
             StoreError::Io { .. } => "io",
             StoreError::Synopsis { .. } => "synopsis",
         }
@@ -125,5 +141,24 @@ pub(crate) trait SqlContext<T> {
 impl<T> SqlContext<T> for Result<T, rusqlite::Error> {
     fn ctx(self, context: &'static str) -> Result<T, StoreError> {
         self.map_err(|source| StoreError::Sqlite { context, source })
+    }
+}
+
+/// Attaches an operation name to a tokio-postgres result.
+pub(crate) trait PgContext<T> {
+    fn pg(self, context: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T> PgContext<T> for Result<T, tokio_postgres::Error> {
+    fn pg(self, context: &'static str) -> Result<T, StoreError> {
+        self.map_err(|source| {
+            // A closed connection or a refused one: the database is away,
+            // not the query wrong.
+            if source.is_closed() || source.code().is_none() && source.as_db_error().is_none() {
+                StoreError::Unavailable(format!("{context}: {source}"))
+            } else {
+                StoreError::Postgres { context, source }
+            }
+        })
     }
 }

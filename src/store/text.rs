@@ -187,6 +187,125 @@ pub fn snippet(text: &str, byte: usize, len: usize, context: usize) -> &str {
     &text[start..end]
 }
 
+/// Validates read arguments: returns the offset and the exclusive end
+/// (`None`: to the end).
+pub fn check_window(offset: i64, limit: i64) -> Result<(u64, Option<u64>), super::StoreError> {
+    let Ok(start) = u64::try_from(offset) else {
+        return Err(super::StoreError::InvalidArgument(format!(
+            "offset must be 0 or more, got {offset}"
+        )));
+    };
+    let end = match limit {
+        -1 => None,
+        l if l < -1 => {
+            return Err(super::StoreError::InvalidArgument(format!(
+                "limit must be -1 (to the end) or 0 or more, got {limit}"
+            )))
+        }
+        l => Some(start.saturating_add(l.unsigned_abs())),
+    };
+    Ok((start, end))
+}
+
+/// Reassembles characters `[start, end)` of an original from its chunks,
+/// fed in offset order starting with the chunk holding `start`: both
+/// backends read a window this way, so a gap or a short read is reported
+/// the same on each.
+pub struct Window {
+    start: u64,
+    end: u64,
+    out: String,
+    /// Where the next chunk must start.
+    next: Option<u64>,
+}
+
+impl Window {
+    pub fn new(start: u64, end: u64) -> Window {
+        Window {
+            start,
+            end,
+            out: String::new(),
+            next: None,
+        }
+    }
+
+    /// Adds the chunk starting at character `chunk_start`; an error (a
+    /// message) if it does not follow the previous one.
+    pub fn push(&mut self, chunk_start: u64, chunk: &str) -> Result<(), String> {
+        if self.next.is_some_and(|p| p != chunk_start)
+            || (self.next.is_none() && chunk_start > self.start)
+        {
+            return Err(format!("a gap before character {chunk_start}"));
+        }
+        let from = byte_at_char(
+            chunk,
+            usize::try_from(self.start.saturating_sub(chunk_start)).unwrap_or(usize::MAX),
+        );
+        let want = usize::try_from(self.end.saturating_sub(chunk_start.max(self.start)))
+            .unwrap_or(usize::MAX);
+        let to = fwd_chars(chunk, from, want);
+        self.out.push_str(&chunk[from..to]);
+        self.next = Some(chunk_start + char_len(chunk));
+        Ok(())
+    }
+
+    /// The window; an error (a message) if the chunks fell short of it.
+    pub fn finish(self) -> Result<String, String> {
+        let got = char_len(&self.out);
+        let want = self.end.saturating_sub(self.start);
+        if got != want {
+            return Err(format!(
+                "read {got} characters of {want} at offset {}",
+                self.start
+            ));
+        }
+        Ok(self.out)
+    }
+}
+
+/// Exact, non-overlapping matches of `query` in `text`: the first `limit`
+/// with `context_chars` on each side (offsets in code points), and the
+/// number of all matches.
+pub fn find_matches(
+    text: &str,
+    query: &str,
+    limit: usize,
+    context_chars: usize,
+) -> (Vec<super::Match>, u64) {
+    let mut matches = Vec::new();
+    let mut total = 0u64;
+    let (mut byte, mut chars) = (0usize, 0u64);
+    for pos in memchr::memmem::find_iter(text.as_bytes(), query.as_bytes()) {
+        total += 1;
+        if matches.len() < limit {
+            chars += char_len(&text[byte..pos]);
+            byte = pos;
+            matches.push(super::Match {
+                offset: chars,
+                snippet: snippet(text, pos, query.len(), context_chars).to_string(),
+            });
+        }
+    }
+    (matches, total)
+}
+
+/// Where a ranked hit points in a passage starting at `chunk_start`: the
+/// code-point offset of its first query word and that word's length; the
+/// passage start (length 0) if the index matched something this scan does
+/// not see (folded diacritics).
+pub fn hit_at(chunk: &str, chunk_start: u64, terms: &[String]) -> (u64, u64) {
+    match first_term(chunk, terms) {
+        Some(b) => {
+            let word_len = chunk[b..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric())
+                .count() as u64;
+            (chunk_start + char_len(&chunk[..b]), word_len)
+        }
+        None => (chunk_start, 0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,3 +217,28 @@ pub struct StoreStats {
     /// Size of the main database file (the WAL not included).
     pub file_bytes: u64,
 }
+
+/// What one retention sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    /// Outputs turned into tombstones because of their age.
+    pub expired_by_age: u64,
+    /// Outputs turned into tombstones to get under `max_bytes`.
+    pub expired_by_size: u64,
+    /// Bytes of originals deleted.
+    pub freed_bytes: u64,
+    /// Tombstones forgotten.
+    pub purged_tombstones: u64,
+    /// Whether a batch was full (another sweep has work to do).
+    pub more: bool,
+}
+
+impl SweepReport {
+    pub(crate) fn add(&mut self, other: &SweepReport) {
+        self.expired_by_age += other.expired_by_age;
+        self.expired_by_size += other.expired_by_size;
+        self.freed_bytes += other.freed_bytes;
+        self.purged_tombstones += other.purged_tombstones;
+        self.more |= other.more;
+    }
+}

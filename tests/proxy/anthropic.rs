@@ -719,6 +719,7 @@ async fn the_proxys_own_errors_are_in_anthropic_format() {
             upstream: Some(format!("http://127.0.0.1:{port}")),
             db: Some(dir.path().join("t.db")),
             routes: Vec::new(),
+            store_url: None,
         },
     )
     .expect("config");

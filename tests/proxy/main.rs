@@ -41,6 +41,7 @@ fn config_for(upstream: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> Co
         upstream: Some(upstream.to_string()),
         db: Some(dir.join("toolstub.db")),
         routes: Vec::new(),
+        store_url: None,
     };
     let env: Vec<(String, String)> = env
         .iter()

@@ -483,14 +483,15 @@ async fn an_expired_ref_answers_410_expired() {
     )
     .await;
     let r = refs[0].clone();
-    let store = s.proxy.app.store.sync().clone();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
-    tokio::task::spawn_blocking(move || store.sweep_at(now + 31 * 86_400_000))
+    s.proxy
+        .app
+        .store
+        .sweep_at(now + 31 * 86_400_000)
         .await
-        .expect("task")
         .expect("sweep");
     let message = get_err(
         &s,

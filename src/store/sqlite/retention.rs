@@ -4,8 +4,8 @@
 //! sweep itself lives in the writer, the only connection that writes; each
 //! batch is its own short transaction so puts are never held up for long.
 
-use super::writer::{Job, SweepReport};
-use super::{Clock, StoreError};
+use super::writer::Job;
+use super::{Clock, StoreError, SweepReport};
 use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;

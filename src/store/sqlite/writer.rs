@@ -10,10 +10,10 @@
 //! - runs retention sweeps in bounded batches.
 
 use super::error::SqlContext;
-use super::text::{self, CHUNK_BITS, MAX_CHUNKS};
-use super::{age_cutoff, Answer, NewOutput, StoreConfig, StoreError, Stored, Tenant, DAY_MS};
+use super::prepare::Prepared;
+use super::text::CHUNK_BITS;
+use super::{age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-use serde::Serialize;
 use std::collections::VecDeque;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
@@ -61,93 +61,6 @@ pub(crate) enum Job {
         now_ms: i64,
         reply: Reply<SweepReport>,
     },
-}
-
-/// What one retention sweep did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SweepReport {
-    /// Outputs turned into tombstones because of their age.
-    pub expired_by_age: u64,
-    /// Outputs turned into tombstones to get under `max_bytes`.
-    pub expired_by_size: u64,
-    /// Bytes of originals deleted.
-    pub freed_bytes: u64,
-    /// Tombstones forgotten.
-    pub purged_tombstones: u64,
-    /// Whether a batch was full (another sweep has work to do).
-    pub more: bool,
-}
-
-impl SweepReport {
-    pub(crate) fn add(&mut self, other: &SweepReport) {
-        self.expired_by_age += other.expired_by_age;
-        self.expired_by_size += other.expired_by_size;
-        self.freed_bytes += other.freed_bytes;
-        self.purged_tombstones += other.purged_tombstones;
-        self.more |= other.more;
-    }
-}
-
-/// An output with everything derived from its text, computed on the
-/// caller's thread so hashing runs in parallel and the writer only writes.
-pub(crate) struct Prepared {
-    output: NewOutput,
-    sha256: String,
-    result_ref: String,
-    chars: u64,
-    synopsis_json: String,
-    /// (start_char, start_byte, end_byte) of each chunk.
-    chunks: Vec<(u64, usize, usize)>,
-}
-
-/// Validates and derives (SHA-256, ref, length, chunks, synopsis JSON).
-pub(crate) fn prepare(outputs: Vec<NewOutput>) -> Result<Vec<Prepared>, StoreError> {
-    outputs.into_iter().map(prepare_one).collect()
-}
-
-fn prepare_one(output: NewOutput) -> Result<Prepared, StoreError> {
-    if output.session_id.is_empty() {
-        return Err(StoreError::InvalidArgument(
-            "session_id must not be empty".to_string(),
-        ));
-    }
-    let sha256 = match &output.sha256 {
-        Some(known) => {
-            debug_assert_eq!(*known, crate::refs::sha256_hex(&output.text));
-            known.clone()
-        }
-        None => crate::refs::sha256_hex(&output.text),
-    };
-    let result_ref = crate::refs::result_ref(output.tool_call_id.as_deref(), &sha256);
-    let base = output.text.as_ptr() as usize;
-    let mut chars = 0;
-    let chunks: Vec<(u64, usize, usize)> = text::chunks(&output.text)
-        .into_iter()
-        .map(|c| {
-            let start = c.text.as_ptr() as usize - base;
-            chars = c.start_char + c.chars;
-            (c.start_char, start, start + c.text.len())
-        })
-        .collect();
-    if chunks.len() > MAX_CHUNKS {
-        return Err(StoreError::TooLarge {
-            chars,
-            limit: (MAX_CHUNKS * text::CHUNK_CHARS) as u64,
-        });
-    }
-    let synopsis_json =
-        serde_json::to_string(&output.synopsis).map_err(|source| StoreError::Synopsis {
-            result_ref: result_ref.clone(),
-            source,
-        })?;
-    Ok(Prepared {
-        output,
-        sha256,
-        result_ref,
-        chars,
-        synopsis_json,
-        chunks,
-    })
 }
 
 /// Starts the writer thread on `conn`.
@@ -781,7 +694,9 @@ fn expire(tx: &Transaction<'_>, id: i64, blob_id: i64, now: i64) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{open_connection, schema, Durability};
+    use crate::store::prepare::prepare;
+    use crate::store::sqlite::{open_connection, schema};
+    use crate::store::{Durability, NewOutput};
     use crate::synopsis::{synopsize, Hints};
 
     fn writer(dir: &std::path::Path, durability: Durability) -> Writer {

@@ -9,31 +9,11 @@
 use super::error::SqlContext;
 use super::text::{self, CHUNK_BITS};
 use super::{
-    Match, OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats,
-    Tenant, OFFSET_UNIT,
+    OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats, Tenant,
+    OFFSET_UNIT,
 };
 use crate::synopsis::{Kind, Synopsis};
 use rusqlite::{params, Connection, OptionalExtension};
-
-/// Validates read arguments: returns the offset and the exclusive end
-/// (`None`: to the end).
-pub(crate) fn check_window(offset: i64, limit: i64) -> Result<(u64, Option<u64>), StoreError> {
-    let Ok(start) = u64::try_from(offset) else {
-        return Err(StoreError::InvalidArgument(format!(
-            "offset must be 0 or more, got {offset}"
-        )));
-    };
-    let end = match limit {
-        -1 => None,
-        l if l < -1 => {
-            return Err(StoreError::InvalidArgument(format!(
-                "limit must be -1 (to the end) or 0 or more, got {limit}"
-            )))
-        }
-        l => Some(start.saturating_add(l.unsigned_abs())),
-    };
-    Ok((start, end))
-}
 
 /// A live output's original.
 struct Live {
@@ -70,9 +50,8 @@ fn live(conn: &Connection, tenant: &Tenant, result_ref: &str) -> Result<Live, St
 
 /// Characters `[start, end)` of an original (`end` within its length).
 fn read_range(conn: &Connection, blob_id: i64, start: u64, end: u64) -> Result<String, StoreError> {
-    let mut out = String::new();
     if start >= end {
-        return Ok(out);
+        return Ok(String::new());
     }
     let mut stmt = conn
         .prepare_cached(
@@ -84,7 +63,7 @@ fn read_range(conn: &Connection, blob_id: i64, start: u64, end: u64) -> Result<S
     let mut rows = stmt
         .query(params![blob_id, start as i64, end as i64])
         .ctx("reading chunks")?;
-    let mut pos = None;
+    let mut window = text::Window::new(start, end);
     while let Some(row) = rows.next().ctx("reading a chunk")? {
         let chunk_start =
             u64::try_from(row.get::<_, i64>(0).ctx("reading a chunk offset")?).unwrap_or(0);
@@ -93,28 +72,13 @@ fn read_range(conn: &Connection, blob_id: i64, start: u64, end: u64) -> Result<S
             .ctx("reading a chunk")?
             .as_str()
             .map_err(|e| StoreError::Corrupt(format!("chunk text is not UTF-8: {e}")))?;
-        if pos.is_some_and(|p| p != chunk_start) || (pos.is_none() && chunk_start > start) {
-            return Err(StoreError::Corrupt(format!(
-                "original {blob_id} has a gap before character {chunk_start}"
-            )));
-        }
-        let from = text::byte_at_char(
-            chunk,
-            usize::try_from(start.saturating_sub(chunk_start)).unwrap_or(usize::MAX),
-        );
-        let want = usize::try_from(end - chunk_start.max(start)).unwrap_or(usize::MAX);
-        let to = text::fwd_chars(chunk, from, want);
-        out.push_str(&chunk[from..to]);
-        pos = Some(chunk_start + text::char_len(chunk));
+        window
+            .push(chunk_start, chunk)
+            .map_err(|e| StoreError::Corrupt(format!("original {blob_id}: {e}")))?;
     }
-    let got = text::char_len(&out);
-    if got != end - start {
-        return Err(StoreError::Corrupt(format!(
-            "original {blob_id}: read {got} characters of {} at offset {start}",
-            end - start
-        )));
-    }
-    Ok(out)
+    window
+        .finish()
+        .map_err(|e| StoreError::Corrupt(format!("original {blob_id}: {e}")))
 }
 
 pub(crate) fn read(
@@ -269,20 +233,7 @@ pub(crate) fn search_ref(
     let live = live(&tx, tenant, result_ref)?;
     let text = read_range(&tx, live.blob_id, 0, live.total_chars)?;
     drop(tx);
-    let mut matches = Vec::new();
-    let mut total = 0u64;
-    let (mut byte, mut chars) = (0usize, 0u64);
-    for pos in memchr::memmem::find_iter(text.as_bytes(), query.as_bytes()) {
-        total += 1;
-        if matches.len() < limit {
-            chars += text::char_len(&text[byte..pos]);
-            byte = pos;
-            matches.push(Match {
-                offset: chars,
-                snippet: text::snippet(&text, pos, query.len(), context_chars).to_string(),
-            });
-        }
-    }
+    let (matches, total) = text::find_matches(&text, query, limit, context_chars);
     Ok(RefSearch {
         result_ref: result_ref.to_string(),
         matches,
@@ -362,18 +313,7 @@ pub(crate) fn search_session(
             .and_then(|mut s| s.query_row([chunk_id], |r| Ok((r.get(0)?, r.get(1)?))))
             .ctx("reading a search hit")?;
         let chunk_start = u64::try_from(chunk_start).unwrap_or(0);
-        // The passage's first query word; the passage start if the tokenizer
-        // matched something this scan does not see (folded diacritics).
-        let (offset, len) = match text::first_term(&chunk, &terms) {
-            Some(b) => {
-                let word_len = chunk[b..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric())
-                    .count() as u64;
-                (chunk_start + text::char_len(&chunk[..b]), word_len)
-            }
-            None => (chunk_start, 0),
-        };
+        let (offset, len) = text::hit_at(&chunk, chunk_start, &terms);
         let ctx = context_chars as u64;
         let total = u64::try_from(total).unwrap_or(0);
         let snippet = read_range(
@@ -503,19 +443,19 @@ mod tests {
 
     #[test]
     fn windows_are_validated() {
-        assert_eq!(check_window(0, -1).unwrap(), (0, None));
-        assert_eq!(check_window(5, 0).unwrap(), (5, Some(5)));
-        assert_eq!(check_window(5, 10).unwrap(), (5, Some(15)));
-        assert_eq!(check_window(1, i64::MAX).unwrap(), (1, Some(1 << 63)));
-        assert!(check_window(-1, 5).is_err());
-        assert!(check_window(0, -2).is_err());
-        assert!(check_window(i64::MIN, i64::MIN).is_err());
+        assert_eq!(text::check_window(0, -1).unwrap(), (0, None));
+        assert_eq!(text::check_window(5, 0).unwrap(), (5, Some(5)));
+        assert_eq!(text::check_window(5, 10).unwrap(), (5, Some(15)));
+        assert_eq!(text::check_window(1, i64::MAX).unwrap(), (1, Some(1 << 63)));
+        assert!(text::check_window(-1, 5).is_err());
+        assert!(text::check_window(0, -2).is_err());
+        assert!(text::check_window(i64::MIN, i64::MIN).is_err());
     }
 
     #[test]
     fn session_search_filters_through_indexes() {
         let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::migrate(&mut conn).unwrap();
+        crate::store::sqlite::schema::migrate(&mut conn).unwrap();
         let plan: Vec<String> = conn
             .prepare(
                 "EXPLAIN QUERY PLAN SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH 'x' \

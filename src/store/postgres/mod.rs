@@ -1,0 +1,417 @@
+//! The shared backend: PostgreSQL (`store.url`), for several replicas behind
+//! one load balancer. Same semantics as the SQLite file: any replica reads
+//! what another stored, puts of one content from two replicas at once meet
+//! on one original, and a put has committed (`synchronous_commit = on`)
+//! before its stub goes upstream.
+//!
+//! Layout: `schema` (versioned migrations under an advisory lock, safe when
+//! replicas start together), `write` (puts, kept answers, retention),
+//! `index` (the background full-text indexer), `read` (every query).
+//!
+//! Connections come from a deadpool pool of tokio-postgres clients; a
+//! broken connection is dropped and replaced on the next checkout, so the
+//! store reconnects by itself when the database comes back. While it is
+//! unreachable, operations fail fast with [`StoreError::Unavailable`] (one
+//! attempt per [`RETRY_AFTER`]), and the proxy applies `failure_mode`.
+
+mod index;
+mod read;
+mod schema;
+mod write;
+
+use super::asynchronous::Health;
+use super::error::PgContext;
+use super::{
+    Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit,
+    StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// After the database was found unreachable, operations fail at once for
+/// this long instead of each waiting for a connection attempt.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// How the PostgreSQL backend connects.
+#[derive(Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user:pass@host:5432/db` (libpq URL or key=value form).
+    pub url: String,
+    /// Connections in the pool (concurrent store operations of this replica).
+    pub pool_size: usize,
+    /// Longest wait for a connection (checkout or a new one).
+    pub connect_timeout: Duration,
+    /// Extra CA certificates (PEM) for TLS to the database, beside
+    /// Mozilla's roots: the upstream client's `upstream.ca_file`.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: never printed.
+        f.debug_struct("PostgresOptions")
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A cheap-to-clone handle on the PostgreSQL store.
+#[derive(Clone)]
+pub(crate) struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    config: StoreConfig,
+    /// host:port/db, no credentials.
+    described: String,
+    /// Set once the schema is at this build's version.
+    migrated: tokio::sync::OnceCell<()>,
+    /// Until when operations fail fast (the database was unreachable).
+    down_until: Mutex<Option<(Instant, String)>>,
+    indexer: index::Indexer,
+    /// The background indexer and retention timer (they hold a weak handle
+    /// and stop once the store is dropped; aborted then as well).
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.tasks.get_mut() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("database", &self.inner.described)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pooled connection.
+pub(crate) type Conn = deadpool_postgres::Object;
+
+/// The rustls client configuration for the database: Mozilla's roots plus
+/// the extra CA file, as the upstream client has them.
+fn tls(ca_file: Option<&PathBuf>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        use rustls_pki_types::pem::PemObject;
+        let invalid = |e: &dyn std::fmt::Display| {
+            StoreError::InvalidArgument(format!("CA file {} for the store: {e}", path.display()))
+        };
+        let certs =
+            rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| invalid(&e))?;
+        for cert in certs {
+            roots
+                .add(cert.map_err(|e| invalid(&e))?)
+                .map_err(|e| invalid(&e))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::InvalidArgument(format!("TLS for the store: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// The connection settings of `url`, with what every toolstub connection
+/// needs: durable commits whatever the role's default, a name in
+/// `pg_stat_activity`, a connect timeout.
+fn pg_config(options: &PostgresOptions) -> Result<tokio_postgres::Config, StoreError> {
+    let mut pg: tokio_postgres::Config = options.url.parse().map_err(|e| {
+        // The parse error never echoes the URL (it may hold a password).
+        StoreError::InvalidArgument(format!("store.url is not a PostgreSQL URL: {e}"))
+    })?;
+    let mut startup = pg.get_options().unwrap_or_default().to_string();
+    if !startup.is_empty() {
+        startup.push(' ');
+    }
+    startup.push_str("-c synchronous_commit=on");
+    pg.options(&startup);
+    if pg.get_application_name().is_none() {
+        pg.application_name("toolstub");
+    }
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(options.connect_timeout);
+    }
+    Ok(pg)
+}
+
+/// host:port/db of a configuration, for logs.
+fn describe(pg: &tokio_postgres::Config) -> String {
+    let host = match pg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_string(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}/{}", pg.get_dbname().unwrap_or(""))
+}
+
+impl Inner {
+    /// A connection to a database whose schema is current. Fails fast while
+    /// the database was recently found unreachable.
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        if let Ok(down) = self.down_until.lock() {
+            if let Some((until, why)) = down.as_ref() {
+                if Instant::now() < *until {
+                    return Err(StoreError::Unavailable(why.clone()));
+                }
+            }
+        }
+        let result = async {
+            let conn = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("connecting: {e}")))?;
+            self.migrated
+                .get_or_try_init(|| schema::migrate(&conn))
+                .await?;
+            Ok(conn)
+        }
+        .await;
+        self.note(result)
+    }
+
+    /// Remembers an unreachable database (so the next calls fail fast) or
+    /// a reachable one.
+    fn note<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Ok(mut down) = self.down_until.lock() {
+            match &result {
+                Err(StoreError::Unavailable(why)) => {
+                    *down = Some((Instant::now() + RETRY_AFTER, why.clone()));
+                }
+                Ok(_) => *down = None,
+                Err(_) => {}
+            }
+        }
+        result
+    }
+}
+
+impl PostgresBackend {
+    /// Builds the pool and tries to migrate; an unreachable database is
+    /// not an error here (the store starts degraded). A malformed URL is.
+    pub async fn open(
+        options: PostgresOptions,
+        config: StoreConfig,
+    ) -> Result<PostgresBackend, StoreError> {
+        if options.pool_size == 0 {
+            return Err(StoreError::InvalidArgument(
+                "store.pool_size must be at least 1".to_string(),
+            ));
+        }
+        let pg = pg_config(&options)?;
+        let described = describe(&pg);
+        let manager = Manager::from_config(
+            pg,
+            tls(options.ca_file.as_ref())?,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::InvalidArgument(format!("store pool: {e}")))?;
+        let sweep_every = config.sweep_interval;
+        let inner = Arc::new(Inner {
+            pool,
+            config,
+            described,
+            migrated: tokio::sync::OnceCell::new(),
+            down_until: Mutex::new(None),
+            indexer: index::Indexer::new(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let mut tasks = vec![index::spawn(Arc::downgrade(&inner))];
+        if let Some(every) = sweep_every {
+            tasks.push(write::spawn_retention(Arc::downgrade(&inner), every));
+        }
+        if let Ok(mut slot) = inner.tasks.lock() {
+            *slot = tasks;
+        }
+        let backend = PostgresBackend { inner };
+        match backend.inner.conn().await {
+            Ok(_) => tracing::info!(database = %backend.inner.described, "store: PostgreSQL ready"),
+            Err(e) => {
+                // A wrong password or a schema too new will not heal by itself.
+                if matches!(e, StoreError::SchemaTooNew { .. }) {
+                    return Err(e);
+                }
+                tracing::warn!(database = %backend.inner.described, error = %e, "store: PostgreSQL not reachable yet; starting degraded");
+            }
+        }
+        Ok(backend)
+    }
+
+    pub fn describe(&self) -> String {
+        self.inner.described.clone()
+    }
+
+    pub async fn health(&self) -> Health {
+        let probe = async {
+            let conn = self.inner.conn().await?;
+            conn.simple_query("SELECT 1")
+                .await
+                .pg("probing the store")?;
+            Ok::<_, StoreError>(())
+        };
+        match tokio::time::timeout(Duration::from_secs(2), probe).await {
+            Ok(Ok(())) => Health::Ok,
+            Ok(Err(e)) => Health::Degraded(e.to_string()),
+            Err(_) => {
+                Health::Degraded("the store's database did not answer within 2 s".to_string())
+            }
+        }
+    }
+
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        outputs: Vec<NewOutput>,
+    ) -> Result<Vec<Stored>, StoreError> {
+        let items = super::prepare::prepare_async(outputs).await?;
+        let mut conn = self.inner.conn().await?;
+        let now = self.inner.config.clock.now_ms();
+        let stored = self
+            .inner
+            .note(write::put(&mut conn, tenant, &items, now).await)?;
+        if stored.iter().any(|s| s.created) {
+            self.inner.indexer.wake();
+        }
+        Ok(stored)
+    }
+
+    pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        let now = self.inner.config.clock.now_ms();
+        self.inner
+            .note(write::put_answer(&mut conn, tenant, &answer, now).await)
+    }
+
+    pub async fn read(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<ReadWindow, StoreError> {
+        let (start, end) = super::text::check_window(offset, limit)?;
+        let conn = self.inner.conn().await?;
+        self.inner
+            .note(read::read(&conn, tenant, result_ref, start, end, limit).await)
+    }
+
+    pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(read::held(&conn, tenant, &refs).await)
+    }
+
+    pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(read::meta(&conn, tenant, result_ref).await)
+    }
+
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<RefSearch, StoreError> {
+        if query.is_empty() {
+            return Err(StoreError::InvalidArgument(
+                "query must not be empty".to_string(),
+            ));
+        }
+        let conn = self.inner.conn().await?;
+        self.inner
+            .note(read::search_ref(&conn, tenant, result_ref, query, limit, context_chars).await)
+    }
+
+    pub async fn search_session(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner.note(
+            read::search_session(&mut conn, tenant, session_id, query, limit, context_chars).await,
+        )
+    }
+
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        session_id: Option<&str>,
+        tool_name: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutputSummary>, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner
+            .note(read::list(&conn, tenant, session_id, tool_name, limit).await)
+    }
+
+    pub async fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(read::exchanges(&conn, tenant, &keys).await)
+    }
+
+    pub async fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner
+            .note(read::response_id(&conn, tenant, client_id).await)
+    }
+
+    pub async fn flush_index(&self) -> Result<u64, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner.note(index::flush(&mut conn).await)
+    }
+
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        self.sweep_at(self.inner.config.clock.now_ms()).await
+    }
+
+    pub async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner
+            .note(write::sweep_all(&mut conn, &self.inner.config, now_ms).await)
+    }
+
+    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(read::stats(&conn).await)
+    }
+}

@@ -1,0 +1,484 @@
+//! Writes on PostgreSQL: puts, kept answers, retention.
+//!
+//! Several replicas write at once, so every write is safe under
+//! concurrency: an original is claimed with `INSERT ... ON CONFLICT (sha256)
+//! DO NOTHING` (a second writer of the same content waits for the first
+//! and then finds its row), an output likewise on `(tenant, ref)`, and the
+//! rows one put touches are locked in one global order (by SHA-256, then
+//! ref), so two puts of the same outputs in different orders cannot
+//! deadlock. Retention takes its victims with `FOR UPDATE SKIP LOCKED` and
+//! one replica sweeps at a time (a transaction advisory lock).
+
+use super::{Conn, Inner};
+use crate::store::error::PgContext;
+use crate::store::prepare::Prepared;
+use crate::store::{
+    age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
+};
+use deadpool_postgres::GenericClient;
+use std::sync::Weak;
+use std::time::Duration;
+
+/// Outputs expired per sweep transaction.
+const SWEEP_BATCH: i64 = 256;
+/// The advisory lock key of a sweep ("tssweep" in ASCII).
+const SWEEP_LOCK: i64 = 0x0074_7373_7765_6570;
+
+/// Stores one request's outputs in one transaction; returns once it has
+/// committed (durably: `synchronous_commit = on` on every connection).
+pub async fn put(
+    conn: &mut Conn,
+    tenant: &Tenant,
+    items: &[Prepared],
+    now: i64,
+) -> Result<Vec<Stored>, StoreError> {
+    let tx = conn.transaction().await.pg("starting a put transaction")?;
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| {
+        (&items[a].sha256, &items[a].result_ref).cmp(&(&items[b].sha256, &items[b].result_ref))
+    });
+    let mut stored: Vec<Option<Stored>> = vec![None; items.len()];
+    for i in order {
+        stored[i] = Some(put_item(&tx, tenant, &items[i], now).await?);
+    }
+    tx.commit().await.pg("committing stored outputs")?;
+    Ok(stored.into_iter().flatten().collect())
+}
+
+async fn put_item(
+    tx: &deadpool_postgres::Transaction<'_>,
+    tenant: &Tenant,
+    item: &Prepared,
+    now: i64,
+) -> Result<Stored, StoreError> {
+    let stored = |created| Stored {
+        result_ref: item.result_ref.clone(),
+        sha256: item.sha256.clone(),
+        original_chars: item.chars,
+        created,
+    };
+    let existing = |sha: String, live: bool| -> Result<Option<Stored>, StoreError> {
+        match (sha == item.sha256, live) {
+            (true, true) => Ok(Some(stored(false))),
+            (false, true) => Err(StoreError::RefConflict {
+                result_ref: item.result_ref.clone(),
+                existing: sha,
+                new: item.sha256.clone(),
+            }),
+            // A tombstone: stored again below.
+            (_, false) => Ok(None),
+        }
+    };
+    let lookup = tx
+        .prepare_cached(
+            "SELECT sha256, blob_id IS NOT NULL FROM outputs WHERE tenant = $1 AND ref = $2 \
+             FOR UPDATE",
+        )
+        .await
+        .pg("preparing the output lookup")?;
+    let row = tx
+        .query_opt(&lookup, &[&tenant.as_str(), &item.result_ref])
+        .await
+        .pg("looking up an existing output")?;
+    let tombstone = match row {
+        Some(row) => match existing(row.get(0), row.get(1))? {
+            Some(done) => return Ok(done),
+            None => true,
+        },
+        None => false,
+    };
+    let blob_id = ensure_blob(tx, item, now).await?;
+    let o = &item.output;
+    let chars = item.chars as i64;
+    let preview = i64::try_from(o.preview_chars).unwrap_or(i64::MAX);
+    let kind = o.synopsis.kind.as_str();
+    if tombstone {
+        let revive = tx
+            .prepare_cached(
+                "UPDATE outputs SET session_id = $3, tool_call_id = $4, tool_name = $5, \
+                 created_at = $6, original_chars = $7, preview_chars = $8, sha256 = $9, \
+                 mime_type = $10, synopsis_kind = $11, synopsis = $12, blob_id = $13, \
+                 expired_at = NULL WHERE tenant = $1 AND ref = $2",
+            )
+            .await
+            .pg("preparing the output revival")?;
+        tx.execute(
+            &revive,
+            &[
+                &tenant.as_str(),
+                &item.result_ref,
+                &o.session_id,
+                &o.tool_call_id,
+                &o.tool_name,
+                &now,
+                &chars,
+                &preview,
+                &item.sha256,
+                &o.mime_type,
+                &kind,
+                &item.synopsis_json,
+                &blob_id,
+            ],
+        )
+        .await
+        .pg("storing an expired output again")?;
+        return Ok(stored(true));
+    }
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO outputs (tenant, ref, session_id, tool_call_id, tool_name, created_at, \
+             original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (tenant, ref) DO NOTHING",
+        )
+        .await
+        .pg("preparing the output insert")?;
+    let inserted = tx
+        .execute(
+            &insert,
+            &[
+                &tenant.as_str(),
+                &item.result_ref,
+                &o.session_id,
+                &o.tool_call_id,
+                &o.tool_name,
+                &now,
+                &chars,
+                &preview,
+                &item.sha256,
+                &o.mime_type,
+                &kind,
+                &item.synopsis_json,
+                &blob_id,
+            ],
+        )
+        .await
+        .pg("recording an output")?;
+    if inserted == 1 {
+        return Ok(stored(true));
+    }
+    // Another replica stored this (tenant, ref) meanwhile and committed.
+    let row = tx
+        .query_one(&lookup, &[&tenant.as_str(), &item.result_ref])
+        .await
+        .pg("looking up a concurrently stored output")?;
+    match existing(row.get(0), row.get(1))? {
+        Some(done) => Ok(done),
+        None => Err(StoreError::CommitFailed(format!(
+            "output {} expired while it was being stored; try again",
+            item.result_ref
+        ))),
+    }
+}
+
+/// The id of the original holding `item`'s text, storing it if new. The
+/// row is locked (`FOR SHARE`) so a concurrent sweep cannot delete it
+/// before this transaction's output row points at it.
+async fn ensure_blob(
+    tx: &deadpool_postgres::Transaction<'_>,
+    item: &Prepared,
+    now: i64,
+) -> Result<i64, StoreError> {
+    let claim = tx
+        .prepare_cached(
+            "INSERT INTO blobs (sha256, byte_len, char_len, chunk_count, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (sha256) DO NOTHING RETURNING id",
+        )
+        .await
+        .pg("preparing the original insert")?;
+    let find = tx
+        .prepare_cached("SELECT id FROM blobs WHERE sha256 = $1 FOR SHARE")
+        .await
+        .pg("preparing the original lookup")?;
+    let text = &item.output.text;
+    // A conflicting row can vanish between the two statements (a sweep
+    // deleting it commits): then the insert is tried again.
+    for _ in 0..3 {
+        let claimed = tx
+            .query_opt(
+                &claim,
+                &[
+                    &item.sha256,
+                    &(text.len() as i64),
+                    &(item.chars as i64),
+                    &(item.chunks.len() as i32),
+                    &now,
+                ],
+            )
+            .await
+            .pg("storing an original")?;
+        if let Some(row) = claimed {
+            let blob_id: i64 = row.get(0);
+            insert_chunks(tx, blob_id, item).await?;
+            return Ok(blob_id);
+        }
+        if let Some(row) = tx
+            .query_opt(&find, &[&item.sha256])
+            .await
+            .pg("looking up an original by hash")?
+        {
+            return Ok(row.get(0));
+        }
+    }
+    Err(StoreError::CommitFailed(format!(
+        "original {} kept being deleted while it was stored; try again",
+        item.sha256
+    )))
+}
+
+/// All of an original's chunks in one statement (arrays unnested), so a
+/// 1 MB output costs one round trip, not 256.
+async fn insert_chunks(
+    tx: &deadpool_postgres::Transaction<'_>,
+    blob_id: i64,
+    item: &Prepared,
+) -> Result<(), StoreError> {
+    let text = &item.output.text;
+    let seqs: Vec<i32> = (0..item.chunks.len() as i32).collect();
+    let starts: Vec<i64> = item.chunks.iter().map(|c| c.0 as i64).collect();
+    let texts: Vec<&str> = item.chunks.iter().map(|&(_, f, t)| &text[f..t]).collect();
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO chunks (blob_id, seq, start_char, text) \
+             SELECT $1, s, c, t FROM unnest($2::int4[], $3::int8[], $4::text[]) AS u(s, c, t)",
+        )
+        .await
+        .pg("preparing the chunk insert")?;
+    tx.execute(&insert, &[&blob_id, &seqs, &starts, &texts])
+        .await
+        .pg("storing the chunks of an original")?;
+    Ok(())
+}
+
+/// Stores an answer's hidden exchange (the first one stored under a key
+/// wins) and its response id (updated), in one transaction.
+pub async fn put_answer(
+    conn: &mut Conn,
+    tenant: &Tenant,
+    answer: &Answer,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let tx = conn.transaction().await.pg("starting to keep an answer")?;
+    let mut new = false;
+    if let Some(exchange) = &answer.exchange {
+        let n = tx
+            .execute(
+                "INSERT INTO exchanges (tenant, key, session_id, replacement, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO NOTHING",
+                &[
+                    &tenant.as_str(),
+                    &exchange.key,
+                    &exchange.session_id,
+                    &exchange.replacement,
+                    &now,
+                ],
+            )
+            .await
+            .pg("storing a hidden recall exchange")?;
+        new = n > 0;
+    }
+    if let Some(id) = &answer.response_id {
+        tx.execute(
+            "INSERT INTO response_ids (tenant, client_id, upstream_id, output, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, client_id) DO UPDATE SET \
+             upstream_id = excluded.upstream_id, output = excluded.output",
+            &[
+                &tenant.as_str(),
+                &id.client_id,
+                &id.upstream_id,
+                &id.output,
+                &now,
+            ],
+        )
+        .await
+        .pg("keeping a response id")?;
+    }
+    tx.commit().await.pg("committing a kept answer")?;
+    Ok(new)
+}
+
+/// Runs sweeps until one reports no more work.
+pub async fn sweep_all(
+    conn: &mut Conn,
+    config: &StoreConfig,
+    now_ms: i64,
+) -> Result<SweepReport, StoreError> {
+    let mut total = SweepReport::default();
+    loop {
+        let report = sweep(conn, config, now_ms).await?;
+        total.add(&report);
+        if !report.more {
+            total.more = false;
+            return Ok(total);
+        }
+    }
+}
+
+/// One bounded sweep (expire by age, by total size, forget old
+/// tombstones), in one transaction. Another replica sweeping right now:
+/// nothing done, no more work reported (its sweep covers the same rows).
+async fn sweep(
+    conn: &mut Conn,
+    config: &StoreConfig,
+    now_ms: i64,
+) -> Result<SweepReport, StoreError> {
+    let tx = conn.transaction().await.pg("starting a retention sweep")?;
+    let mut report = SweepReport::default();
+    let mine: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+        .await
+        .pg("taking the sweep lock")?
+        .get(0);
+    if !mine {
+        return Ok(report);
+    }
+    if let Some(cutoff) = age_cutoff(config, now_ms) {
+        for (sql, what) in [
+            (
+                "DELETE FROM exchanges WHERE (tenant, key) IN (SELECT tenant, key \
+                 FROM exchanges WHERE created_at < $1 LIMIT $2)",
+                "deleting old hidden exchanges",
+            ),
+            (
+                "DELETE FROM response_ids WHERE (tenant, client_id) IN (SELECT tenant, \
+                 client_id FROM response_ids WHERE created_at < $1 LIMIT $2)",
+                "deleting old response ids",
+            ),
+        ] {
+            let gone = tx.execute(sql, &[&cutoff, &SWEEP_BATCH]).await.pg(what)?;
+            report.more |= gone as i64 == SWEEP_BATCH;
+        }
+        let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH).await?;
+        report.more |= victims.len() as i64 == SWEEP_BATCH;
+        for (id, blob) in victims {
+            report.freed_bytes += expire(&tx, id, blob, now_ms).await?;
+            report.expired_by_age += 1;
+        }
+    }
+    if let Some(max) = config.max_bytes {
+        let total: i64 = tx
+            .query_one("SELECT coalesce(sum(byte_len), 0)::int8 FROM blobs", &[])
+            .await
+            .pg("measuring the stored originals")?
+            .get(0);
+        let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
+        if excess > 0 {
+            let victims = oldest_live(&tx, None, SWEEP_BATCH).await?;
+            let full = victims.len() as i64 == SWEEP_BATCH;
+            for (id, blob) in victims {
+                if excess <= 0 {
+                    break;
+                }
+                let freed = expire(&tx, id, blob, now_ms).await?;
+                excess -= freed as i64;
+                report.freed_bytes += freed;
+                report.expired_by_size += 1;
+            }
+            report.more |= full && excess > 0;
+        }
+    }
+    let forget_before = now_ms.saturating_sub(i64::from(config.tombstone_days) * DAY_MS);
+    let purged = tx
+        .execute(
+            "DELETE FROM outputs WHERE id IN (SELECT id FROM outputs \
+             WHERE blob_id IS NULL AND expired_at < $1 LIMIT $2)",
+            &[&forget_before, &SWEEP_BATCH],
+        )
+        .await
+        .pg("forgetting old tombstones")?;
+    report.purged_tombstones = purged;
+    report.more |= purged as i64 == SWEEP_BATCH;
+    // As on SQLite: under a size cap, at most one tombstone per 64 KiB of
+    // the cap (at least 10,000), the oldest forgotten first.
+    if let Some(max) = config.max_bytes {
+        let cap = i64::try_from(max / 65_536).unwrap_or(i64::MAX).max(10_000);
+        let count: i64 = tx
+            .query_one("SELECT count(*) FROM outputs WHERE blob_id IS NULL", &[])
+            .await
+            .pg("counting tombstones")?
+            .get(0);
+        if count > cap {
+            let purged = tx
+                .execute(
+                    "DELETE FROM outputs WHERE id IN (SELECT id FROM outputs \
+                     WHERE blob_id IS NULL ORDER BY expired_at, id LIMIT $1)",
+                    &[&(count - cap).min(SWEEP_BATCH)],
+                )
+                .await
+                .pg("forgetting tombstones over the cap")?;
+            report.purged_tombstones += purged;
+            report.more |= count - cap > SWEEP_BATCH;
+        }
+    }
+    tx.commit().await.pg("committing a retention sweep")?;
+    Ok(report)
+}
+
+/// The oldest live outputs (created before `cutoff`, if given), locked.
+async fn oldest_live<C: GenericClient>(
+    tx: &C,
+    cutoff: Option<i64>,
+    limit: i64,
+) -> Result<Vec<(i64, i64)>, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT id, blob_id FROM outputs WHERE blob_id IS NOT NULL AND created_at < $1 \
+             ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            &[&cutoff.unwrap_or(i64::MAX), &limit],
+        )
+        .await
+        .pg("finding outputs to expire")?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Turns an output into a tombstone and deletes its original (and, by
+/// cascade, its chunks) if no other output uses it. Returns the bytes freed.
+async fn expire<C: GenericClient>(
+    tx: &C,
+    id: i64,
+    blob_id: i64,
+    now: i64,
+) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE outputs SET blob_id = NULL, expired_at = $2, synopsis = '' WHERE id = $1",
+        &[&id, &now],
+    )
+    .await
+    .pg("expiring an output")?;
+    let freed = tx
+        .query_opt(
+            "DELETE FROM blobs WHERE id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM outputs WHERE blob_id = $1) RETURNING byte_len",
+            &[&blob_id],
+        )
+        .await
+        .pg("deleting an unused original")?;
+    Ok(freed.map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
+}
+
+/// The background retention timer: right away, then every `every`, sweeps
+/// until no more work. Failures (the database away) are logged and retried
+/// at the next tick.
+pub fn spawn_retention(store: Weak<Inner>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(inner) = store.upgrade() else { return };
+            let outcome = async {
+                let mut conn = inner.conn().await?;
+                let now = inner.config.clock.now_ms();
+                sweep_all(&mut conn, &inner.config, now).await
+            }
+            .await;
+            match outcome {
+                Ok(report) if report.freed_bytes > 0 || report.purged_tombstones > 0 => {
+                    tracing::info!(?report, "store: retention sweep");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "store: retention sweep failed"),
+            }
+        }
+    })
+}

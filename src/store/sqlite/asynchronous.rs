@@ -1,0 +1,206 @@
+//! The SQLite backend for async (tokio) code, without blocking the runtime:
+//! puts go to the writer thread through the bounded job channel and are awaited;
+//! reads run on tokio's blocking pool, at most `readers` at a time (a
+//! semaphore), so a burst of recall calls queues here instead of filling the
+//! blocking pool with threads waiting for a connection.
+
+use super::writer::Job;
+use super::{
+    prepare, Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
+    ResultStore, SearchHit, StoreError, StoreStats, Stored, SweepReport, Tenant,
+};
+use std::sync::Arc;
+use tokio::sync::{oneshot, Semaphore};
+
+/// A cheap-to-clone async handle on a [`ResultStore`].
+#[derive(Clone, Debug)]
+pub(crate) struct SqliteBackend {
+    store: ResultStore,
+    permits: Arc<Semaphore>,
+}
+
+impl SqliteBackend {
+    pub fn new(store: ResultStore) -> SqliteBackend {
+        let permits = Arc::new(Semaphore::new(store.readers().size()));
+        SqliteBackend { store, permits }
+    }
+
+    /// The sync store underneath (for code that already runs off the runtime).
+    pub fn sync(&self) -> &ResultStore {
+        &self.store
+    }
+
+    /// [`ResultStore::put`]: resolves once the outputs are committed.
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        outputs: Vec<NewOutput>,
+    ) -> Result<Vec<Stored>, StoreError> {
+        let items = prepare::prepare_async(outputs).await?;
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::Put {
+                tenant: tenant.clone(),
+                items,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs a read on the blocking pool, bounded by the semaphore.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ResultStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// [`ResultStore::read`].
+    pub async fn read(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<ReadWindow, StoreError> {
+        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
+        self.blocking(move |s| s.read(&tenant, &result_ref, offset, limit))
+            .await
+    }
+
+    /// [`ResultStore::held`].
+    pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
+        let tenant = tenant.clone();
+        self.blocking(move |s| s.held(&tenant, &refs)).await
+    }
+
+    /// [`ResultStore::meta`].
+    pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+        let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
+        self.blocking(move |s| s.meta(&tenant, &result_ref)).await
+    }
+
+    /// [`ResultStore::search`].
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<RefSearch, StoreError> {
+        let (tenant, result_ref, query) =
+            (tenant.clone(), result_ref.to_string(), query.to_string());
+        self.blocking(move |s| s.search(&tenant, &result_ref, &query, limit, context_chars))
+            .await
+    }
+
+    /// [`ResultStore::search_session`].
+    pub async fn search_session(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        // The index fills in the background: what was stored in the last
+        // few milliseconds is indexed now, so the search sees it.
+        if let Err(e) = self.flush_index().await {
+            tracing::warn!(error = %e, "flushing the search index failed");
+        }
+        let (tenant, session_id, query) =
+            (tenant.clone(), session_id.to_string(), query.to_string());
+        self.blocking(move |s| s.search_session(&tenant, &session_id, &query, limit, context_chars))
+            .await
+    }
+
+    /// [`ResultStore::list`].
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        session_id: Option<&str>,
+        tool_name: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutputSummary>, StoreError> {
+        let tenant = tenant.clone();
+        let session_id = session_id.map(str::to_string);
+        let tool_name = tool_name.map(str::to_string);
+        self.blocking(move |s| s.list(&tenant, session_id.as_deref(), tool_name.as_deref(), limit))
+            .await
+    }
+
+    /// [`ResultStore::put_answer`]: resolves once committed.
+    pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::PutAnswer {
+                tenant: tenant.clone(),
+                answer,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::exchanges`].
+    pub async fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let tenant = tenant.clone();
+        self.blocking(move |s| s.exchanges(&tenant, &keys)).await
+    }
+
+    /// [`ResultStore::response_id`].
+    pub async fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        let (tenant, client_id) = (tenant.clone(), client_id.to_string());
+        self.blocking(move |s| s.response_id(&tenant, &client_id))
+            .await
+    }
+
+    /// [`ResultStore::flush_index`], off the runtime.
+    pub async fn flush_index(&self) -> Result<u64, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::FlushIndex { reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::sweep`], off the runtime.
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        self.blocking(|s| s.sweep()).await
+    }
+
+    /// [`ResultStore::sweep_at`], off the runtime.
+    pub async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        self.blocking(move |s| s.sweep_at(now_ms)).await
+    }
+
+    /// [`ResultStore::stats`], off the runtime.
+    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.blocking(|s| s.stats()).await
+    }
+}

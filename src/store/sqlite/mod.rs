@@ -1,0 +1,364 @@
+//! The embedded backend: one SQLite file (WAL, FTS5), the default.
+//!
+//! Layout: `schema` (versioned migrations), `writer` (the single writer
+//! thread: puts with group commit, background FTS indexing, retention
+//! sweeps), `reader` (queries on a pooled read connection), `pool`,
+//! `retention` (the background sweep timer), `asynchronous` (the handle the
+//! store's [`AsyncResultStore`](super::AsyncResultStore) drives).
+//!
+//! Concurrency model: one writer thread owns the only writing connection and
+//! is fed by a bounded channel; readers use a small pool of connections (WAL
+//! lets them run beside the writer). The sync API ([`ResultStore`]) blocks
+//! the calling thread and must not be called from async tasks.
+
+pub(crate) mod asynchronous;
+mod pool;
+mod reader;
+mod retention;
+pub(crate) mod schema;
+mod writer;
+
+pub use schema::SCHEMA_VERSION;
+
+use super::error::{self, SqlContext};
+use super::prepare;
+use super::text;
+use super::{
+    age_cutoff, Answer, Clock, Durability, Exchange, NewOutput, OutputMeta, OutputSummary,
+    ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, StoreStats, Stored,
+    SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
+};
+use rusqlite::{Connection, OpenFlags};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// The store. Cheap to clone (shared handle); the writer and retention
+/// threads stop when the last clone is dropped.
+#[derive(Clone)]
+pub struct ResultStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    config: StoreConfig,
+    jobs: Option<mpsc::Sender<writer::Job>>,
+    readers: pool::Pool,
+    writer: Option<std::thread::JoinHandle<()>>,
+    retention: Option<retention::Handle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Order matters: the retention thread holds a job sender.
+        if let Some(r) = self.retention.take() {
+            r.stop();
+        }
+        self.jobs = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl fmt::Debug for ResultStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResultStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens a connection with the settings every store connection shares.
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).ctx("opening the database")?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .ctx("setting the busy timeout")?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .ctx("enabling foreign keys")?;
+    Ok(conn)
+}
+
+impl ResultStore {
+    /// Opens (creating if needed) the store at `path`, migrates its schema,
+    /// and starts the writer thread and, if configured, retention.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<ResultStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if config.readers == 0 || config.queue == 0 {
+            return Err(StoreError::InvalidArgument(
+                "store readers and queue must be at least 1".to_string(),
+            ));
+        }
+        let mut conn = open_connection(&path)?;
+        schema::configure_new_file(&conn)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .ctx("enabling WAL")?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt(format!(
+                "{} cannot use WAL (journal mode stays {mode})",
+                path.display()
+            )));
+        }
+        schema::migrate(&mut conn)?;
+        let (tx, rx) = mpsc::channel(config.queue);
+        let writer = writer::spawn(conn, rx, config.clone())?;
+        let readers = pool::Pool::new(path.clone(), config.readers);
+        let retention = match config.sweep_interval {
+            Some(every) => Some(retention::spawn(tx.clone(), every, config.clock.clone())?),
+            None => None,
+        };
+        Ok(ResultStore {
+            inner: Arc::new(Inner {
+                path,
+                config,
+                jobs: Some(tx),
+                readers,
+                writer: Some(writer),
+                retention,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    fn jobs(&self) -> Result<&mpsc::Sender<writer::Job>, StoreError> {
+        self.inner.jobs.as_ref().ok_or(StoreError::Closed)
+    }
+
+    /// Stores the outputs of one request in one transaction and returns once
+    /// it is committed (durably, per [`Durability`]). Idempotent by content:
+    /// an output whose (tenant, ref) is already stored is a no-op
+    /// (`created: false`); an expired one is stored again.
+    ///
+    /// Blocks the calling thread: not for async tasks (use [`AsyncResultStore`]).
+    pub fn put(&self, tenant: &Tenant, outputs: Vec<NewOutput>) -> Result<Vec<Stored>, StoreError> {
+        let items = prepare::prepare(outputs)?;
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::Put {
+                tenant: tenant.clone(),
+                items,
+                reply,
+            })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::put`] for one output.
+    pub fn put_one(&self, tenant: &Tenant, output: NewOutput) -> Result<Stored, StoreError> {
+        self.put(tenant, vec![output])?
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("put returned no result".to_string()))
+    }
+
+    /// Characters `[offset, offset + limit)` of the original (`limit = -1`:
+    /// to the end). A negative offset or `limit < -1` is
+    /// [`StoreError::InvalidArgument`]; an offset past the end gives empty
+    /// content.
+    pub fn read(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<ReadWindow, StoreError> {
+        let (offset, end) = text::check_window(offset, limit)?;
+        self.inner
+            .readers
+            .with(|c| reader::read(c, tenant, result_ref, offset, end, limit))
+    }
+
+    /// For each ref, whether `tenant` holds it readable (stored, not
+    /// expired): the proxy skips re-storing what a repeated turn resends.
+    pub fn held(&self, tenant: &Tenant, refs: &[String]) -> Result<Vec<bool>, StoreError> {
+        self.inner.readers.with(|c| reader::held(c, tenant, refs))
+    }
+
+    /// Stores what the proxy keeps of an answer (its hidden exchange, the
+    /// response id the client got) in one commit, durable per
+    /// [`Durability`] before it returns. An exchange already stored under
+    /// its key keeps its first version; a response id is updated. Returns
+    /// whether the exchange was new.
+    pub fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::PutAnswer {
+                tenant: tenant.clone(),
+                answer,
+                reply,
+            })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::put_answer`] of a hidden exchange alone.
+    pub fn put_exchange(&self, tenant: &Tenant, exchange: Exchange) -> Result<bool, StoreError> {
+        let answer = Answer {
+            exchange: Some(exchange),
+            response_id: None,
+        };
+        self.put_answer(tenant, answer)
+    }
+
+    /// The stored exchanges of `tenant` among `keys`: (key, replacement).
+    pub fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::exchanges(c, tenant, keys))
+    }
+
+    /// [`ResultStore::put_answer`] of a response id alone.
+    pub fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
+        let answer = Answer {
+            exchange: None,
+            response_id: Some(id),
+        };
+        self.put_answer(tenant, answer).map(drop)
+    }
+
+    /// The upstream response `client_id` stands for, if it stands for one.
+    pub fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::response_id(c, tenant, client_id))
+    }
+
+    /// Everything stored about one output.
+    pub fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::meta(c, tenant, result_ref))
+    }
+
+    /// Exact, case-sensitive, non-overlapping matches of `query` in one
+    /// original: the first `limit`, each with `context_chars` of context on
+    /// each side. An empty query is an invalid argument.
+    pub fn search(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<RefSearch, StoreError> {
+        if query.is_empty() {
+            return Err(StoreError::InvalidArgument(
+                "query must not be empty".to_string(),
+            ));
+        }
+        self.inner
+            .readers
+            .with(|c| reader::search_ref(c, tenant, result_ref, query, limit, context_chars))
+    }
+
+    /// Ranked (BM25) full-text search across one session's outputs. The
+    /// query is reduced to its words, which must all occur in a passage; if
+    /// no passage has them all, passages with any of them are ranked instead.
+    /// A query without words finds nothing. Outputs stored in the last few
+    /// milliseconds may not be indexed yet (see [`ResultStore::flush_index`]).
+    pub fn search_session(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::search_session(c, tenant, session_id, query, limit, context_chars))
+    }
+
+    /// The tenant's live outputs, newest first (ties: last stored first),
+    /// filtered by session and tool name before the limit.
+    pub fn list(
+        &self,
+        tenant: &Tenant,
+        session_id: Option<&str>,
+        tool_name: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutputSummary>, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::list(c, tenant, session_id, tool_name, limit))
+    }
+
+    /// Waits until every stored chunk is in the FTS index; returns how many
+    /// chunks were indexed by this call.
+    pub fn flush_index(&self) -> Result<u64, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::FlushIndex { reply })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs retention to completion as of the store clock's "now".
+    pub fn sweep(&self) -> Result<SweepReport, StoreError> {
+        self.sweep_at(self.inner.config.clock.now_ms())
+    }
+
+    /// Runs retention to completion as if it were `now_ms`.
+    pub fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        let mut total = SweepReport::default();
+        loop {
+            let report = retention::sweep_once(self.jobs()?, now_ms)?;
+            total.add(&report);
+            if !report.more {
+                total.more = false;
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Sizes of the originals, the FTS index and the file.
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        let mut stats = self.inner.readers.with(reader::stats)?;
+        stats.file_bytes = std::fs::metadata(&self.inner.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                context: format!("reading the size of {}", self.inner.path.display()),
+                source,
+            })?;
+        Ok(stats)
+    }
+
+    pub(crate) fn readers(&self) -> &pool::Pool {
+        &self.inner.readers
+    }
+
+    pub(crate) fn job_sender(&self) -> Result<mpsc::Sender<writer::Job>, StoreError> {
+        self.jobs().cloned()
+    }
+}
+
+/// Bytes SQLite has allocated in this process (page caches, statements,
+/// schema; every connection of every store), for the memory gauges.
+pub fn sqlite_memory_in_use() -> u64 {
+    // SAFETY: sqlite3_memory_used reads SQLite's global allocation counter
+    // under its own mutex; it takes no arguments and is callable at any time.
+    let used = unsafe { rusqlite::ffi::sqlite3_memory_used() };
+    u64::try_from(used).unwrap_or(0)
+}

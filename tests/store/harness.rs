@@ -1,0 +1,310 @@
+//! One store suite, two backends. Every test in a `both!` block runs twice,
+//! as `<test>::sqlite` and `<test>::postgres`, against the store's one
+//! interface ([`AsyncResultStore`]); [`Store`] drives it from plain
+//! `#[test]` functions (each store has its own runtime), so the tests read
+//! as straight-line code and threads can share a store.
+//!
+//! PostgreSQL comes from `TEST_POSTGRES_URL` (`./scripts/test`
+//! starts a private server and sets it; `eval "$(scripts/postgres start)"`
+//! does it by hand). Each store gets a schema of its own in that database
+//! (its `search_path`), dropped when the last handle on it goes. Without
+//! the variable the PostgreSQL variants fail, saying so: they never skip.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tempfile::TempDir;
+use toolstub::store::{
+    Answer, AsyncResultStore, Backend, Exchange, NewOutput, OutputMeta, OutputSummary,
+    PostgresOptions, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError,
+    StoreStats, Stored, SweepReport, Tenant,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+thread_local! {
+    static DB: Cell<Db> = const { Cell::new(Db::Sqlite) };
+}
+
+/// Runs `test` with stores opened on `db`.
+pub fn on(db: Db, test: impl FnOnce()) {
+    DB.with(|d| d.set(db));
+    test();
+}
+
+/// The backend the running test uses.
+pub fn db() -> Db {
+    DB.with(Cell::get)
+}
+
+/// Declares tests that run on both backends.
+macro_rules! both {
+    ($( $(#[$attr:meta])* fn $name:ident() $body:block )*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$attr])*
+            #[test]
+            fn sqlite() {
+                $crate::harness::on($crate::harness::Db::Sqlite, || $body)
+            }
+            $(#[$attr])*
+            #[test]
+            fn postgres() {
+                $crate::harness::on($crate::harness::Db::Postgres, || $body)
+            }
+        }
+    )*};
+}
+pub(crate) use both;
+
+/// The test database's URL.
+pub fn postgres_url() -> String {
+    std::env::var("TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "TEST_POSTGRES_URL is not set: run ./scripts/test, or \
+             eval \"$(scripts/postgres start)\" before cargo test"
+        )
+    })
+}
+
+/// Where a store's data lives; shared by its twins, cleaned up last.
+enum Place {
+    Dir(TempDir),
+    Schema { url: String, name: String },
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Place::Schema { url, name } = self {
+            let (url, name) = (url.clone(), name.clone());
+            // Best effort, on a thread of its own (no runtime here).
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                rt.block_on(async {
+                    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                        .await
+                        .ok()?;
+                    tokio::spawn(conn);
+                    client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                        .await
+                        .ok()
+                })
+            })
+            .join();
+        }
+    }
+}
+
+static SCHEMAS: AtomicU64 = AtomicU64::new(0);
+
+/// A new place on the current backend.
+fn place() -> Arc<Place> {
+    match db() {
+        Db::Sqlite => Arc::new(Place::Dir(tempfile::tempdir().expect("tempdir"))),
+        Db::Postgres => {
+            let url = postgres_url();
+            let name = format!(
+                "t{}_{}",
+                std::process::id(),
+                SCHEMAS.fetch_add(1, Ordering::SeqCst)
+            );
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connecting to the test database");
+                tokio::spawn(conn);
+                client
+                    .batch_execute(&format!(
+                        "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+                    ))
+                    .await
+                    .expect("creating a test schema");
+            });
+            Arc::new(Place::Schema { url, name })
+        }
+    }
+}
+
+/// A store handle for sync tests.
+pub struct Store {
+    // Dropped in this order: the store, its runtime (and connections), then
+    // the place (the schema is dropped with nobody connected).
+    store: AsyncResultStore,
+    rt: tokio::runtime::Runtime,
+    place: Arc<Place>,
+}
+
+impl Store {
+    fn at(place: Arc<Place>, config: StoreConfig) -> Store {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let backend = match &*place {
+            Place::Dir(dir) => Backend::Sqlite(dir.path().join("t.db")),
+            Place::Schema { url, name } => Backend::Postgres(PostgresOptions {
+                url: format!("{url}&options=-csearch_path%3D{name}"),
+                pool_size: 8,
+                connect_timeout: std::time::Duration::from_secs(10),
+                ca_file: None,
+            }),
+        };
+        let store = rt
+            .block_on(AsyncResultStore::open(backend, config))
+            .expect("opening the store");
+        Store { store, rt, place }
+    }
+
+    /// A store on a new place of the current backend.
+    pub fn open(config: StoreConfig) -> Store {
+        Store::at(place(), config)
+    }
+
+    /// Another store on the same data: a reopen, or a second replica.
+    pub fn twin(&self, config: StoreConfig) -> Store {
+        Store::at(self.place.clone(), config)
+    }
+
+    /// Closes this store and opens its data again.
+    pub fn reopen(self, config: StoreConfig) -> Store {
+        let place = self.place.clone();
+        drop(self);
+        Store::at(place, config)
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    pub fn put(&self, tenant: &Tenant, outputs: Vec<NewOutput>) -> Result<Vec<Stored>, StoreError> {
+        self.block_on(self.store.put(tenant, outputs))
+    }
+
+    pub fn put_one(&self, tenant: &Tenant, output: NewOutput) -> Result<Stored, StoreError> {
+        let mut stored = self.put(tenant, vec![output])?;
+        Ok(stored.pop().expect("one result per output"))
+    }
+
+    pub fn read(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<ReadWindow, StoreError> {
+        self.block_on(self.store.read(tenant, result_ref, offset, limit))
+    }
+
+    pub fn held(&self, tenant: &Tenant, refs: &[String]) -> Result<Vec<bool>, StoreError> {
+        self.block_on(self.store.held(tenant, refs.to_vec()))
+    }
+
+    pub fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+        self.block_on(self.store.meta(tenant, result_ref))
+    }
+
+    pub fn search(
+        &self,
+        tenant: &Tenant,
+        result_ref: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<RefSearch, StoreError> {
+        self.block_on(
+            self.store
+                .search(tenant, result_ref, query, limit, context_chars),
+        )
+    }
+
+    pub fn search_session(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+        context_chars: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        self.block_on(
+            self.store
+                .search_session(tenant, session_id, query, limit, context_chars),
+        )
+    }
+
+    pub fn list(
+        &self,
+        tenant: &Tenant,
+        session_id: Option<&str>,
+        tool_name: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutputSummary>, StoreError> {
+        self.block_on(self.store.list(tenant, session_id, tool_name, limit))
+    }
+
+    pub fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+        self.block_on(self.store.put_answer(tenant, answer))
+    }
+
+    pub fn put_exchange(&self, tenant: &Tenant, exchange: Exchange) -> Result<bool, StoreError> {
+        self.put_answer(
+            tenant,
+            Answer {
+                exchange: Some(exchange),
+                response_id: None,
+            },
+        )
+    }
+
+    pub fn exchanges(
+        &self,
+        tenant: &Tenant,
+        keys: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.block_on(self.store.exchanges(tenant, keys.to_vec()))
+    }
+
+    pub fn put_response_id(&self, tenant: &Tenant, id: ResponseId) -> Result<(), StoreError> {
+        self.put_answer(
+            tenant,
+            Answer {
+                exchange: None,
+                response_id: Some(id),
+            },
+        )
+        .map(drop)
+    }
+
+    pub fn response_id(
+        &self,
+        tenant: &Tenant,
+        client_id: &str,
+    ) -> Result<Option<ResponseId>, StoreError> {
+        self.block_on(self.store.response_id(tenant, client_id))
+    }
+
+    pub fn flush_index(&self) -> Result<u64, StoreError> {
+        self.block_on(self.store.flush_index())
+    }
+
+    pub fn sweep(&self) -> Result<SweepReport, StoreError> {
+        self.block_on(self.store.sweep())
+    }
+
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.block_on(self.store.stats())
+    }
+}

@@ -1,0 +1,1409 @@
+//! The result store (SPEC sections 6 and 7), one module per area, shared
+//! fixtures at the top. Every test opens its own database in a temp dir.
+
+mod harness;
+
+use harness::{both, Store};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use toolstub::store::{
+    Clock, Durability, NewOutput, ResultStore, StoreConfig, StoreError, Tenant, OFFSET_UNIT,
+};
+use toolstub::synopsis::{synopsize, Hints, Kind};
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        sweep_interval: None,
+        ..StoreConfig::default()
+    }
+}
+
+/// A store on the test's backend (the `()` stands where a guard used to:
+/// the store owns its data's place).
+fn open() -> ((), Store) {
+    ((), Store::open(config()))
+}
+
+/// A store whose clock the test moves.
+fn open_with_clock(cfg: StoreConfig) -> ((), Store, Arc<AtomicI64>) {
+    let now = Arc::new(AtomicI64::new(1_700_000_000_000));
+    let clock_now = now.clone();
+    let cfg = StoreConfig {
+        clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+        ..cfg
+    };
+    ((), Store::open(cfg), now)
+}
+
+fn output(session: &str, call: &str, tool: &str, text: &str) -> NewOutput {
+    NewOutput {
+        session_id: session.to_string(),
+        tool_call_id: Some(call.to_string()),
+        tool_name: Some(tool.to_string()),
+        mime_type: None,
+        preview_chars: 2000,
+        synopsis: synopsize(
+            text,
+            Hints {
+                mime: None,
+                preview_chars: 2000,
+            },
+        ),
+        text: text.to_string(),
+        sha256: None,
+    }
+}
+
+fn alice() -> Tenant {
+    Tenant::new("aaaaaaaaaaaaaaaa").unwrap()
+}
+
+fn bob() -> Tenant {
+    Tenant::new("bbbbbbbbbbbbbbbb").unwrap()
+}
+
+/// Deterministic pseudo-random words (xorshift), for large originals.
+fn words(seed: u64, chars: usize) -> String {
+    const VOCAB: &[&str] = &[
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "error",
+        "retry",
+        "timeout",
+        "ok",
+        "日本語",
+        "😀",
+        "café",
+        "row",
+        "column",
+        "value",
+        "null",
+        "true",
+    ];
+    let mut x = seed | 1;
+    let mut s = String::with_capacity(chars + 16);
+    let mut n = 0;
+    while n < chars {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let w = VOCAB[(x % VOCAB.len() as u64) as usize];
+        s.push_str(w);
+        s.push(if x.is_multiple_of(11) { '\n' } else { ' ' });
+        n += w.chars().count() + 1;
+    }
+    s
+}
+
+mod put {
+    use super::*;
+
+    both! {
+        fn put_derives_ref_hash_and_length_and_is_idempotent() {
+            let (_d, store) = open();
+            let text = "{\"users\":[{\"id\":1}]}";
+            let first = store
+                .put_one(&alice(), output("s1", "call_1", "read_file", text))
+                .unwrap();
+            let sha = toolstub::refs::sha256_hex(text);
+            assert_eq!(
+                first.result_ref,
+                toolstub::refs::result_ref(Some("call_1"), &sha)
+            );
+            assert_eq!(first.sha256, sha);
+            assert_eq!(first.original_chars, text.chars().count() as u64);
+            assert!(first.created);
+            let again = store
+                .put_one(&alice(), output("s1", "call_1", "read_file", text))
+                .unwrap();
+            assert_eq!(again.result_ref, first.result_ref);
+            assert!(!again.created);
+            // Same content under another call id: a second row, one original.
+            store
+                .put_one(&alice(), output("s1", "call_2", "read_file", text))
+                .unwrap();
+            let stats = store.stats().unwrap();
+            assert_eq!(stats.live_outputs, 2);
+            assert_eq!(stats.originals, 1);
+            assert_eq!(stats.original_bytes, text.len() as u64);
+        }
+
+        fn metadata_round_trips_with_the_synopsis() {
+            let (_d, store) = open();
+            let text = "name,score\nAda,99\nLin,98\n";
+            let mut out = output("s1", "c1", "query", text);
+            out.mime_type = Some("text/csv".to_string());
+            out.preview_chars = 1234;
+            let synopsis = out.synopsis.clone();
+            let r = store.put_one(&alice(), out).unwrap();
+            let meta = store.meta(&alice(), &r.result_ref).unwrap();
+            assert_eq!(meta.session_id, "s1");
+            assert_eq!(meta.tool_call_id.as_deref(), Some("c1"));
+            assert_eq!(meta.tool_name.as_deref(), Some("query"));
+            assert_eq!(meta.mime_type.as_deref(), Some("text/csv"));
+            assert_eq!(meta.preview_chars, 1234);
+            assert_eq!(meta.original_chars, 25);
+            assert_eq!(meta.synopsis_kind, Kind::Csv);
+            assert_eq!(meta.synopsis, synopsis);
+            assert_eq!(meta.offset_unit, OFFSET_UNIT);
+            assert_eq!(meta.sha256, r.sha256);
+            assert!(meta.created_at > 1_600_000_000_000);
+        }
+
+        fn several_outputs_of_one_request_commit_together() {
+            let (_d, store) = open();
+            let outs = vec![
+                output("s1", "a", "t", "first output"),
+                output("s1", "b", "t", "second output"),
+                output("s1", "c", "t", "first output"),
+            ];
+            let stored = store.put(&alice(), outs).unwrap();
+            assert_eq!(stored.len(), 3);
+            assert!(stored.iter().all(|s| s.created));
+            for s in &stored {
+                store.read(&alice(), &s.result_ref, 0, -1).unwrap();
+            }
+            assert_eq!(store.stats().unwrap().originals, 2);
+        }
+
+        fn a_bad_output_fails_its_request_only() {
+            let (_d, store) = open();
+            let mut bad = output("s1", "a", "t", "x");
+            bad.session_id.clear();
+            let err = store
+                .put(&alice(), vec![output("s1", "ok", "t", "fine"), bad])
+                .unwrap_err();
+            assert!(matches!(err, StoreError::InvalidArgument(_)), "{err}");
+            assert!(store
+                .list(&alice(), Some("s1"), None, 10)
+                .unwrap()
+                .is_empty());
+        }
+
+        fn empty_and_large_multibyte_originals_round_trip() {
+            let (_d, store) = open();
+            let empty = store.put_one(&alice(), output("s", "e", "t", "")).unwrap();
+            let w = store.read(&alice(), &empty.result_ref, 0, -1).unwrap();
+            assert_eq!(
+                (w.content.as_str(), w.total_chars, w.has_more),
+                ("", 0, false)
+            );
+            let big = words(7, 300_000);
+            let r = store
+                .put_one(&alice(), output("s", "big", "t", &big))
+                .unwrap();
+            let w = store.read(&alice(), &r.result_ref, 0, -1).unwrap();
+            assert_eq!(w.content, big);
+            assert_eq!(w.total_chars, big.chars().count() as u64);
+        }
+    }
+}
+
+mod read {
+    use super::*;
+
+    fn stored(store: &Store, text: &str) -> String {
+        store
+            .put_one(&alice(), output("s", "c", "t", text))
+            .unwrap()
+            .result_ref
+    }
+
+    both! {
+        fn windows_follow_code_points() {
+            let (_d, store) = open();
+            // CJK (3 bytes) and emoji (4 bytes): byte offsets would differ.
+            let text = "日本語😀テキスト🎉end";
+            let r = stored(&store, text);
+            let w = store.read(&alice(), &r, 0, 3).unwrap();
+            assert_eq!(w.content, "日本語");
+            assert_eq!(
+                (w.offset, w.total_chars, w.has_more, w.next_offset),
+                (0, 12, true, Some(3))
+            );
+            let w = store.read(&alice(), &r, 3, 1).unwrap();
+            assert_eq!(w.content, "😀");
+            let w = store.read(&alice(), &r, 8, 10).unwrap();
+            assert_eq!(w.content, "🎉end");
+            assert_eq!((w.has_more, w.next_offset), (false, None));
+        }
+
+        fn offset_zero_past_the_end_minus_one_and_limit_zero() {
+            let (_d, store) = open();
+            let r = stored(&store, "abcdef");
+            let all = store.read(&alice(), &r, 0, -1).unwrap();
+            assert_eq!(
+                (all.content.as_str(), all.has_more, all.limit),
+                ("abcdef", false, -1)
+            );
+            let tail = store.read(&alice(), &r, 4, -1).unwrap();
+            assert_eq!(tail.content, "ef");
+            let past = store.read(&alice(), &r, 6, 10).unwrap();
+            assert_eq!(
+                (past.content.as_str(), past.has_more, past.next_offset),
+                ("", false, None)
+            );
+            let far = store.read(&alice(), &r, 1_000_000, -1).unwrap();
+            assert_eq!(
+                (far.content.as_str(), far.offset, far.total_chars),
+                ("", 1_000_000, 6)
+            );
+            let zero = store.read(&alice(), &r, 2, 0).unwrap();
+            assert_eq!(
+                (zero.content.as_str(), zero.has_more, zero.next_offset),
+                ("", true, Some(2))
+            );
+            let huge = store.read(&alice(), &r, 1, i64::MAX).unwrap();
+            assert_eq!(huge.content, "bcdef");
+        }
+
+        fn invalid_arguments_are_clear_errors() {
+            let (_d, store) = open();
+            let r = stored(&store, "abc");
+            let e = store.read(&alice(), &r, -1, 10).unwrap_err();
+            assert!(matches!(e, StoreError::InvalidArgument(_)));
+            assert!(
+                e.to_string().contains("offset must be 0 or more, got -1"),
+                "{e}"
+            );
+            let e = store.read(&alice(), &r, 0, -2).unwrap_err();
+            assert!(e.to_string().contains("limit must be -1"), "{e}");
+            let e = store
+                .read(&alice(), "tr_nope_0000000000000000", 0, 1)
+                .unwrap_err();
+            assert!(matches!(e, StoreError::NotFound { .. }));
+            assert!(e.to_string().contains("tr_nope_0000000000000000"));
+        }
+
+        fn windows_across_chunk_boundaries_reassemble_exactly() {
+            let (_d, store) = open();
+            let text = words(3, 50_000);
+            let chars: Vec<char> = text.chars().collect();
+            let r = stored(&store, &text);
+            for (offset, limit) in [
+                (0, 4096),
+                (4000, 200),
+                (4095, 2),
+                (8190, 9000),
+                (49_990, 100),
+            ] {
+                let w = store.read(&alice(), &r, offset, limit).unwrap();
+                let end = (offset + limit).min(chars.len() as i64) as usize;
+                let want: String = chars[offset as usize..end].iter().collect();
+                assert_eq!(w.content, want, "offset {offset} limit {limit}");
+            }
+            // Paging with next_offset covers the text exactly once.
+            let mut paged = String::new();
+            let mut at = 0;
+            loop {
+                let w = store.read(&alice(), &r, at, 7_777).unwrap();
+                paged.push_str(&w.content);
+                match w.next_offset {
+                    Some(n) => at = n as i64,
+                    None => break,
+                }
+            }
+            assert_eq!(paged, text);
+        }
+    }
+}
+
+mod search {
+    use super::*;
+
+    both! {
+        fn exact_non_overlapping_matches_with_code_point_offsets() {
+            let (_d, store) = open();
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "aaaaa"))
+                .unwrap()
+                .result_ref;
+            let found = store.search(&alice(), &r, "aaa", 20, 1).unwrap();
+            let offsets: Vec<u64> = found.matches.iter().map(|m| m.offset).collect();
+            assert_eq!(offsets, [0]);
+            assert_eq!(found.total_matches, 1);
+            let r = store
+                .put_one(&alice(), output("s", "c2", "t", "aaaaaa"))
+                .unwrap()
+                .result_ref;
+            let found = store.search(&alice(), &r, "aaa", 20, 0).unwrap();
+            let offsets: Vec<u64> = found.matches.iter().map(|m| m.offset).collect();
+            assert_eq!(offsets, [0, 3]);
+        }
+
+        fn overlapping_query_text_is_matched_without_overlap() {
+            // "aaa" occurs at 0, 1 and 2 in "aaaaa" overlapping; non-overlapping
+            // scanning takes 0, then resumes at 3 where only "aa" is left, so a
+            // query of "aa" is the one that yields 0 and 2.
+            let (_d, store) = open();
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "aaaaa"))
+                .unwrap()
+                .result_ref;
+            let offsets = |q: &str| -> Vec<u64> {
+                store
+                    .search(&alice(), &r, q, 20, 0)
+                    .unwrap()
+                    .matches
+                    .iter()
+                    .map(|m| m.offset)
+                    .collect()
+            };
+            assert_eq!(offsets("aaa"), [0]);
+            assert_eq!(offsets("aa"), [0, 2]);
+            assert_eq!(offsets("a"), [0, 1, 2, 3, 4]);
+        }
+
+        fn case_sensitive_multibyte_offsets_and_snippets() {
+            let (_d, store) = open();
+            let text = "日本語 Error; error 😀ERROR Error!";
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", text))
+                .unwrap()
+                .result_ref;
+            let found = store.search(&alice(), &r, "Error", 20, 2).unwrap();
+            let got: Vec<(u64, &str)> = found
+                .matches
+                .iter()
+                .map(|m| (m.offset, m.snippet.as_str()))
+                .collect();
+            assert_eq!(got, [(4, "語 Error; "), (24, "R Error!")]);
+            let found = store.search(&alice(), &r, "😀", 20, 0).unwrap();
+            assert_eq!(found.matches[0].offset, 17);
+            assert_eq!(found.matches[0].snippet, "😀");
+        }
+
+        fn limit_caps_matches_but_not_the_total() {
+            let (_d, store) = open();
+            let text = "x-".repeat(100);
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", &text))
+                .unwrap()
+                .result_ref;
+            let found = store.search(&alice(), &r, "x", 3, 0).unwrap();
+            assert_eq!(found.matches.len(), 3);
+            assert_eq!(found.total_matches, 100);
+            assert!(store
+                .search(&alice(), &r, "x", 0, 0)
+                .unwrap()
+                .matches
+                .is_empty());
+        }
+
+        fn matches_across_chunk_boundaries_are_found() {
+            let (_d, store) = open();
+            let mut text = "z".repeat(4094);
+            text.push_str("NEEDLE");
+            text.push_str(&"z".repeat(5000));
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", &text))
+                .unwrap()
+                .result_ref;
+            let found = store.search(&alice(), &r, "NEEDLE", 5, 3).unwrap();
+            assert_eq!(found.matches.len(), 1);
+            assert_eq!(found.matches[0].offset, 4094);
+            assert_eq!(found.matches[0].snippet, "zzzNEEDLEzzz");
+        }
+
+        fn empty_query_is_an_invalid_argument() {
+            let (_d, store) = open();
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "abc"))
+                .unwrap()
+                .result_ref;
+            assert!(matches!(
+                store.search(&alice(), &r, "", 5, 3),
+                Err(StoreError::InvalidArgument(_))
+            ));
+        }
+    }
+}
+
+mod session_search {
+    use super::*;
+
+    fn fill(store: &Store) -> Vec<String> {
+        let texts = [
+            "INFO start\nWARN retry once\nERROR failed to open file config.toml\nINFO done",
+            "the quick brown fox jumps over the lazy dog",
+            "database connection timeout after 30s; retry scheduled",
+            "東京 の 天気 は 晴れ; café crème",
+        ];
+        let refs = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                store
+                    .put_one(
+                        &alice(),
+                        output("s1", &format!("c{i}"), &format!("tool{i}"), t),
+                    )
+                    .unwrap()
+                    .result_ref
+            })
+            .collect();
+        store
+            .put_one(
+                &alice(),
+                output("s2", "other", "t", "retry in another session"),
+            )
+            .unwrap();
+        store.flush_index().unwrap();
+        refs
+    }
+
+    both! {
+        fn the_writer_indexes_in_the_background_once_puts_stop() {
+            // Puts come first; the index fills in the writer's quiet time, with
+            // no search or flush asking for it.
+            let (_d, store) = open();
+            for i in 0..3 {
+                store
+                    .put_one(
+                        &alice(),
+                        output("s", &format!("c{i}"), "t", &words(i, 30_000)),
+                    )
+                    .unwrap();
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while store.stats().unwrap().unindexed_chunks > 0 {
+                assert!(std::time::Instant::now() < deadline, "never indexed");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert_eq!(store.flush_index().unwrap(), 0, "nothing was left to index");
+        }
+
+        fn ranked_hits_name_ref_offset_and_snippet() {
+            let (_d, store) = open();
+            let refs = fill(&store);
+            let hits = store
+                .search_session(&alice(), "s1", "failed open", 10, 10)
+                .unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].result_ref, refs[0]);
+            assert_eq!(hits[0].tool_name.as_deref(), Some("tool0"));
+            assert_eq!(hits[0].offset, 33);
+            assert_eq!(hits[0].snippet, "nce\nERROR failed to open f");
+            assert!(hits[0].score > 0.0);
+            // "retry" is in two outputs of s1 and one of s2: only s1's come back.
+            let hits = store
+                .search_session(&alice(), "s1", "retry", 10, 5)
+                .unwrap();
+            let mut got: Vec<&str> = hits.iter().map(|h| h.result_ref.as_str()).collect();
+            got.sort();
+            let mut want = vec![refs[0].as_str(), refs[2].as_str()];
+            want.sort();
+            assert_eq!(got, want);
+            // Case-insensitive, diacritics folded by the index.
+            let hits = store.search_session(&alice(), "s1", "CAFE", 10, 5).unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].result_ref, refs[3]);
+            let hits = store.search_session(&alice(), "s1", "東京", 10, 5).unwrap();
+            assert_eq!(hits[0].offset, 0);
+        }
+
+        fn better_matches_rank_first_and_limit_applies() {
+            let (_d, store) = open();
+            let r_many = store
+                .put_one(&alice(), output("s", "a", "t", &"timeout ".repeat(50)))
+                .unwrap();
+            store
+                .put_one(
+                    &alice(),
+                    output("s", "b", "t", &format!("timeout {}", "filler ".repeat(300))),
+                )
+                .unwrap();
+            store.flush_index().unwrap();
+            let hits = store
+                .search_session(&alice(), "s", "timeout", 10, 5)
+                .unwrap();
+            assert_eq!(hits.len(), 2);
+            assert_eq!(hits[0].result_ref, r_many.result_ref);
+            assert!(hits[0].score >= hits[1].score);
+            assert_eq!(
+                store
+                    .search_session(&alice(), "s", "timeout", 1, 5)
+                    .unwrap()
+                    .len(),
+                1
+            );
+        }
+
+        fn no_passage_with_all_words_falls_back_to_any_word() {
+            let (_d, store) = open();
+            let refs = fill(&store);
+            let hits = store
+                .search_session(&alice(), "s1", "fox zebra", 10, 5)
+                .unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].result_ref, refs[1]);
+            // Both words exist, never in one passage: any-word ranking.
+            let hits = store
+                .search_session(&alice(), "s1", "fox timeout", 10, 5)
+                .unwrap();
+            let mut got: Vec<&str> = hits.iter().map(|h| h.result_ref.as_str()).collect();
+            got.sort();
+            let mut want = vec![refs[1].as_str(), refs[2].as_str()];
+            want.sort();
+            assert_eq!(got, want);
+        }
+
+        fn fts_syntax_in_the_query_never_errors() {
+            let (_d, store) = open();
+            fill(&store);
+            for q in [
+                "\"",
+                "\"unbalanced",
+                "*",
+                "retry*",
+                "NEAR(retry once)",
+                "retry NEAR once",
+                "-retry",
+                "NOT",
+                "AND",
+                "OR retry",
+                "retry AND",
+                "((",
+                ")",
+                "col:retry",
+                "^retry",
+                "{a b}:c",
+                "",
+                "   ",
+                "'",
+                "retry'; DROP TABLE outputs; --",
+                "a\"b\"c",
+                "\u{0}",
+            ] {
+                let hits = store.search_session(&alice(), "s1", q, 10, 5);
+                assert!(hits.is_ok(), "query {q:?}: {hits:?}");
+            }
+            assert!(store
+                .search_session(&alice(), "s1", "***", 10, 5)
+                .unwrap()
+                .is_empty());
+            assert_eq!(
+                store
+                    .search_session(&alice(), "s1", "\"retry\" AND", 10, 5)
+                    .unwrap()
+                    .len(),
+                2
+            );
+        }
+
+        fn hits_in_large_originals_point_at_the_word() {
+            let (_d, store) = open();
+            let mut text = words(1, 40_000);
+            text.push_str(" needleword ");
+            text.push_str(&words(2, 40_000));
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", &text))
+                .unwrap();
+            store.flush_index().unwrap();
+            let hits = store
+                .search_session(&alice(), "s", "needleword", 5, 4)
+                .unwrap();
+            assert_eq!(hits.len(), 1);
+            let w = store
+                .read(&alice(), &r.result_ref, hits[0].offset as i64, 10)
+                .unwrap();
+            assert_eq!(w.content, "needleword");
+            assert!(hits[0].snippet.contains("needleword"));
+        }
+    }
+}
+
+mod list {
+    use super::*;
+
+    both! {
+        fn newest_first_ties_broken_by_insertion_and_filter_before_limit() {
+            let (_d, store, now) = open_with_clock(config());
+            for i in 0..6 {
+                if i % 2 == 0 {
+                    now.fetch_add(1000, Ordering::SeqCst);
+                }
+                let tool = if i % 3 == 0 { "grep" } else { "read_file" };
+                store
+                    .put_one(
+                        &alice(),
+                        output("s1", &format!("c{i}"), tool, &format!("output {i}")),
+                    )
+                    .unwrap();
+            }
+            store
+                .put_one(&alice(), output("s2", "x", "grep", "elsewhere"))
+                .unwrap();
+            let all = store.list(&alice(), Some("s1"), None, 50).unwrap();
+            let calls: Vec<String> = all
+                .iter()
+                .map(|o| o.result_ref.split('_').nth(1).unwrap().to_string())
+                .collect();
+            assert_eq!(calls, ["c5", "c4", "c3", "c2", "c1", "c0"]);
+            // Two created in the same millisecond come back last-stored first.
+            assert_eq!(all[0].created_at, all[1].created_at);
+            let grep = store.list(&alice(), Some("s1"), Some("grep"), 1).unwrap();
+            assert_eq!(grep.len(), 1);
+            assert!(grep[0].result_ref.starts_with("tr_c3_"));
+            assert_eq!(grep[0].kind, Kind::Text);
+            assert_eq!(grep[0].original_chars, 8);
+            assert_eq!(
+                store
+                    .list(&alice(), Some("s1"), Some("grep"), 50)
+                    .unwrap()
+                    .len(),
+                2
+            );
+            assert_eq!(
+                store.list(&alice(), None, Some("grep"), 50).unwrap().len(),
+                3
+            );
+            assert!(store
+                .list(&alice(), Some("s1"), None, 0)
+                .unwrap()
+                .is_empty());
+            assert!(store
+                .list(&alice(), Some("nope"), None, 10)
+                .unwrap()
+                .is_empty());
+        }
+    }
+}
+
+mod tenancy {
+    use super::*;
+
+    both! {
+        fn one_tenant_never_sees_anothers_rows() {
+            let (_d, store) = open();
+            let secret = "bob's secret deployment key rotation log";
+            let r = store
+                .put_one(&bob(), output("shared-session", "c1", "t", secret))
+                .unwrap();
+            store
+                .put_one(
+                    &alice(),
+                    output("shared-session", "c9", "t", "alice's own output"),
+                )
+                .unwrap();
+            store.flush_index().unwrap();
+            let e = store.read(&alice(), &r.result_ref, 0, -1).unwrap_err();
+            assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+            assert!(matches!(
+                store.meta(&alice(), &r.result_ref),
+                Err(StoreError::NotFound { .. })
+            ));
+            assert!(matches!(
+                store.search(&alice(), &r.result_ref, "secret", 5, 5),
+                Err(StoreError::NotFound { .. })
+            ));
+            let listed = store
+                .list(&alice(), Some("shared-session"), None, 50)
+                .unwrap();
+            assert_eq!(listed.len(), 1);
+            assert!(listed.iter().all(|o| o.result_ref != r.result_ref));
+            assert_eq!(store.list(&alice(), None, None, 50).unwrap().len(), 1);
+            assert!(store
+                .search_session(&alice(), "shared-session", "secret", 10, 5)
+                .unwrap()
+                .is_empty());
+            // Bob sees his own.
+            assert_eq!(
+                store.read(&bob(), &r.result_ref, 0, -1).unwrap().content,
+                secret
+            );
+            assert_eq!(
+                store
+                    .search_session(&bob(), "shared-session", "secret", 10, 5)
+                    .unwrap()
+                    .len(),
+                1
+            );
+        }
+
+        fn same_content_and_call_id_in_two_tenants_is_two_rows_one_original() {
+            let (_d, store) = open();
+            let a = store
+                .put_one(&alice(), output("s", "c", "t", "same text"))
+                .unwrap();
+            let b = store
+                .put_one(&bob(), output("s", "c", "t", "same text"))
+                .unwrap();
+            assert_eq!(a.result_ref, b.result_ref);
+            assert!(a.created && b.created);
+            assert_eq!(store.stats().unwrap().originals, 1);
+        }
+
+        fn tenant_ids_are_validated_and_derived_from_credentials() {
+            assert!(Tenant::new("").is_err());
+            assert!(Tenant::new("has space").is_err());
+            assert_eq!(Tenant::anonymous().as_str(), "anonymous");
+            let t = Tenant::from_credential("Bearer sk-test");
+            assert_eq!(t.as_str().len(), 16);
+            assert_ne!(t, Tenant::from_credential("Bearer sk-other"));
+        }
+    }
+}
+
+mod retention {
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+
+    both! {
+        fn old_outputs_expire_and_say_so() {
+            let (_d, store, now) = open_with_clock(config());
+            let old = store
+                .put_one(&alice(), output("s", "old", "t", "old output text"))
+                .unwrap();
+            now.fetch_add(20 * DAY, Ordering::SeqCst);
+            let young = store
+                .put_one(&alice(), output("s", "young", "t", "young output"))
+                .unwrap();
+            store.flush_index().unwrap();
+            now.fetch_add(11 * DAY, Ordering::SeqCst);
+            let report = store.sweep().unwrap();
+            assert_eq!(report.expired_by_age, 1);
+            assert_eq!(report.freed_bytes, 15);
+            let e = store.read(&alice(), &old.result_ref, 0, -1).unwrap_err();
+            assert!(matches!(e, StoreError::Expired { .. }), "{e}");
+            assert!(e.to_string().contains("expired"), "{e}");
+            assert!(matches!(
+                store.meta(&alice(), &old.result_ref),
+                Err(StoreError::Expired { .. })
+            ));
+            assert!(matches!(
+                store.search(&alice(), &old.result_ref, "old", 1, 1),
+                Err(StoreError::Expired { .. })
+            ));
+            // Expired differs from never existed, and from another tenant's view.
+            assert!(matches!(
+                store.read(&alice(), "tr_never_0123456789abcdef", 0, 1),
+                Err(StoreError::NotFound { .. })
+            ));
+            assert!(matches!(
+                store.read(&bob(), &old.result_ref, 0, 1),
+                Err(StoreError::NotFound { .. })
+            ));
+            assert_eq!(
+                store
+                    .read(&alice(), &young.result_ref, 0, -1)
+                    .unwrap()
+                    .content,
+                "young output"
+            );
+            let listed = store.list(&alice(), Some("s"), None, 10).unwrap();
+            assert_eq!(listed.len(), 1);
+            assert!(store
+                .search_session(&alice(), "s", "old", 10, 5)
+                .unwrap()
+                .is_empty());
+            let stats = store.stats().unwrap();
+            assert_eq!(
+                (stats.live_outputs, stats.expired_outputs, stats.originals),
+                (1, 1, 1)
+            );
+        }
+
+        fn held_is_true_only_for_the_tenants_live_outputs() {
+            let (_d, store, now) = open_with_clock(StoreConfig {
+                retention_days: 1,
+                ..config()
+            });
+            let old = store.put_one(&alice(), output("s", "a", "t", "old")).unwrap();
+            now.fetch_add(DAY + 1, Ordering::SeqCst);
+            let new = store.put_one(&alice(), output("s", "b", "t", "new")).unwrap();
+            store.sweep().unwrap();
+            let refs = [
+                new.result_ref.clone(),
+                old.result_ref.clone(),
+                "r_missing".to_string(),
+                new.result_ref.clone(),
+            ];
+            assert_eq!(
+                store.held(&alice(), &refs).unwrap(),
+                [true, false, false, true]
+            );
+            assert_eq!(
+                store.held(&bob(), &refs).unwrap(),
+                [false, false, false, false]
+            );
+        }
+
+        fn storing_an_expired_output_again_revives_it() {
+            let (_d, store, now) = open_with_clock(config());
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "revive me"))
+                .unwrap();
+            now.fetch_add(31 * DAY, Ordering::SeqCst);
+            store.sweep().unwrap();
+            assert!(store.read(&alice(), &r.result_ref, 0, -1).is_err());
+            let again = store
+                .put_one(&alice(), output("s", "c", "t", "revive me"))
+                .unwrap();
+            assert!(again.created);
+            assert_eq!(
+                store.read(&alice(), &r.result_ref, 0, -1).unwrap().content,
+                "revive me"
+            );
+        }
+
+        fn shared_originals_survive_until_the_last_output_expires() {
+            let (_d, store, now) = open_with_clock(config());
+            let a = store
+                .put_one(&alice(), output("s", "a", "t", "shared"))
+                .unwrap();
+            now.fetch_add(10 * DAY, Ordering::SeqCst);
+            let b = store
+                .put_one(&alice(), output("s", "b", "t", "shared"))
+                .unwrap();
+            now.fetch_add(25 * DAY, Ordering::SeqCst);
+            let report = store.sweep().unwrap();
+            assert_eq!((report.expired_by_age, report.freed_bytes), (1, 0));
+            assert!(store.read(&alice(), &a.result_ref, 0, -1).is_err());
+            assert_eq!(
+                store.read(&alice(), &b.result_ref, 0, -1).unwrap().content,
+                "shared"
+            );
+        }
+
+        fn total_size_cap_expires_oldest_first() {
+            let cfg = StoreConfig {
+                max_bytes: Some(2500),
+                ..config()
+            };
+            let (_d, store, now) = open_with_clock(cfg);
+            let mut refs = Vec::new();
+            for i in 0..5 {
+                now.fetch_add(1, Ordering::SeqCst);
+                let text = format!("{i}{}", "x".repeat(999));
+                refs.push(
+                    store
+                        .put_one(&alice(), output("s", &format!("c{i}"), "t", &text))
+                        .unwrap()
+                        .result_ref,
+                );
+            }
+            store.flush_index().unwrap();
+            let report = store.sweep().unwrap();
+            assert_eq!(report.expired_by_size, 3);
+            assert_eq!(report.freed_bytes, 3000);
+            for (i, r) in refs.iter().enumerate() {
+                let res = store.read(&alice(), r, 0, 1);
+                if i < 3 {
+                    assert!(matches!(res, Err(StoreError::Expired { .. })), "{i}");
+                } else {
+                    assert!(res.is_ok(), "{i}");
+                }
+            }
+            assert_eq!(store.stats().unwrap().original_bytes, 2000);
+        }
+
+        fn tombstones_are_capped_under_a_size_cap() {
+            // A 1-byte cap keeps at most 10,000 tombstones (the floor).
+            let cfg = StoreConfig {
+                max_bytes: Some(1),
+                ..config()
+            };
+            let (_d, store, now) = open_with_clock(cfg);
+            let mut refs = Vec::new();
+            for batch in 0..21 {
+                now.fetch_add(1, Ordering::SeqCst);
+                let outputs: Vec<NewOutput> = (0..500)
+                    .map(|i| {
+                        output(
+                            "s",
+                            &format!("c{batch}_{i}"),
+                            "t",
+                            &format!("out {batch} {i}"),
+                        )
+                    })
+                    .collect();
+                refs.extend(
+                    store
+                        .put(&alice(), outputs)
+                        .unwrap()
+                        .into_iter()
+                        .map(|s| s.result_ref),
+                );
+            }
+            assert_eq!(refs.len(), 10_500);
+            store.flush_index().unwrap();
+            let mut purged = 0;
+            for _ in 0..200 {
+                let report = store.sweep().unwrap();
+                purged += report.purged_tombstones;
+                if !report.more {
+                    break;
+                }
+            }
+            assert_eq!(
+                purged, 500,
+                "the oldest 500 tombstones over the cap are forgotten"
+            );
+            // The oldest ref now reads as unknown, the newest as expired.
+            assert!(matches!(
+                store.read(&alice(), &refs[0], 0, 1),
+                Err(StoreError::NotFound { .. })
+            ));
+            assert!(matches!(
+                store.read(&alice(), &refs[10_499], 0, 1),
+                Err(StoreError::Expired { .. })
+            ));
+        }
+
+        fn tombstones_are_forgotten_after_their_own_retention() {
+            let (_d, store, now) = open_with_clock(StoreConfig {
+                tombstone_days: 5,
+                ..config()
+            });
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "gone"))
+                .unwrap();
+            now.fetch_add(31 * DAY, Ordering::SeqCst);
+            store.sweep().unwrap();
+            assert!(matches!(
+                store.read(&alice(), &r.result_ref, 0, 1),
+                Err(StoreError::Expired { .. })
+            ));
+            now.fetch_add(6 * DAY, Ordering::SeqCst);
+            assert_eq!(store.sweep().unwrap().purged_tombstones, 1);
+            assert!(matches!(
+                store.read(&alice(), &r.result_ref, 0, 1),
+                Err(StoreError::NotFound { .. })
+            ));
+        }
+
+        fn the_background_sweeper_expires_without_being_asked() {
+            let now = Arc::new(AtomicI64::new(1_700_000_000_000));
+            let clock_now = now.clone();
+            let store = Store::open(StoreConfig {
+                sweep_interval: Some(std::time::Duration::from_millis(20)),
+                clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+                ..StoreConfig::default()
+            });
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", "background"))
+                .unwrap();
+            now.fetch_add(31 * DAY, Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                match store.read(&alice(), &r.result_ref, 0, 1) {
+                    Err(StoreError::Expired { .. }) => break,
+                    Ok(_) => assert!(std::time::Instant::now() < deadline, "never expired"),
+                    Err(e) => panic!("{e}"),
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            drop(store); // stops both threads promptly
+        }
+    }
+}
+
+mod concurrency {
+    use super::*;
+
+    both! {
+        fn concurrent_puts_of_the_same_content_store_it_once() {
+            let (_d, store) = open();
+            let text = words(9, 20_000);
+            let results: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| {
+                            store
+                                .put_one(&alice(), output("s", "same", "t", &text))
+                                .unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(results.iter().filter(|r| r.created).count(), 1);
+            assert!(results
+                .iter()
+                .all(|r| r.result_ref == results[0].result_ref));
+            let stats = store.stats().unwrap();
+            assert_eq!((stats.live_outputs, stats.originals), (1, 1));
+        }
+
+        fn two_store_handles_on_one_database_agree() {
+            // Two processes (here: two stores, replicas on PostgreSQL)
+            // writing the same content.
+            let a = Store::open(config());
+            let b = a.twin(config());
+            let text = words(4, 10_000);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for i in 0..20 {
+                        a.put_one(&alice(), output("s", &format!("c{i}"), "t", &text))
+                            .unwrap();
+                    }
+                });
+                s.spawn(|| {
+                    for i in 0..20 {
+                        b.put_one(&alice(), output("s", &format!("c{i}"), "t", &text))
+                            .unwrap();
+                    }
+                });
+            });
+            let stats = a.stats().unwrap();
+            assert_eq!((stats.live_outputs, stats.originals), (20, 1));
+        }
+
+        fn readers_run_while_writing() {
+            let (_d, store) = open();
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", &words(5, 100_000)))
+                .unwrap();
+            std::thread::scope(|s| {
+                for t in 0..4 {
+                    let store = &store;
+                    let r = &r;
+                    s.spawn(move || {
+                        for i in 0..50 {
+                            let w = store.read(&alice(), &r.result_ref, i * 100, 500).unwrap();
+                            assert_eq!(w.content.chars().count(), 500);
+                            if t == 0 {
+                                store
+                                    .put_one(
+                                        &alice(),
+                                        output("s", &format!("w{i}"), "t", &format!("w{i}")),
+                                    )
+                                    .unwrap();
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    }
+}
+
+mod file {
+    use super::*;
+
+    /// `auto_vacuum` must be set before the first write (switching to WAL
+    /// writes the header): retention's `incremental_vacuum` does nothing
+    /// on a file without it.
+    #[test]
+    fn a_new_file_gives_freed_pages_back_incrementally() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(ResultStore::open(dir.path().join("t.db"), config()).unwrap());
+        let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        let mode: i64 = conn
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, 2, "INCREMENTAL");
+    }
+}
+
+mod durability {
+    //! Once `put` returns, the original survives `kill -9`. The child is this
+    //! test binary re-run with `--exact durability::child_writer`; with
+    //! `TOOLSTUB_STORE_CHILD_DB` set it writes outputs forever and prints
+    //! `REF <seed> <ref>` after each put returns. The parent kills it with
+    //! SIGKILL after a random number of reports and checks every reported ref.
+    //! Odd rounds run the child with `Durability::Normal` (no fsync per
+    //! commit), which promises exactly this much: a process kill loses
+    //! nothing that was reported.
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    const CHILD_ENV: &str = "TOOLSTUB_STORE_CHILD_DB";
+
+    fn content(seed: u64) -> String {
+        // 100 to ~300k characters, multi-byte words.
+        let size = [100usize, 5_000, 60_000, 300_000][(seed % 4) as usize];
+        format!("seed {seed}\n{}", words(seed, size))
+    }
+
+    #[test]
+    fn child_writer() {
+        let Ok(db) = std::env::var(CHILD_ENV) else {
+            return; // only does something when the parent runs it
+        };
+        let start: u64 = std::env::var("TOOLSTUB_STORE_CHILD_SEED")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let durability = match std::env::var("TOOLSTUB_STORE_CHILD_DURABILITY").as_deref() {
+            Ok("normal") => Durability::Normal,
+            _ => Durability::Full,
+        };
+        let config = StoreConfig {
+            durability,
+            ..config()
+        };
+        let store = ResultStore::open(&db, config).unwrap();
+        let mut seed = start;
+        loop {
+            // Alternate single puts and batches of three (one transaction).
+            let batch: Vec<u64> = if seed.is_multiple_of(2) {
+                vec![seed]
+            } else {
+                vec![seed, seed + 1, seed + 2]
+            };
+            let outs = batch
+                .iter()
+                .map(|s| output("durable", &format!("call{s}"), "t", &content(*s)))
+                .collect();
+            let stored = store.put(&alice(), outs).unwrap();
+            let mut out = std::io::stdout().lock();
+            for (s, r) in batch.iter().zip(&stored) {
+                use std::io::Write;
+                writeln!(out, "REF {s} {}", r.result_ref).unwrap();
+                out.flush().unwrap();
+            }
+            seed += batch.len() as u64;
+        }
+    }
+
+    #[test]
+    fn stored_outputs_survive_sigkill() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("durable.db");
+        let exe = std::env::current_exe().unwrap();
+        let mut rng = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        eprintln!("durability rng seed {rng}");
+        let mut reported: Vec<(u64, String)> = Vec::new();
+        for round in 0..6u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let kill_after = 1 + (rng % 12) as usize;
+            let mut child = Command::new(&exe)
+                .args([
+                    "--exact",
+                    "durability::child_writer",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env(CHILD_ENV, &db)
+                .env("TOOLSTUB_STORE_CHILD_SEED", (round * 1_000_000).to_string())
+                .env(
+                    "TOOLSTUB_STORE_CHILD_DURABILITY",
+                    if round % 2 == 1 { "normal" } else { "full" },
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(rest) = line.strip_prefix("REF ") {
+                        let (seed, r) = rest.split_once(' ').unwrap();
+                        if tx
+                            .send((seed.parse::<u64>().unwrap(), r.to_string()))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            });
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut seen = 0;
+            while seen < kill_after {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(item) => {
+                        reported.push(item);
+                        seen += 1;
+                    }
+                    Err(_) => panic!("child reported only {seen} refs in round {round}"),
+                }
+            }
+            // Kill at a random moment inside the next put (busy-wait up to ~2 ms).
+            let spin = Instant::now() + Duration::from_micros(rng % 2000);
+            while Instant::now() < spin {
+                std::hint::spin_loop();
+            }
+            child.kill().unwrap(); // SIGKILL on Unix
+            child.wait().unwrap();
+            reader.join().unwrap();
+            // Lines the child printed before it died still count.
+            reported.extend(rx.try_iter());
+            // Reopen (recovery) and check everything reported so far.
+            let store = ResultStore::open(&db, config()).unwrap();
+            for (seed, r) in &reported {
+                let w = store
+                    .read(&alice(), r, 0, -1)
+                    .unwrap_or_else(|e| panic!("round {round}: ref {r} lost: {e}"));
+                assert_eq!(w.content, content(*seed), "round {round}: ref {r} differs");
+            }
+        }
+        assert!(reported.len() >= 6);
+    }
+}
+
+mod exchanges {
+    use super::*;
+    use toolstub::store::Exchange;
+
+    fn exchange(key: &str, replacement: &str) -> Exchange {
+        Exchange {
+            key: key.to_string(),
+            session_id: "s1".to_string(),
+            replacement: replacement.to_string(),
+        }
+    }
+
+    both! {
+        fn the_first_exchange_for_a_key_wins_and_survives_a_reopen() {
+            let store = Store::open(config());
+            assert!(store.put_exchange(&alice(), exchange("k1", "[1]")).unwrap());
+            assert!(!store.put_exchange(&alice(), exchange("k1", "[2]")).unwrap());
+            assert!(store.put_exchange(&alice(), exchange("k2", "[3]")).unwrap());
+            let store = store.reopen(config());
+            let keys = vec![
+                "k2".to_string(),
+                "k1".to_string(),
+                "k9".to_string(),
+                "k1".to_string(),
+            ];
+            assert_eq!(
+                store.exchanges(&alice(), &keys).unwrap(),
+                [
+                    ("k1".to_string(), "[1]".to_string()),
+                    ("k2".to_string(), "[3]".to_string())
+                ]
+            );
+        }
+
+        fn another_tenant_never_sees_an_exchange() {
+            let (_dir, store) = open();
+            store
+                .put_exchange(&alice(), exchange("k", "alice's"))
+                .unwrap();
+            assert!(store
+                .exchanges(&bob(), &["k".to_string()])
+                .unwrap()
+                .is_empty());
+            store.put_exchange(&bob(), exchange("k", "bob's")).unwrap();
+            assert_eq!(
+                store.exchanges(&alice(), &["k".to_string()]).unwrap()[0].1,
+                "alice's"
+            );
+        }
+
+        fn retention_deletes_old_exchanges() {
+            let (_dir, store, now) = open_with_clock(StoreConfig {
+                retention_days: 1,
+                ..config()
+            });
+            store.put_exchange(&alice(), exchange("old", "x")).unwrap();
+            now.fetch_add(86_400_000 + 1, Ordering::SeqCst);
+            store.put_exchange(&alice(), exchange("new", "y")).unwrap();
+            store.sweep().unwrap();
+            let keys = vec!["old".to_string(), "new".to_string()];
+            assert_eq!(
+                store.exchanges(&alice(), &keys).unwrap(),
+                [("new".to_string(), "y".to_string())]
+            );
+        }
+    }
+}
+
+mod response_ids {
+    use super::*;
+    use toolstub::store::ResponseId;
+
+    fn id(client: &str, upstream: &str) -> ResponseId {
+        ResponseId {
+            client_id: client.to_string(),
+            upstream_id: upstream.to_string(),
+            output: "[]".to_string(),
+        }
+    }
+
+    both! {
+        fn a_client_id_maps_to_its_upstream_id_per_tenant() {
+            let (_dir, store) = open();
+            store
+                .put_response_id(&alice(), id("resp_1", "resp_3"))
+                .unwrap();
+            assert_eq!(
+                store.response_id(&alice(), "resp_1").unwrap(),
+                Some(id("resp_1", "resp_3"))
+            );
+            assert_eq!(store.response_id(&bob(), "resp_1").unwrap(), None);
+            assert_eq!(store.response_id(&alice(), "resp_2").unwrap(), None);
+            store
+                .put_response_id(&alice(), id("resp_1", "resp_4"))
+                .unwrap();
+            assert_eq!(
+                store
+                    .response_id(&alice(), "resp_1")
+                    .unwrap()
+                    .map(|m| m.upstream_id),
+                Some("resp_4".to_string())
+            );
+        }
+
+        fn retention_deletes_old_ids() {
+            let (_dir, store, now) = open_with_clock(StoreConfig {
+                retention_days: 1,
+                ..config()
+            });
+            store.put_response_id(&alice(), id("old", "x")).unwrap();
+            now.fetch_add(86_400_000 + 1, Ordering::SeqCst);
+            store.put_response_id(&alice(), id("new", "y")).unwrap();
+            store.sweep().unwrap();
+            assert_eq!(store.response_id(&alice(), "old").unwrap(), None);
+            assert!(store.response_id(&alice(), "new").unwrap().is_some());
+        }
+    }
+}
+
+mod answers {
+    use super::*;
+    use toolstub::store::{Answer, Exchange, ResponseId};
+
+    both! {
+        fn an_answer_keeps_its_exchange_and_its_id_together() {
+            let (_dir, store) = open();
+            let answer = Answer {
+                exchange: Some(Exchange {
+                    key: "k".to_string(),
+                    session_id: "s".to_string(),
+                    replacement: "[1]".to_string(),
+                }),
+                response_id: Some(ResponseId {
+                    client_id: "resp_a".to_string(),
+                    upstream_id: "resp_b".to_string(),
+                    output: "[]".to_string(),
+                }),
+            };
+            assert!(store.put_answer(&alice(), answer.clone()).unwrap());
+            assert!(
+                !store.put_answer(&alice(), answer).unwrap(),
+                "the exchange was kept already"
+            );
+            assert_eq!(
+                store.exchanges(&alice(), &["k".to_string()]).unwrap().len(),
+                1
+            );
+            assert_eq!(
+                store
+                    .response_id(&alice(), "resp_a")
+                    .unwrap()
+                    .map(|m| m.upstream_id),
+                Some("resp_b".to_string())
+            );
+            assert!(!store.put_answer(&alice(), Answer::default()).unwrap());
+        }
+    }
+}

@@ -8,6 +8,7 @@ mod hostile;
 mod mock;
 mod operator;
 mod recall;
+mod replicas;
 mod responses;
 mod security;
 

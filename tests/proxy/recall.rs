@@ -10,12 +10,12 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn body_json(r: &Recorded) -> Value {
+pub(crate) fn body_json(r: &Recorded) -> Value {
     serde_json::from_slice(&r.body).expect("the mock got JSON")
 }
 
 /// The ref in the first stub of the conversation.
-fn stub_ref(request: &Value) -> Option<String> {
+pub(crate) fn stub_ref(request: &Value) -> Option<String> {
     request["messages"].as_array()?.iter().find_map(|m| {
         let content = m["content"].as_str()?;
         content
@@ -25,7 +25,7 @@ fn stub_ref(request: &Value) -> Option<String> {
     })
 }
 
-fn offers(request: &Value, tool: &str) -> bool {
+pub(crate) fn offers(request: &Value, tool: &str) -> bool {
     request["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == tool))
@@ -33,13 +33,13 @@ fn offers(request: &Value, tool: &str) -> bool {
 
 /// The last message, if it is a recall result (a tool message answering a
 /// call whose id starts with `rc_`).
-fn last_recall_result(request: &Value) -> Option<String> {
+pub(crate) fn last_recall_result(request: &Value) -> Option<String> {
     let last = request["messages"].as_array()?.last()?;
     (last["role"] == "tool" && last["tool_call_id"].as_str()?.starts_with("rc_"))
         .then(|| last["content"].as_str().unwrap_or_default().to_string())
 }
 
-fn tool_call_reply(calls: Vec<(String, &str, Value)>, content: Option<&str>) -> Reply {
+pub(crate) fn tool_call_reply(calls: Vec<(String, &str, Value)>, content: Option<&str>) -> Reply {
     let tool_calls: Vec<Value> = calls
         .into_iter()
         .map(|(id, name, args)| {
@@ -58,7 +58,7 @@ fn tool_call_reply(calls: Vec<(String, &str, Value)>, content: Option<&str>) -> 
     )
 }
 
-fn answer(content: &str) -> Reply {
+pub(crate) fn answer(content: &str) -> Reply {
     Reply::Full(
         200,
         vec![("content-type", "application/json".to_string())],
@@ -68,7 +68,7 @@ fn answer(content: &str) -> Reply {
 
 /// A mock that, while the recall tools are offered and it has not read yet,
 /// calls `tool` with `args(ref)`; then answers `READ:<result>`.
-fn reader(tool: &'static str, args: fn(&str) -> Value) -> Script {
+pub(crate) fn reader(tool: &'static str, args: fn(&str) -> Value) -> Script {
     Arc::new(move |r: &Recorded| {
         let request = body_json(r);
         if let Some(result) = last_recall_result(&request) {
@@ -83,7 +83,7 @@ fn reader(tool: &'static str, args: fn(&str) -> Value) -> Script {
     })
 }
 
-async fn ask(s: &super::Setup, body: String, headers: &[(&str, &str)]) -> (u16, Value) {
+pub(crate) async fn ask(s: &super::Setup, body: String, headers: &[(&str, &str)]) -> (u16, Value) {
     let (status, _, bytes) = send(
         &client(),
         "POST",
@@ -98,7 +98,7 @@ async fn ask(s: &super::Setup, body: String, headers: &[(&str, &str)]) -> (u16, 
     )
 }
 
-fn read_result(got: &Value) -> Value {
+pub(crate) fn read_result(got: &Value) -> Value {
     let content = got["choices"][0]["message"]["content"]
         .as_str()
         .expect("content");
@@ -538,7 +538,7 @@ async fn streaming_client_tool_calls_pass_through() {
 }
 
 /// `body` with `messages` (JSON texts) appended to its `messages` array.
-fn with_messages(body: &str, messages: &[String]) -> String {
+pub(crate) fn with_messages(body: &str, messages: &[String]) -> String {
     let close = messages_close(body.as_bytes());
     format!(
         "{},{}{}",

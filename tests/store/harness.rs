@@ -4,14 +4,12 @@
 //! `#[test]` functions (each store has its own runtime), so the tests read
 //! as straight-line code and threads can share a store.
 //!
-//! PostgreSQL comes from `TEST_POSTGRES_URL` (`./scripts/test`
-//! starts a private server and sets it; `eval "$(scripts/postgres start)"`
-//! does it by hand). Each store gets a schema of its own in that database
-//! (its `search_path`), dropped when the last handle on it goes. Without
-//! the variable the PostgreSQL variants fail, saying so: they never skip.
+//! PostgreSQL: each store gets a schema of its own in the test database
+//! (`tests/support/postgres.rs`), dropped when the last handle on it goes.
+//! Without `TEST_POSTGRES_URL` the PostgreSQL variants fail, saying so:
+//! they never skip.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tempfile::TempDir;
 use toolstub::store::{
@@ -62,80 +60,21 @@ macro_rules! both {
 }
 pub(crate) use both;
 
-/// The test database's URL.
-pub fn postgres_url() -> String {
-    std::env::var("TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "TEST_POSTGRES_URL is not set: run ./scripts/test, or \
-             eval \"$(scripts/postgres start)\" before cargo test"
-        )
-    })
-}
+#[path = "../support/postgres.rs"]
+mod pg;
 
 /// Where a store's data lives; shared by its twins, cleaned up last.
 enum Place {
     Dir(TempDir),
-    Schema { url: String, name: String },
+    Schema(pg::Schema),
 }
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Place::Schema { url, name } = self {
-            let (url, name) = (url.clone(), name.clone());
-            // Best effort, on a thread of its own (no runtime here).
-            let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .ok()?;
-                rt.block_on(async {
-                    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                        .await
-                        .ok()?;
-                    tokio::spawn(conn);
-                    client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                        .await
-                        .ok()
-                })
-            })
-            .join();
-        }
-    }
-}
-
-static SCHEMAS: AtomicU64 = AtomicU64::new(0);
 
 /// A new place on the current backend.
 fn place() -> Arc<Place> {
-    match db() {
-        Db::Sqlite => Arc::new(Place::Dir(tempfile::tempdir().expect("tempdir"))),
-        Db::Postgres => {
-            let url = postgres_url();
-            let name = format!(
-                "t{}_{}",
-                std::process::id(),
-                SCHEMAS.fetch_add(1, Ordering::SeqCst)
-            );
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connecting to the test database");
-                tokio::spawn(conn);
-                client
-                    .batch_execute(&format!(
-                        "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
-                    ))
-                    .await
-                    .expect("creating a test schema");
-            });
-            Arc::new(Place::Schema { url, name })
-        }
-    }
+    Arc::new(match db() {
+        Db::Sqlite => Place::Dir(tempfile::tempdir().expect("tempdir")),
+        Db::Postgres => Place::Schema(pg::Schema::create_blocking()),
+    })
 }
 
 /// A store handle for sync tests.
@@ -156,8 +95,8 @@ impl Store {
             .expect("runtime");
         let backend = match &*place {
             Place::Dir(dir) => Backend::Sqlite(dir.path().join("t.db")),
-            Place::Schema { url, name } => Backend::Postgres(PostgresOptions {
-                url: format!("{url}&options=-csearch_path%3D{name}"),
+            Place::Schema(schema) => Backend::Postgres(PostgresOptions {
+                url: schema.store_url(),
                 pool_size: 8,
                 connect_timeout: std::time::Duration::from_secs(10),
                 ca_file: None,

@@ -1,0 +1,318 @@
+//! Several replicas, one PostgreSQL store (issue 16): two in-process
+//! proxies on one schema behind one mock upstream. What one stored, the
+//! other reads (recall tools, operator API); a conversation continued
+//! through the other gets the first one's hidden recall exchange back; and
+//! a store that cannot be reached degrades to passthrough, says so on
+//! `/healthz`, and is used again once it is back, without a restart.
+
+use super::mock::{self, client, send, Mock, Recorded, Script};
+use super::recall::{
+    answer, ask, body_json, last_recall_result, offers, read_result, stub_ref, tool_call_reply,
+    with_messages,
+};
+use super::{big_json, chat_body, Setup, KEY};
+use serde_json::json;
+use std::sync::Arc;
+use toolstub::config::{load, Overrides};
+use toolstub::proxy::Server;
+
+#[path = "../support/postgres.rs"]
+mod pg;
+
+/// A mock that reads the stub's ref (40 characters from 0) when the last
+/// message is the user's "please read", and otherwise just answers.
+fn reader_when_asked() -> Script {
+    Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        if let Some(result) = last_recall_result(&request) {
+            return answer(&format!("READ:{result}"));
+        }
+        let asked = request["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m["role"] == "user" && m["content"] == "please read");
+        match stub_ref(&request) {
+            Some(reference) if asked && offers(&request, "tool_result_read") => tool_call_reply(
+                vec![(
+                    "rc_1".to_string(),
+                    "tool_result_read",
+                    json!({"ref": reference, "offset": 0, "limit": 40}),
+                )],
+                None,
+            ),
+            _ => answer("ok"),
+        }
+    })
+}
+
+/// A proxy on `store_url` in front of `mock`.
+async fn replica(mock: &Mock, store_url: &str) -> Setup {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".to_string()),
+        upstream: Some(format!("http://{}", mock.addr)),
+        db: Some(dir.path().join("unused.db")),
+        store_url: Some(store_url.to_string()),
+        routes: Vec::new(),
+    };
+    let config = load(None, Vec::new(), &overrides).expect("config");
+    let proxy = Server::start(config).await.expect("proxy");
+    Setup {
+        proxy,
+        mock: Mock {
+            addr: mock.addr,
+            received: mock.received.clone(),
+        },
+        _dir: dir,
+    }
+}
+
+fn with_user(body: &str, text: &str) -> String {
+    with_messages(
+        body,
+        &[json!({"role": "user", "content": text}).to_string()],
+    )
+}
+
+#[tokio::test]
+async fn a_ref_stored_through_one_replica_resolves_through_the_other() {
+    let schema = pg::Schema::create().await;
+    let mock = mock::start(reader_when_asked()).await;
+    let a = replica(&mock, &schema.store_url()).await;
+    let b = replica(&mock, &schema.store_url()).await;
+    let original = big_json(3000);
+    let turn1 = chat_body(std::slice::from_ref(&original), "");
+    let (status, _) = ask(&a, turn1.clone(), &[("authorization", KEY)]).await;
+    assert_eq!(status, 200);
+    let reference = stub_ref(&body_json(&mock.last())).expect("A sent a stub");
+    assert!(
+        !a.proxy.app.store.describe().contains("toolstub:toolstub"),
+        "no credentials in the description"
+    );
+
+    // B never saw the output: its operator API reads it from the shared store.
+    let (status, _, body) = send(
+        &client(),
+        "GET",
+        b.url(&format!("/toolstub/v1/results/{reference}?limit=-1")),
+        &[("authorization", KEY)],
+        String::new(),
+    )
+    .await;
+    assert_eq!(status.as_u16(), 200, "{}", String::from_utf8_lossy(&body));
+    let got: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(got["content"], original);
+    // Another tenant's key does not see it through B either.
+    let (status, _, _) = send(
+        &client(),
+        "GET",
+        b.url(&format!("/toolstub/v1/results/{reference}")),
+        &[("authorization", "Bearer sk-someone-else-9876")],
+        String::new(),
+    )
+    .await;
+    assert_eq!(status.as_u16(), 404);
+
+    // The model's recall call, answered by B.
+    let before = mock.requests().len();
+    let (status, got) = ask(
+        &b,
+        with_user(&turn1, "please read"),
+        &[("authorization", KEY)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let result = read_result(&got);
+    let expected: String = original.chars().take(40).collect();
+    assert_eq!(result["content"], expected);
+    assert_eq!(result["total_chars"], original.chars().count());
+    assert_eq!(
+        mock.requests().len(),
+        before + 2,
+        "one recall round through B"
+    );
+    a.proxy.shutdown().await;
+    b.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_conversation_continued_through_the_other_replica_gets_its_history_back() {
+    let schema = pg::Schema::create().await;
+    let mock = mock::start(reader_when_asked()).await;
+    let a = replica(&mock, &schema.store_url()).await;
+    let b = replica(&mock, &schema.store_url()).await;
+    let turn1 = with_user(&chat_body(&[big_json(3000)], ""), "please read");
+    let (_, got) = ask(&a, turn1.clone(), &[("authorization", KEY)]).await;
+    let content = got["choices"][0]["message"]["content"].clone();
+    assert!(content.as_str().is_some_and(|c| c.starts_with("READ:")));
+    let seen = json!({"role": "assistant", "content": content});
+    let turn2 = with_messages(
+        &turn1,
+        &[
+            seen.to_string(),
+            json!({"role": "user", "content": "and then?"}).to_string(),
+        ],
+    );
+    ask(&b, turn2, &[("authorization", KEY)]).await;
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3, "A: two rounds; B: one");
+    let round2 = body_json(&requests[1]);
+    let next = body_json(&requests[2]);
+    let messages = next["messages"].as_array().expect("messages");
+    // B sent turn 1's round 2 again, as A sent it, then the answer and the
+    // new message: the hidden exchange came from the shared store.
+    let n = round2["messages"].as_array().expect("messages").len();
+    assert_eq!(
+        &messages[..n],
+        round2["messages"].as_array().expect("m").as_slice()
+    );
+    assert_eq!(
+        messages[n - 2]["tool_calls"][0]["function"]["name"],
+        "tool_result_read"
+    );
+    assert_eq!(messages[n], seen);
+    assert_eq!(messages[n + 1]["content"], "and then?");
+    a.proxy.shutdown().await;
+    b.proxy.shutdown().await;
+}
+
+/// A TCP relay to the test database that can be cut (every connection
+/// closed, new ones refused) and restored on the same port: the database
+/// "goes away" for this test alone.
+struct Relay {
+    port: u16,
+    target: String,
+    tasks: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind relay");
+        let port = listener.local_addr().expect("addr").port();
+        let relay = Relay {
+            port,
+            target,
+            tasks: Arc::default(),
+        };
+        relay.serve(listener);
+        relay
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let (tasks, target) = (self.tasks.clone(), self.target.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().expect("lock").push(conn);
+            }
+        });
+        self.tasks.lock().expect("lock").push(accept);
+    }
+
+    fn cut(&self) {
+        for task in self.tasks.lock().expect("lock").drain(..) {
+            task.abort();
+        }
+    }
+
+    async fn restore(&self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("rebind relay");
+        self.serve(listener);
+    }
+}
+
+async fn healthz(s: &Setup) -> String {
+    let (status, _, body) = send(&client(), "GET", s.url("/healthz"), &[], String::new()).await;
+    assert_eq!(status.as_u16(), 200, "healthz answers 200 either way");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The number of outputs the proxy externalized in its answer to `body`.
+async fn externalized(s: &Setup, body: String) -> usize {
+    let (status, headers, _) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY)],
+        body,
+    )
+    .await;
+    assert_eq!(status.as_u16(), 200);
+    headers
+        .get("x-toolstub-externalized")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_lost_database_degrades_to_passthrough_and_is_used_again_once_back() {
+    let schema = pg::Schema::create().await;
+    let url = schema.store_url();
+    // postgres://user:pass@HOST:PORT/db?...
+    let at = url.find('@').expect("credentials") + 1;
+    let end = at + url[at..].find('/').expect("path");
+    let relay = Relay::start(url[at..end].to_string()).await;
+    let relayed = format!("{}127.0.0.1:{}{}", &url[..at], relay.port, &url[end..]);
+    let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
+    let s = replica(&mock, &relayed).await;
+    assert_eq!(healthz(&s).await, "ok\n");
+    let first = big_json(3000);
+    assert_eq!(
+        externalized(&s, chat_body(std::slice::from_ref(&first), "")).await,
+        1
+    );
+    let first_ref = stub_ref(&body_json(&mock.last())).expect("a stub");
+
+    relay.cut();
+    let health = healthz(&s).await;
+    assert!(
+        health.starts_with("degraded: store unavailable"),
+        "{health}"
+    );
+    assert!(
+        !health.contains("toolstub:toolstub"),
+        "no credentials: {health}"
+    );
+    // failure_mode = preserve_raw: the request goes upstream as it came.
+    let during = big_json(3001);
+    let body = chat_body(std::slice::from_ref(&during), "");
+    assert_eq!(externalized(&s, body.clone()).await, 0);
+    assert_eq!(mock.last().body, body.as_bytes(), "forwarded byte for byte");
+
+    relay.restore().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while healthz(&s).await != "ok\n" {
+        assert!(std::time::Instant::now() < deadline, "never healthy again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let after = big_json(3002);
+    assert_eq!(
+        externalized(&s, chat_body(std::slice::from_ref(&after), "")).await,
+        1
+    );
+    let after_ref = stub_ref(&body_json(&mock.last())).expect("a stub");
+    for (reference, original) in [(first_ref, first), (after_ref, after)] {
+        let (status, _, body) = send(
+            &client(),
+            "GET",
+            s.url(&format!("/toolstub/v1/results/{reference}?limit=-1")),
+            &[("authorization", KEY)],
+            String::new(),
+        )
+        .await;
+        assert_eq!(status.as_u16(), 200);
+        let got: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(got["content"], original, "{reference}");
+    }
+    s.proxy.shutdown().await;
+}

@@ -9,6 +9,10 @@
 //! the client sent (re-derived from its seed), under the tenant of the
 //! credential that sent it.
 //!
+//! With a PostgreSQL store (`CRASH_STORE_URL`), `CRASH_REPLICAS` proxies
+//! (default 2) share it, the clients spread over them, and each kill takes
+//! one replica at random while the others keep serving.
+//!
 //! Environment: `TOOLSTUB_BIN` (default `target/release/toolstub`),
 //! `CRASH_KILLS` (25), `CRASH_CLIENTS` (8), `CRASH_SEED` (the time),
 //! `CRASH_MIN_MS`/`CRASH_MAX_MS` (150/1200: the uniform range of the time a
@@ -23,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{Rng, COMPLETION};
-use toolstub::store::{ResultStore, StoreConfig, Tenant};
+use toolstub::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
 
 /// The credentials the clients use, alternately: two tenants.
 pub const KEYS: [&str; 2] = ["Bearer sk-crash-alpha-0001", "Bearer sk-crash-beta-0002"];
@@ -37,6 +41,11 @@ pub struct Params {
     pub max_life: Duration,
     /// Largest output, in characters (each is between a quarter and all of it).
     pub max_chars: usize,
+    /// A PostgreSQL store shared by the replicas; `None`: one proxy on a
+    /// SQLite file.
+    pub store_url: Option<String>,
+    /// Proxies sharing the store (1 on SQLite).
+    pub replicas: usize,
 }
 
 #[derive(Debug, Default)]
@@ -82,10 +91,22 @@ pub fn run(p: &Params) -> Report {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("crash.db");
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", support::free_port())
-        .parse()
-        .expect("addr");
-    let env: Vec<(&str, String)> = Vec::new();
+    let replicas = if p.store_url.is_some() {
+        p.replicas.max(1)
+    } else {
+        1
+    };
+    let addrs: Vec<std::net::SocketAddr> = (0..replicas)
+        .map(|_| {
+            format!("127.0.0.1:{}", support::free_port())
+                .parse()
+                .expect("addr")
+        })
+        .collect();
+    let env: Vec<(&str, String)> = match &p.store_url {
+        Some(url) => vec![("TOOLSTUB_STORE_URL", url.clone())],
+        None => Vec::new(),
+    };
     let started = Instant::now();
     let mut report = Report::default();
 
@@ -99,8 +120,13 @@ pub fn run(p: &Params) -> Report {
     ]);
 
     rt.block_on(async {
-        let mut proxy = support::spawn_proxy(&p.bin, addr, mock, &db, &env);
-        support::wait_healthy(addr, Duration::from_secs(30)).await;
+        let mut proxies = Vec::new();
+        for &addr in &addrs {
+            proxies.push(support::spawn_proxy(&p.bin, addr, mock, &db, &env));
+        }
+        for &addr in &addrs {
+            support::wait_healthy(addr, Duration::from_secs(30)).await;
+        }
         let mut workers = Vec::new();
         for w in 0..p.clients {
             let sent = sent.clone();
@@ -108,6 +134,7 @@ pub fn run(p: &Params) -> Report {
             let counters = counters.clone();
             let seed = p.seed;
             let max_chars = p.max_chars;
+            let addrs = addrs.clone();
             workers.push(tokio::spawn(async move {
                 let client = support::client();
                 let mut rng = Rng::new(seed ^ ((w as u64 + 1) * 0x1000_0001));
@@ -144,6 +171,7 @@ pub fn run(p: &Params) -> Report {
                     }
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     let body = support::chat_body(&ids, &refs, "");
+                    let addr = addrs[(w + seq as usize) % addrs.len()];
                     counters[0].fetch_add(1, Ordering::Relaxed);
                     counters[3].fetch_add(n as u64, Ordering::Relaxed);
                     let result = support::request(
@@ -175,13 +203,14 @@ pub fn run(p: &Params) -> Report {
         for _ in 0..p.kills {
             let life = rng.range(p.min_life.as_millis() as u64, p.max_life.as_millis() as u64);
             tokio::time::sleep(Duration::from_millis(life)).await;
+            let victim = (rng.next() % addrs.len() as u64) as usize;
             // Child::kill is SIGKILL on Unix.
-            proxy.kill().expect("kill -9");
-            proxy.wait().expect("reap");
+            proxies[victim].kill().expect("kill -9");
+            proxies[victim].wait().expect("reap");
             report.kills += 1;
             let t = Instant::now();
-            proxy = support::spawn_proxy(&p.bin, addr, mock, &db, &env);
-            support::wait_healthy(addr, Duration::from_secs(30)).await;
+            proxies[victim] = support::spawn_proxy(&p.bin, addrs[victim], mock, &db, &env);
+            support::wait_healthy(addrs[victim], Duration::from_secs(30)).await;
             report.restart_ms.push(t.elapsed().as_millis() as u64);
         }
         // A last stretch of traffic, then stop the clients and the proxy.
@@ -190,8 +219,10 @@ pub fn run(p: &Params) -> Report {
         for w in workers {
             let _ = w.await;
         }
-        proxy.kill().expect("kill -9");
-        proxy.wait().expect("reap");
+        for proxy in &mut proxies {
+            proxy.kill().expect("kill -9");
+            proxy.wait().expect("reap");
+        }
     });
 
     report.requests_sent = counters[0].load(Ordering::Relaxed);
@@ -201,14 +232,24 @@ pub fn run(p: &Params) -> Report {
     report.db_bytes = support::file_len(&db) + support::file_len(&dir.path().join("crash.db-wal"));
 
     // Verify: every ref the upstream received reads back byte-identical.
-    let store = ResultStore::open(
-        &db,
-        StoreConfig {
-            sweep_interval: None,
-            ..StoreConfig::default()
-        },
-    )
-    .expect("open the store");
+    let backend = match &p.store_url {
+        Some(url) => Backend::Postgres(PostgresOptions {
+            url: url.clone(),
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(10),
+            ca_file: None,
+        }),
+        None => Backend::Sqlite(db.clone()),
+    };
+    let store = rt
+        .block_on(AsyncResultStore::open(
+            backend,
+            StoreConfig {
+                sweep_interval: None,
+                ..StoreConfig::default()
+            },
+        ))
+        .expect("open the store");
     let received = received.lock().expect("lock").clone();
     let sent = sent.lock().expect("lock").clone();
     report.refs_received = received.len();
@@ -223,7 +264,7 @@ pub fn run(p: &Params) -> Report {
             continue;
         };
         let original = support::output_text(s.seed, s.chars);
-        match store.read(&tenants[s.key], r, 0, -1) {
+        match rt.block_on(store.read(&tenants[s.key], r, 0, -1)) {
             Ok(window) if window.content == original => report.refs_resolved += 1,
             Ok(window) => report.failures.push(format!(
                 "{r}: content differs ({} chars stored, {} sent)",
@@ -233,7 +274,10 @@ pub fn run(p: &Params) -> Report {
             Err(e) => report.failures.push(format!("{r}: {e}")),
         }
         // The other tenant must not see it.
-        if store.read(&tenants[1 - s.key], r, 0, 1).is_ok() {
+        if rt
+            .block_on(store.read(&tenants[1 - s.key], r, 0, 1))
+            .is_ok()
+        {
             report
                 .failures
                 .push(format!("{r}: readable by the other tenant"));
@@ -254,8 +298,12 @@ pub fn print(p: &Params, r: &Report) {
     };
     println!("## crash safety under load\n");
     println!(
-        "binary {}; {} clients; seed {}; proxy life before each SIGKILL uniform in [{}, {}] ms; outputs {}..{} chars\n",
+        "binary {}; store {}; {} clients; seed {}; proxy life before each SIGKILL uniform in [{}, {}] ms; outputs {}..{} chars\n",
         p.bin,
+        match p.store_url {
+            Some(_) => format!("PostgreSQL shared by {} replicas (one killed at a time)", p.replicas.max(1)),
+            None => "SQLite".to_string(),
+        },
         p.clients,
         p.seed,
         p.min_life.as_millis(),
@@ -321,6 +369,8 @@ fn main() {
         min_life: Duration::from_millis(env_or("CRASH_MIN_MS", 150)),
         max_life: Duration::from_millis(env_or("CRASH_MAX_MS", 1200)),
         max_chars: env_or("CRASH_MAX_CHARS", 200_000),
+        store_url: std::env::var("CRASH_STORE_URL").ok(),
+        replicas: env_or("CRASH_REPLICAS", 2),
     };
     let r = run(&p);
     print(&p, &r);

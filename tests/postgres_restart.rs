@@ -11,7 +11,6 @@
 
 #![cfg(unix)]
 
-#[allow(dead_code)]
 #[path = "../examples/support/mod.rs"]
 mod support;
 

@@ -151,6 +151,22 @@ fn pg_config(options: &PostgresOptions) -> Result<tokio_postgres::Config, StoreE
     Ok(pg)
 }
 
+/// An error with its causes ("a: b: c"): the pool's errors say little
+/// without them ("error connecting to server: Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// host:port/db of a configuration, for logs.
 fn describe(pg: &tokio_postgres::Config) -> String {
     let host = match pg.get_hosts().first() {
@@ -178,7 +194,7 @@ impl Inner {
                 .pool
                 .get()
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("connecting: {e}")))?;
+                .map_err(|e| StoreError::Unavailable(format!("connecting: {}", chain(&e))))?;
             self.migrated
                 .get_or_try_init(|| schema::migrate(&conn))
                 .await?;

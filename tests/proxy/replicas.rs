@@ -1,17 +1,19 @@
-//! Several replicas, one PostgreSQL store (issue 16): two in-process
-//! proxies on one schema behind one mock upstream. What one stored, the
+//! Several replicas, one PostgreSQL store (issue 16): two `toolstub serve`
+//! processes on one schema behind one mock upstream. What one stored, the
 //! other reads (recall tools, operator API); a conversation continued
-//! through the other gets the first one's hidden recall exchange back; and
-//! a store that cannot be reached degrades to passthrough, says so on
-//! `/healthz`, and is used again once it is back, without a restart.
+//! through the other gets the first one's hidden recall exchange back. And
+//! (in-process) a store that cannot be reached degrades to passthrough,
+//! says so on `/healthz`, and is used again once it is back, without a
+//! restart.
 
 use super::mock::{self, client, send, Mock, Recorded, Script};
 use super::recall::{
-    answer, ask, body_json, last_recall_result, offers, read_result, stub_ref, tool_call_reply,
+    answer, body_json, last_recall_result, offers, read_result, stub_ref, tool_call_reply,
     with_messages,
 };
 use super::{big_json, chat_body, Setup, KEY};
 use serde_json::json;
+use serde_json::Value;
 use std::sync::Arc;
 use toolstub::config::{load, Overrides};
 use toolstub::proxy::Server;
@@ -67,6 +69,81 @@ async fn replica(mock: &Mock, store_url: &str) -> Setup {
     }
 }
 
+/// A `toolstub serve` process on `store_url` in front of `mock`.
+struct Process {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    async fn start(mock: &Mock, store_url: &str) -> Process {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"))
+            .args(["serve", "--listen", &addr.to_string()])
+            .args(["--upstream", &format!("http://{}", mock.addr)])
+            .arg("--db")
+            .arg(dir.path().join("unused.db"))
+            .env("TOOLSTUB_STORE_URL", store_url)
+            .env("TOOLSTUB_SERVER_LOG_LEVEL", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("starting toolstub");
+        let process = Process {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let health = tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                client().get(process.url("/healthz").parse().expect("uri")),
+            )
+            .await;
+            if matches!(health, Ok(Ok(r)) if r.status() == 200) {
+                return process;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "toolstub never became healthy"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn ask(&self, body: String) -> (u16, Value) {
+        let (status, _, bytes) = send(
+            &client(),
+            "POST",
+            self.url("/v1/chat/completions"),
+            &[("authorization", KEY)],
+            body,
+        )
+        .await;
+        (
+            status.as_u16(),
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn with_user(body: &str, text: &str) -> String {
     with_messages(
         body,
@@ -78,17 +155,13 @@ fn with_user(body: &str, text: &str) -> String {
 async fn a_ref_stored_through_one_replica_resolves_through_the_other() {
     let schema = pg::Schema::create().await;
     let mock = mock::start(reader_when_asked()).await;
-    let a = replica(&mock, &schema.store_url()).await;
-    let b = replica(&mock, &schema.store_url()).await;
+    let a = Process::start(&mock, &schema.store_url()).await;
+    let b = Process::start(&mock, &schema.store_url()).await;
     let original = big_json(3000);
     let turn1 = chat_body(std::slice::from_ref(&original), "");
-    let (status, _) = ask(&a, turn1.clone(), &[("authorization", KEY)]).await;
+    let (status, _) = a.ask(turn1.clone()).await;
     assert_eq!(status, 200);
     let reference = stub_ref(&body_json(&mock.last())).expect("A sent a stub");
-    assert!(
-        !a.proxy.app.store.describe().contains("toolstub:toolstub"),
-        "no credentials in the description"
-    );
 
     // B never saw the output: its operator API reads it from the shared store.
     let (status, _, body) = send(
@@ -115,12 +188,7 @@ async fn a_ref_stored_through_one_replica_resolves_through_the_other() {
 
     // The model's recall call, answered by B.
     let before = mock.requests().len();
-    let (status, got) = ask(
-        &b,
-        with_user(&turn1, "please read"),
-        &[("authorization", KEY)],
-    )
-    .await;
+    let (status, got) = b.ask(with_user(&turn1, "please read")).await;
     assert_eq!(status, 200);
     let result = read_result(&got);
     let expected: String = original.chars().take(40).collect();
@@ -131,18 +199,16 @@ async fn a_ref_stored_through_one_replica_resolves_through_the_other() {
         before + 2,
         "one recall round through B"
     );
-    a.proxy.shutdown().await;
-    b.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_conversation_continued_through_the_other_replica_gets_its_history_back() {
     let schema = pg::Schema::create().await;
     let mock = mock::start(reader_when_asked()).await;
-    let a = replica(&mock, &schema.store_url()).await;
-    let b = replica(&mock, &schema.store_url()).await;
+    let a = Process::start(&mock, &schema.store_url()).await;
+    let b = Process::start(&mock, &schema.store_url()).await;
     let turn1 = with_user(&chat_body(&[big_json(3000)], ""), "please read");
-    let (_, got) = ask(&a, turn1.clone(), &[("authorization", KEY)]).await;
+    let (_, got) = a.ask(turn1.clone()).await;
     let content = got["choices"][0]["message"]["content"].clone();
     assert!(content.as_str().is_some_and(|c| c.starts_with("READ:")));
     let seen = json!({"role": "assistant", "content": content});
@@ -153,7 +219,7 @@ async fn a_conversation_continued_through_the_other_replica_gets_its_history_bac
             json!({"role": "user", "content": "and then?"}).to_string(),
         ],
     );
-    ask(&b, turn2, &[("authorization", KEY)]).await;
+    b.ask(turn2).await;
     let requests = mock.requests();
     assert_eq!(requests.len(), 3, "A: two rounds; B: one");
     let round2 = body_json(&requests[1]);
@@ -172,8 +238,6 @@ async fn a_conversation_continued_through_the_other_replica_gets_its_history_bac
     );
     assert_eq!(messages[n], seen);
     assert_eq!(messages[n + 1]["content"], "and then?");
-    a.proxy.shutdown().await;
-    b.proxy.shutdown().await;
 }
 
 /// A TCP relay to the test database that can be cut (every connection

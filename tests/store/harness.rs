@@ -113,6 +113,24 @@ impl Store {
         Store::at(place(), config)
     }
 
+    /// `n` stores opened at the same moment on one new place (replicas
+    /// starting together on an empty database).
+    pub fn open_at_once(n: usize, config: StoreConfig) -> Vec<Store> {
+        let place = place();
+        std::thread::scope(|s| {
+            let opening: Vec<_> = (0..n)
+                .map(|_| {
+                    let (place, config) = (place.clone(), config.clone());
+                    s.spawn(move || Store::at(place, config))
+                })
+                .collect();
+            opening
+                .into_iter()
+                .map(|t| t.join().expect("a store opened"))
+                .collect()
+        })
+    }
+
     /// Another store on the same data: a reopen, or a second replica.
     pub fn twin(&self, config: StoreConfig) -> Store {
         Store::at(self.place.clone(), config)

@@ -1029,6 +1029,27 @@ mod concurrency {
             assert_eq!((stats.live_outputs, stats.originals), (1, 1));
         }
 
+        fn stores_opened_at_once_on_a_new_database_migrate_it_once() {
+            // Replicas starting together: each applies the migrations it is
+            // missing under the backend's lock, so all of them end up on one
+            // schema and see each other's outputs.
+            let stores = Store::open_at_once(4, config());
+            let refs: Vec<String> = stores
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    s.put_one(&alice(), output("s", &format!("c{i}"), "t", &format!("from {i}")))
+                        .unwrap()
+                        .result_ref
+                })
+                .collect();
+            for s in &stores {
+                for (i, r) in refs.iter().enumerate() {
+                    assert_eq!(s.read(&alice(), r, 0, -1).unwrap().content, format!("from {i}"));
+                }
+            }
+        }
+
         fn two_store_handles_on_one_database_agree() {
             // Two processes (here: two stores, replicas on PostgreSQL)
             // writing the same content.

@@ -49,6 +49,11 @@ fn reader_when_asked() -> Script {
 
 /// A proxy on `store_url` in front of `mock`.
 async fn replica(mock: &Mock, store_url: &str) -> Setup {
+    replica_with(mock, store_url, &[]).await
+}
+
+/// [`replica`] with `TOOLSTUB_*` settings.
+async fn replica_with(mock: &Mock, store_url: &str, env: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let overrides = Overrides {
         listen: Some("127.0.0.1:0".to_string()),
@@ -57,7 +62,11 @@ async fn replica(mock: &Mock, store_url: &str) -> Setup {
         store_url: Some(store_url.to_string()),
         routes: Vec::new(),
     };
-    let config = load(None, Vec::new(), &overrides).expect("config");
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = load(None, env, &overrides).expect("config");
     let proxy = Server::start(config).await.expect("proxy");
     Setup {
         proxy,
@@ -379,4 +388,35 @@ async fn a_lost_database_degrades_to_passthrough_and_is_used_again_once_back() {
         assert_eq!(got["content"], original, "{reference}");
     }
     s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_to_the_database_is_verified_against_the_upstream_roots_and_ca_file() {
+    let schema = pg::Schema::create().await;
+    let url = schema
+        .store_url()
+        .replace("sslmode=disable", "sslmode=require");
+    assert!(url.contains("sslmode=require"), "{url}");
+    let ca = std::env::var("TEST_POSTGRES_CA").expect("TEST_POSTGRES_CA (scripts/postgres)");
+    let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
+    // The test server's certificate comes from a CA of its own: trusted
+    // through upstream.ca_file, as a private upstream's would be.
+    let trusting = replica_with(&mock, &url, &[("TOOLSTUB_UPSTREAM_CA_FILE", &ca)]).await;
+    assert_eq!(healthz(&trusting).await, "ok\n");
+    let original = big_json(3000);
+    assert_eq!(
+        externalized(&trusting, chat_body(std::slice::from_ref(&original), "")).await,
+        1
+    );
+    trusting.proxy.shutdown().await;
+    // Without it, Mozilla's roots alone: the certificate is refused, and the
+    // store is unavailable rather than reached in the clear.
+    let strict = replica(&mock, &url).await;
+    let health = healthz(&strict).await;
+    assert!(health.starts_with("degraded"), "{health}");
+    assert!(health.to_lowercase().contains("certificate"), "{health}");
+    let body = chat_body(&[big_json(3001)], "");
+    assert_eq!(externalized(&strict, body.clone()).await, 0);
+    assert_eq!(mock.last().body, body.as_bytes());
+    strict.proxy.shutdown().await;
 }

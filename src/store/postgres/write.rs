@@ -92,6 +92,23 @@ async fn put_item(
     let chars = item.chars as i64;
     let preview = i64::try_from(o.preview_chars).unwrap_or(i64::MAX);
     let kind = o.synopsis.kind.as_str();
+    let tenant = tenant.as_str();
+    // $1..$13 of both statements below.
+    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+        &tenant,
+        &item.result_ref,
+        &o.session_id,
+        &o.tool_call_id,
+        &o.tool_name,
+        &now,
+        &chars,
+        &preview,
+        &item.sha256,
+        &o.mime_type,
+        &kind,
+        &item.synopsis_json,
+        &blob_id,
+    ];
     if tombstone {
         let revive = tx
             .prepare_cached(
@@ -102,26 +119,9 @@ async fn put_item(
             )
             .await
             .pg("preparing the output revival")?;
-        tx.execute(
-            &revive,
-            &[
-                &tenant.as_str(),
-                &item.result_ref,
-                &o.session_id,
-                &o.tool_call_id,
-                &o.tool_name,
-                &now,
-                &chars,
-                &preview,
-                &item.sha256,
-                &o.mime_type,
-                &kind,
-                &item.synopsis_json,
-                &blob_id,
-            ],
-        )
-        .await
-        .pg("storing an expired output again")?;
+        tx.execute(&revive, &values)
+            .await
+            .pg("storing an expired output again")?;
         return Ok(stored(true));
     }
     let insert = tx
@@ -134,24 +134,7 @@ async fn put_item(
         .await
         .pg("preparing the output insert")?;
     let inserted = tx
-        .execute(
-            &insert,
-            &[
-                &tenant.as_str(),
-                &item.result_ref,
-                &o.session_id,
-                &o.tool_call_id,
-                &o.tool_name,
-                &now,
-                &chars,
-                &preview,
-                &item.sha256,
-                &o.mime_type,
-                &kind,
-                &item.synopsis_json,
-                &blob_id,
-            ],
-        )
+        .execute(&insert, &values)
         .await
         .pg("recording an output")?;
     if inserted == 1 {
@@ -159,7 +142,7 @@ async fn put_item(
     }
     // Another replica stored this (tenant, ref) meanwhile and committed.
     let row = tx
-        .query_one(&lookup, &[&tenant.as_str(), &item.result_ref])
+        .query_one(&lookup, &[&tenant, &item.result_ref])
         .await
         .pg("looking up a concurrently stored output")?;
     match existing(row.get(0), row.get(1))? {

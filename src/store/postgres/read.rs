@@ -256,21 +256,6 @@ const RANK: &str = "WITH mine AS MATERIALIZED ( \
     FROM hits h JOIN mine m USING (blob_id) \
     ORDER BY h.score DESC, h.blob_id, h.seq LIMIT $4";
 
-/// Whether any of the session's live originals holds a passage matching
-/// `$3` (a [`tsquery`] text), indexed or not. Cheap where [`RANK`] is not:
-/// it stops at the first match and ranks nothing (a common word matches
-/// most chunks, and ranking reads every matching chunk's vector).
-const HAS: &str = "WITH mine AS MATERIALIZED ( \
-        SELECT DISTINCT blob_id FROM outputs \
-        WHERE tenant = $1 AND session_id = $2 AND blob_id IS NOT NULL), \
-    q AS (SELECT to_tsquery('toolstub_code', $3) AS q) \
-    SELECT EXISTS (SELECT 1 FROM chunks c, q \
-            WHERE c.tsv @@ q.q AND c.blob_id IN (SELECT blob_id FROM mine)) \
-        OR EXISTS (SELECT 1 FROM q, ( \
-            SELECT TSVECTOR AS v FROM chunks \
-            WHERE tsv IS NULL AND blob_id IN (SELECT blob_id FROM mine)) u \
-            WHERE u.v @@ q.q)";
-
 pub async fn search_session(
     conn: &mut Conn,
     tenant: &Tenant,
@@ -305,18 +290,12 @@ pub async fn search_session(
     // Words the session's outputs do not hold cannot match: dropping them
     // first keeps a typo from turning an AND query into the OR fallback
     // (as the SQLite backend does).
-    let has = tx
-        .prepare_cached(&HAS.replace("TSVECTOR", TSVECTOR))
-        .await
-        .pg("preparing the term check")?;
     let mut kept = Vec::with_capacity(terms.len());
     for term in terms {
-        let expression = tsquery(std::slice::from_ref(&term), "&");
-        let row = tx
-            .query_one(&has, &[&tenant.as_str(), &session_id, &expression])
-            .await
-            .pg("checking a search term")?;
-        if row.get::<_, bool>(0) {
+        if !run(tsquery(std::slice::from_ref(&term), "&"), 1)
+            .await?
+            .is_empty()
+        {
             kept.push(term);
         }
     }

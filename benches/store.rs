@@ -1,19 +1,35 @@
-//! Result store benchmarks (issue 3 targets):
-//! - `put` of 1 MB and 10 MB originals (durable commit, FTS indexing excluded;
-//!   `put_and_index` includes it);
-//! - reading a 20,000-character window at the end of a 10 MB original (goal < 1 ms);
-//! - exact search inside a 10 MB original;
-//! - ranked session-wide search over 100 MB stored in one session (goal median <= 50 ms);
-//! - and, printed once, the size of the FTS index relative to the originals.
+//! Result store benchmarks (issue 3 targets), on both backends side by
+//! side through the store's one interface (`AsyncResultStore`), issue 16:
+//! - `put` of 1 MB and 10 MB originals (durable commit, full-text indexing
+//!   excluded; `put_and_index` includes it);
+//! - reading a 20,000-character window at the end (and the start) of a
+//!   10 MB original (goal < 1 ms);
+//! - exact (substring) search inside one 10 MB original;
+//! - ranked session-wide search over 100 MB stored in one session (goal
+//!   median <= 50 ms);
+//! - and, printed once per backend, the size of the full-text index
+//!   relative to the originals.
 //!
-//! Run: `cargo bench --bench store`. The fixtures are deterministic
-//! pseudo-random words, built in a temp dir.
+//! Benchmarks are named `store/<backend>/<case>` (`store/sqlite/put_1MB`,
+//! `store/postgres/put_1MB`), each case run on SQLite then PostgreSQL, so
+//! the two run minutes apart at most. The PostgreSQL rows run only when
+//! `TEST_POSTGRES_URL` is set (each run in a schema of its own, dropped at
+//! the end); without it a line says they were skipped and SQLite's run.
+//!
+//! Run: `cargo bench --bench store`, or with PostgreSQL:
+//! `eval "$(TOOLSTUB_PG_PORT=55433 scripts/postgres start)" && cargo bench --bench store`.
+//! The fixtures are deterministic pseudo-random words.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use toolstub::store::{NewOutput, ResultStore, StoreConfig, Tenant};
+use toolstub::store::{NewOutput, Tenant};
 use toolstub::synopsis::{synopsize, Hints};
+
+#[path = "support/stores.rs"]
+mod stores;
+
+use stores::BenchStore;
 
 /// Deterministic text of about `bytes` bytes: words from a ~70k-word
 /// vocabulary with a skewed (Zipf-like) frequency, lines of ~12 words.
@@ -71,13 +87,6 @@ fn output(session: &str, call: &str, text: String) -> NewOutput {
     }
 }
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        sweep_interval: None,
-        ..StoreConfig::default()
-    }
-}
-
 /// Makes every iteration's text distinct (so `put` is never a no-op).
 fn unique(base: &str, n: u64) -> String {
     let mut s = format!("{n:020} ");
@@ -85,118 +94,150 @@ fn unique(base: &str, n: u64) -> String {
     s
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn put_one(store: &BenchStore, tenant: &Tenant, o: NewOutput) -> toolstub::store::Stored {
+    let mut stored = store.store.put(tenant, vec![o]).await.expect("put");
+    stored.pop().expect("one stored")
+}
+
 fn bench_put(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = ResultStore::open(dir.path().join("put.db"), config()).expect("open store");
+    let rt = runtime();
     let tenant = Tenant::anonymous();
-    let mut group = c.benchmark_group("store_put");
+    let mut group = c.benchmark_group("store");
     group.sample_size(10);
-    group.measurement_time(Duration::from_secs(10));
+    group.measurement_time(Duration::from_secs(5));
     let mut n = 0u64;
     for (name, size) in [("1MB", 1 << 20), ("10MB", 10 << 20)] {
         let base = corpus(size as u64, size);
-        group.bench_function(format!("put_{name}"), |b| {
-            b.iter_batched(
-                || {
-                    n += 1;
-                    output("s", &format!("c{n}"), unique(&base, n))
-                },
-                |o| black_box(store.put_one(&tenant, o).expect("put")),
-                BatchSize::PerIteration,
-            )
-        });
-        group.bench_function(format!("put_and_index_{name}"), |b| {
-            b.iter_batched(
-                || {
-                    n += 1;
-                    output("s", &format!("c{n}"), unique(&base, n))
-                },
-                |o| {
-                    black_box(store.put_one(&tenant, o).expect("put"));
-                    store.flush_index().expect("index")
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        for index in [false, true] {
+            // Fresh stores for each case: no backlog or size left by the
+            // case before.
+            let stores = rt.block_on(stores::open_all("store put"));
+            let case = if index { "put_and_index" } else { "put" };
+            for s in &stores {
+                group.bench_function(format!("{}/{case}_{name}", s.name), |b| {
+                    b.iter_batched(
+                        || {
+                            n += 1;
+                            output("s", &format!("c{n}"), unique(&base, n))
+                        },
+                        |o| {
+                            rt.block_on(async {
+                                black_box(put_one(s, &tenant, o).await);
+                                if index {
+                                    s.store.flush_index().await.expect("index");
+                                }
+                            })
+                        },
+                        BatchSize::PerIteration,
+                    )
+                });
+            }
+            drop(stores);
+        }
     }
     group.finish();
 }
 
 fn bench_read(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = ResultStore::open(dir.path().join("read.db"), config()).expect("open store");
+    let rt = runtime();
+    let stores = rt.block_on(stores::open_all("store read"));
     let tenant = Tenant::anonymous();
     // Multi-byte text so byte and code-point offsets differ.
     let mut text = corpus(7, 10 << 20);
     text.push_str(&"日本語のテキスト😀 ".repeat(3000));
-    let stored = store
-        .put_one(&tenant, output("s", "big", text))
-        .expect("put");
-    let total = stored.original_chars as i64;
-    let mut group = c.benchmark_group("store_read");
-    group.bench_function("read_20k_chars_at_end_of_10MB", |b| {
-        b.iter(|| {
-            let w = store
-                .read(&tenant, &stored.result_ref, total - 20_000, 20_000)
-                .expect("read");
-            black_box(w.content.len())
+    let stored: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            rt.block_on(async {
+                let stored = put_one(s, &tenant, output("s", "big", text.clone())).await;
+                s.store.flush_index().await.expect("index");
+                stored
+            })
         })
-    });
-    group.bench_function("read_20k_chars_at_start_of_10MB", |b| {
-        b.iter(|| {
-            let w = store
-                .read(&tenant, &stored.result_ref, 0, 20_000)
-                .expect("read");
-            black_box(w.content.len())
-        })
-    });
+        .collect();
+    let total = stored[0].original_chars as i64;
+    let mut group = c.benchmark_group("store");
+    for (case, at) in [
+        ("read_20k_chars_at_end_of_10MB", total - 20_000),
+        ("read_20k_chars_at_start_of_10MB", 0),
+    ] {
+        for (s, stored) in stores.iter().zip(&stored) {
+            group.bench_function(format!("{}/{case}", s.name), |b| {
+                b.iter(|| {
+                    let w = rt
+                        .block_on(s.store.read(&tenant, &stored.result_ref, at, 20_000))
+                        .expect("read");
+                    black_box(w.content.len())
+                })
+            });
+        }
+    }
     group.sample_size(10);
-    group.bench_function("exact_search_in_10MB", |b| {
-        b.iter(|| {
-            let r = store
-                .search(&tenant, &stored.result_ref, "kalomi", 20, 300)
-                .expect("search");
-            black_box(r.total_matches)
-        })
-    });
+    for (s, stored) in stores.iter().zip(&stored) {
+        group.bench_function(format!("{}/exact_search_in_10MB", s.name), |b| {
+            b.iter(|| {
+                let r = rt
+                    .block_on(
+                        s.store
+                            .search(&tenant, &stored.result_ref, "kalomi", 20, 300),
+                    )
+                    .expect("search");
+                black_box(r.total_matches)
+            })
+        });
+    }
     group.finish();
+    drop(stores);
 }
 
 fn bench_session_search(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("search.db");
-    let store = ResultStore::open(&path, config()).expect("open store");
+    let rt = runtime();
+    let stores = rt.block_on(stores::open_all("store session search"));
     let tenant = Tenant::anonymous();
-    // 100 outputs of 1 MiB: 100 MiB in one session.
-    let started = Instant::now();
-    for i in 0..100u64 {
-        store
-            .put_one(
-                &tenant,
-                output("big-session", &format!("c{i}"), corpus(1000 + i, 1 << 20)),
-            )
-            .expect("put");
+    // 100 outputs of 1 MiB: 100 MiB in one session, on each backend.
+    for s in &stores {
+        rt.block_on(async {
+            let started = Instant::now();
+            for i in 0..100u64 {
+                put_one(
+                    s,
+                    &tenant,
+                    output("big-session", &format!("c{i}"), corpus(1000 + i, 1 << 20)),
+                )
+                .await;
+            }
+            let put_time = started.elapsed();
+            let started = Instant::now();
+            s.store.flush_index().await.expect("index");
+            let index_time = started.elapsed();
+            let stats = s.store.stats().await.expect("stats");
+            println!(
+                "{}: fixture: {} outputs, {:.1} MB of originals; put {:.1} s, full-text indexing {:.1} s after the puts",
+                s.name,
+                stats.live_outputs,
+                stats.original_bytes as f64 / 1e6,
+                put_time.as_secs_f64(),
+                index_time.as_secs_f64()
+            );
+            println!(
+                "{}: sizes: full-text index {:.1} MB = {:.1}% of originals; chunk table {:.1} MB; database {:.1} MB",
+                s.name,
+                stats.fts_bytes as f64 / 1e6,
+                100.0 * stats.fts_bytes as f64 / stats.original_bytes as f64,
+                stats.chunk_table_bytes as f64 / 1e6,
+                stats.file_bytes as f64 / 1e6
+            );
+        });
     }
-    let put_time = started.elapsed();
-    let started = Instant::now();
-    store.flush_index().expect("index");
-    let index_time = started.elapsed();
-    let stats = store.stats().expect("stats");
-    println!(
-        "fixture: {} outputs, {:.1} MB of originals; put {:.1} s, FTS indexing {:.1} s",
-        stats.live_outputs,
-        stats.original_bytes as f64 / 1e6,
-        put_time.as_secs_f64(),
-        index_time.as_secs_f64()
-    );
-    println!(
-        "sizes: FTS index {:.1} MB = {:.1}% of originals; chunk table {:.1} MB; file {:.1} MB",
-        stats.fts_bytes as f64 / 1e6,
-        100.0 * stats.fts_bytes as f64 / stats.original_bytes as f64,
-        stats.chunk_table_bytes as f64 / 1e6,
-        stats.file_bytes as f64 / 1e6
-    );
-    let mut group = c.benchmark_group("store_session_search_100MB");
+    let mut group = c.benchmark_group("store");
     group.sample_size(20);
     // Word frequencies in the fixture, from rare to very common.
     for (name, query) in [
@@ -207,21 +248,20 @@ fn bench_session_search(c: &mut Criterion) {
         ("fts_syntax", "\"kalo\" NEAR(mivi* -x) (("),
         ("no_match", "zzzzzz"),
     ] {
-        let hits = store
-            .search_session(&tenant, "big-session", query, 20, 300)
-            .expect("search");
-        println!("query {name} ({query:?}): {} hits", hits.len());
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                black_box(
-                    store
-                        .search_session(&tenant, "big-session", query, 20, 300)
-                        .expect("search"),
-                )
-            })
-        });
+        for s in &stores {
+            let search = || {
+                s.store
+                    .search_session(&tenant, "big-session", query, 20, 300)
+            };
+            let hits = rt.block_on(search()).expect("search");
+            println!("{}: query {name} ({query:?}): {} hits", s.name, hits.len());
+            group.bench_function(format!("{}/session_search_100MB/{name}", s.name), |b| {
+                b.iter(|| black_box(rt.block_on(search()).expect("search")))
+            });
+        }
     }
     group.finish();
+    drop(stores);
 }
 
 criterion_group!(benches, bench_put, bench_read, bench_session_search);

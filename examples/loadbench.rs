@@ -35,10 +35,21 @@
 //!   `function_call`, then the answer). The bare forwarder reads no body,
 //!   so it is measured beside the chat rows only.
 //!
-//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|responses|streams`
+//! - Issue 16 item 6: with `LOADBENCH_STORE_URL` (a PostgreSQL URL), a
+//!   second proxy stores in PostgreSQL (a fresh schema of that database,
+//!   dropped at the end), placed as the first one is, and the 1 MB chat
+//!   output's added latency (first seen back to back, first seen after an
+//!   idle gap, repeated) is measured through both proxies side by side,
+//!   interleaved request by request (the same new body to each: each
+//!   store sees it first), with the ratio. The database server itself is
+//!   not pinned.
+//!
+//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|responses|streams|stores`
 //! (only those rows; `anthropic`: the messages rows and the chat rows
 //! beside them; `responses`: the Responses rows and the chat and messages
-//! rows beside them),
+//! rows beside them; `stores`: only the SQLite-beside-PostgreSQL 1 MB
+//! rows, which need `LOADBENCH_STORE_URL`), `LOADBENCH_STORE_URL` (see
+//! above; the `large` and default runs add those rows when it is set),
 //! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
 //! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
 //! `LOADBENCH_TRACE=DIR` (every paced request's latency, see
@@ -125,6 +136,37 @@ fn main() {
     ])
     .stdout(Stdio::null());
     let bare = Reaped(bare.spawn().expect("start the bare forwarder"));
+    // Issue 16: the same proxy on a PostgreSQL store, in a schema of its own.
+    let store_url = std::env::var("LOADBENCH_STORE_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let pg_schema = store_url
+        .as_deref()
+        .map(|url| rt.block_on(pg_schema::Schema::create(url)));
+    let pg_proxy = pg_schema.as_ref().map(|schema| {
+        let port = support::free_port();
+        let mut proxy = placed(pinned.as_deref(), bin.as_ref());
+        proxy
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--upstream",
+                &format!("http://{mock_addr}"),
+                "--store-url",
+                &schema.store_url(),
+            ])
+            .env_remove("TOOLSTUB_BIN")
+            .env(
+                "TOOLSTUB_SERVER_LOG_LEVEL",
+                std::env::var("LOADBENCH_PROXY_LOG").unwrap_or_else(|_| "warn".to_string()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = Reaped(proxy.spawn().expect("start the PostgreSQL proxy"));
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        (child, addr)
+    });
     let targets = Targets {
         mock: mock_addr,
         proxy: proxy_addr,
@@ -135,6 +177,9 @@ fn main() {
     rt.block_on(async {
         wait_healthy(proxy_addr, "the proxy").await;
         wait_healthy(bare_addr, "the bare forwarder").await;
+        if let Some((_, addr)) = &pg_proxy {
+            wait_healthy(*addr, "the proxy on PostgreSQL").await;
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let idle_rss = support::rss_kib(targets.proxy_pid);
         println!("## toolstub load benchmark\n");
@@ -154,7 +199,7 @@ fn main() {
         // it): the bare forwarder reads no body, so the messages and
         // Responses rows use the chat row's of their configuration.
         let scenarios: Vec<(&str, &Payload, bool)> = match only {
-            Only::Large | Only::Streams => Vec::new(),
+            Only::Large | Only::Streams | Only::Stores => Vec::new(),
             Only::Anthropic => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false)],
             Only::Responses => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false)],
             Only::All | Only::Paced => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false), ("streaming", &chat_stream, true)],
@@ -213,7 +258,7 @@ fn main() {
         if only == Only::Paced {
             return;
         }
-        if only != Only::Streams {
+        if only != Only::Streams && only != Only::Stores {
             let shapes: &[Shape] = &[
                 Shape { name: "chat, `role: tool` string", api: Api::Chat, build: large_body },
                 Shape { name: "messages, `tool_result` string content", api: Api::Messages, build: |salt| anthropic_large_body(salt, false) },
@@ -244,7 +289,19 @@ fn main() {
             }
             println!();
         }
-        if only != Only::Large {
+        if matches!(only, Only::All | Only::Large | Only::Stores) {
+            match &pg_proxy {
+                Some((_, pg_addr)) => {
+                    store_rows(mock_addr, proxy_addr, *pg_addr).await;
+                    loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
+                }
+                None if only == Only::Stores => {
+                    panic!("LOADBENCH_ONLY=stores needs LOADBENCH_STORE_URL (a PostgreSQL URL)")
+                }
+                None => println!("(The SQLite-beside-PostgreSQL 1 MB rows are skipped: LOADBENCH_STORE_URL is not set.)\n"),
+            }
+        }
+        if only != Only::Large && only != Only::Stores {
             stream_rows(&targets).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
             recall_rows(&targets).await;
@@ -255,7 +312,8 @@ fn main() {
         println!("| idle, after start | {:.1} |", idle_rss as f64 / 1024.0);
         println!("| peak seen under load | {:.1} |", loaded_rss as f64 / 1024.0);
     });
-    drop((proxy, bare));
+    drop((proxy, bare, pg_proxy));
+    drop(pg_schema);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -664,6 +722,8 @@ enum Only {
     /// The rows of the Responses route and the chat and messages rows
     /// beside them (as `Anthropic`, with the Responses rows added).
     Responses,
+    /// The 1 MB rows through a SQLite proxy beside a PostgreSQL one.
+    Stores,
 }
 
 impl Only {
@@ -674,9 +734,10 @@ impl Only {
             "anthropic" => Only::Anthropic,
             "streams" => Only::Streams,
             "responses" => Only::Responses,
+            "stores" => Only::Stores,
             "" => Only::All,
             other => panic!(
-                "LOADBENCH_ONLY={other}: expected large, paced, anthropic, responses or streams"
+                "LOADBENCH_ONLY={other}: expected large, paced, anthropic, responses, streams or stores"
             ),
         }
     }
@@ -957,6 +1018,140 @@ async fn large_output_cost(
         });
     }
     costs
+}
+
+/// Issue 16: the 1 MB chat output through the proxy on SQLite and the proxy
+/// on PostgreSQL, side by side: for each sample a new body sent directly,
+/// then to each proxy (both stores see it first; which proxy goes first
+/// alternates), then the repeated body to each; then the same new-body
+/// requests each after an idle gap. Prints the medians and the ratios.
+async fn store_rows(mock: SocketAddr, sqlite: SocketAddr, postgres: SocketAddr) {
+    let client = support::client();
+    let samples = 30;
+    let time = |target: SocketAddr, body: Payload| {
+        let client = client.clone();
+        async move {
+            let t = Instant::now();
+            request(&client, target, &body).await;
+            t.elapsed().as_secs_f64()
+        }
+    };
+    // Salts of their own: no other row stored these contents.
+    let fresh = |n: u64| Payload::new(Api::Chat, large_body(7_000_000 + n));
+    let repeated = fresh(0);
+    let proxies = [sqlite, postgres];
+    for &p in &proxies {
+        time(p, repeated.clone()).await;
+    }
+    time(mock, repeated.clone()).await;
+    let (mut direct, mut first, mut repeat) = (
+        Vec::new(),
+        [Vec::new(), Vec::new()],
+        [Vec::new(), Vec::new()],
+    );
+    for n in 0..samples {
+        let body = fresh(1 + n as u64);
+        direct.push(time(mock, body.clone()).await);
+        for k in 0..2 {
+            let i = (k + n) % 2;
+            first[i].push(time(proxies[i], body.clone()).await);
+        }
+        for k in 0..2 {
+            let i = (k + n) % 2;
+            repeat[i].push(time(proxies[i], repeated.clone()).await);
+        }
+    }
+    let (mut direct_idle, mut first_idle) = (Vec::new(), [Vec::new(), Vec::new()]);
+    for n in 0..samples {
+        let body = fresh(10_000 + n as u64);
+        tokio::time::sleep(IDLE_GAP).await;
+        direct_idle.push(time(mock, body.clone()).await);
+        for k in 0..2 {
+            let i = (k + n) % 2;
+            tokio::time::sleep(IDLE_GAP).await;
+            first_idle[i].push(time(proxies[i], body.clone()).await);
+        }
+    }
+    let base = median(direct);
+    let base_idle = median(direct_idle);
+    let [first_sqlite, first_pg] = first.map(|v| median(v) - base);
+    let [repeat_sqlite, repeat_pg] = repeat.map(|v| median(v) - base);
+    let [idle_sqlite, idle_pg] = first_idle.map(|v| median(v) - base_idle);
+    println!("The 1 MB chat tool output ({:.2} MB body) through the proxy on SQLite and the proxy on PostgreSQL (loopback), side by side: c=1, {samples} samples each, interleaved request by request (the same new body to both; which goes first alternates); added latency over the direct request (median {}):\n", repeated.body.len() as f64 / 1e6, ms(base));
+    println!("| request with a 1 MB JSON tool output | SQLite added p50 | PostgreSQL added p50 | PostgreSQL / SQLite |");
+    println!("|---|---|---|---|");
+    for (name, a, b) in [
+        ("first seen, back to back", first_sqlite, first_pg),
+        ("first seen, each after an idle gap", idle_sqlite, idle_pg),
+        (
+            "repeated turn (same content again)",
+            repeat_sqlite,
+            repeat_pg,
+        ),
+    ] {
+        let name = name.replace("an idle gap", &format!("{} ms idle", IDLE_GAP.as_millis()));
+        println!("| {name} | {} | {} | **{:.2}** |", ms(a), ms(b), b / a);
+    }
+    println!();
+}
+
+/// A schema of its own for the proxy on PostgreSQL (`LOADBENCH_STORE_URL`),
+/// dropped with everything in it at the end.
+mod pg_schema {
+    pub struct Schema {
+        url: String,
+        name: String,
+    }
+
+    async fn execute(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        let conn = tokio::spawn(conn);
+        let result = client.batch_execute(sql).await;
+        drop(client);
+        let _ = conn.await;
+        result
+    }
+
+    impl Schema {
+        pub async fn create(url: &str) -> Schema {
+            let name = format!("loadbench_{}", std::process::id());
+            execute(
+                url,
+                &format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"),
+            )
+            .await
+            .expect("creating a schema in LOADBENCH_STORE_URL's database");
+            Schema {
+                url: url.to_string(),
+                name,
+            }
+        }
+
+        /// The URL with this schema as its `search_path`.
+        pub fn store_url(&self) -> String {
+            let sep = if self.url.contains('?') { '&' } else { '?' };
+            format!("{}{sep}options=-csearch_path%3D{}", self.url, self.name)
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let (url, name) = (self.url.clone(), self.name.clone());
+            // On a thread of its own: no runtime may be running on this one.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                rt.block_on(execute(
+                    &url,
+                    &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+                ))
+                .ok()
+            })
+            .join();
+        }
+    }
 }
 
 /// The mock's gap between the events of a paced stream.

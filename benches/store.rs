@@ -17,7 +17,7 @@
 //! the end); without it a line says they were skipped and SQLite's run.
 //!
 //! Run: `cargo bench --bench store`, or with PostgreSQL:
-//! `eval "$(TOOLSTUB_PG_PORT=55433 scripts/postgres start)" && cargo bench --bench store`.
+//! `eval "$(TEST_POSTGRES_PORT=55433 scripts/postgres start)" && cargo bench --bench store`.
 //! The fixtures are deterministic pseudo-random words.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};

@@ -13,7 +13,7 @@
 //! run; p50 and p95 per query and backend, and their ratio.
 //!
 //! Run: `cargo run --release --example searchbench` (SQLite only), or with
-//! PostgreSQL: `eval "$(TOOLSTUB_PG_PORT=55433 scripts/postgres start)" &&
+//! PostgreSQL: `eval "$(TEST_POSTGRES_PORT=55433 scripts/postgres start)" &&
 //! cargo run --release --example searchbench`. `SEARCHBENCH_MB` changes
 //! the searched session's size (default 100); `SEARCHBENCH_KEEP=1` leaves
 //! the data in place and prints where (for `EXPLAIN ANALYZE` by hand).

@@ -87,7 +87,7 @@ pub async fn open_all(what: &str) -> Vec<BenchStore> {
     } else {
         println!(
             "{what}: PostgreSQL rows skipped (TEST_POSTGRES_URL is not set; \
-             eval \"$(TOOLSTUB_PG_PORT=55433 scripts/postgres start)\" to run them)"
+             eval \"$(TEST_POSTGRES_PORT=55433 scripts/postgres start)\" to run them)"
         );
     }
     stores

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+import mock_http
+
 GATE_TIMEOUT = 10.0
 MODEL = "claude-mock-1"
 DEFAULT_TEXT = "Mock reply."
@@ -295,18 +297,7 @@ def start() -> MockAnthropic:
             pass
 
         def _read_body(self) -> bytes:
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                out = bytearray()
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass
-                        return bytes(out)
-                    out += self.rfile.read(size)
-                    self.rfile.readline()
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else b""
+            return mock_http.read_body(self)
 
         def _record(self) -> Recorded:
             body = self._read_body()

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import mock_http
+
 GATE_TIMEOUT = 5.0
 
 COMPLETION_ID = "chatcmpl-e2e-mock-1"
@@ -204,18 +206,7 @@ def start() -> MockUpstream:
             pass
 
         def _read_body(self) -> bytes:
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                out = bytearray()
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass
-                        return bytes(out)
-                    out += self.rfile.read(size)
-                    self.rfile.readline()
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else b""
+            return mock_http.read_body(self)
 
         def _record(self) -> Recorded:
             body = self._read_body()

@@ -228,10 +228,7 @@ impl Rounds for AnthropicRounds {
                 members.push(("usage", usage));
             }
         }
-        match set_members(text, &members) {
-            Some(answer) => Step::Final(Some(Bytes::from(answer))),
-            None => Step::Final(None),
-        }
+        Step::Final(set_members(text, &members).map(Bytes::from))
     }
 
     fn event(&mut self, event: &Event) -> Vec<Bytes> {

@@ -296,10 +296,7 @@ impl Rounds for ResponsesRounds {
         if let Some(calls) = self.close_round(items, recall_allowed) {
             return Step::Recall(calls);
         }
-        match self.client_response(text) {
-            Some(answer) => Step::Final(Some(Bytes::from(answer))),
-            None => Step::Final(None),
-        }
+        Step::Final(self.client_response(text).map(Bytes::from))
     }
 
     fn event(&mut self, event: &Event) -> Vec<Bytes> {

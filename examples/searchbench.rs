@@ -15,7 +15,9 @@
 //! Run: `cargo run --release --example searchbench` (SQLite only), or with
 //! PostgreSQL: `eval "$(TEST_POSTGRES_PORT=55433 scripts/postgres start)" &&
 //! cargo run --release --example searchbench`. `SEARCHBENCH_MB` changes
-//! the searched session's size (default 100); `SEARCHBENCH_KEEP=1` leaves
+//! the searched session's size (default 100); `SEARCHBENCH_ANALYZE=0` skips
+//! the `ANALYZE` after PostgreSQL's load (autovacuum's work, which the
+//! search's strategy reads); `SEARCHBENCH_KEEP=1` leaves
 //! the data in place and prints where (for `EXPLAIN ANALYZE` by hand).
 
 #[path = "../benches/support/stores.rs"]
@@ -488,6 +490,8 @@ fn main() {
     };
     let target_mb = env("SEARCHBENCH_MB", 100);
     let runs = env("SEARCHBENCH_RUNS", 30) as usize;
+    // 0: search before PostgreSQL has statistics (a fresh bulk load).
+    let analyze = env("SEARCHBENCH_ANALYZE", 1) != 0;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -532,6 +536,15 @@ fn main() {
             let t0 = Instant::now();
             s.store.flush_index().await.expect("index");
             let index = t0.elapsed().as_secs_f64();
+            if let (Some(url), true) = (&s.url, analyze) {
+                // What autovacuum does within a minute of a bulk load: the
+                // planner's statistics, which the search's strategy reads.
+                let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect to analyze");
+                tokio::spawn(conn);
+                client.batch_execute("ANALYZE").await.expect("analyze");
+            }
             let st = s.store.stats().await.expect("stats");
             println!(
                 "| {} | {:.1} s ({:.1} ms per output) | {:.1} s | {:.1} MB | {:.1} MB | {:.0}% | {:.1} MB |",

@@ -14,6 +14,16 @@ pub const CHUNK_BITS: u32 = 20;
 pub const MAX_CHUNKS: usize = 1 << CHUNK_BITS;
 /// Most query terms kept from a session-search query.
 pub const MAX_TERMS: usize = 32;
+/// At most this many of a session's matching passages are ranked, on both
+/// backends: the newest ones (the newest original first, each from its
+/// end). Ranking reads every candidate's term positions: on PostgreSQL
+/// each chunk's ~4 KB tsvector (its text search keeps no positions in the
+/// index), so ranking every match of a common word over 100 MB (~27k
+/// chunks) took 600 ms; 1000 candidates (~4 MB of text) keep a search
+/// under 50 ms on either. When fewer passages match, all are ranked: the
+/// bound only matters for words found nearly everywhere, where recency is
+/// the better prior for an agent anyway.
+pub const RANK_CANDIDATES: usize = 1000;
 
 /// One chunk of an original: its first code point's offset, its length in
 /// code points and its text.

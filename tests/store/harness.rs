@@ -143,6 +143,24 @@ impl Store {
         Store::at(place, config)
     }
 
+    /// Gives PostgreSQL's planner its statistics (what autovacuum does after
+    /// enough writes; the ranked search chooses its strategy from them).
+    /// Nothing to do on SQLite.
+    pub fn analyze(&self) {
+        if let Place::Schema(schema) = &*self.place {
+            self.rt.block_on(async {
+                let (client, conn) =
+                    tokio_postgres::connect(&schema.store_url(), tokio_postgres::NoTls)
+                        .await
+                        .expect("connecting to analyze");
+                let conn = tokio::spawn(conn);
+                client.batch_execute("ANALYZE").await.expect("analyze");
+                drop(client);
+                let _ = conn.await;
+            });
+        }
+    }
+
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }

@@ -531,6 +531,91 @@ mod session_search {
             );
         }
 
+        fn only_the_newest_matching_passages_are_ranked() {
+            // An old output with the best passage for "needle" and the only
+            // "unicorn"; then a newer one of more than RANK_CANDIDATES
+            // chunks, each with one "needle".
+            let (_d, store) = open();
+            let old = store
+                .put_one(
+                    &alice(),
+                    output("s", "old", "t", &format!("unicorn {}", "needle ".repeat(400))),
+                )
+                .unwrap()
+                .result_ref;
+            let part = format!("needle {}", words(7, 1_000));
+            let big = part.repeat(4 * 1_100);
+            let new = store
+                .put_one(&alice(), output("s", "new", "t", &big))
+                .unwrap()
+                .result_ref;
+            store.flush_index().unwrap();
+            store.analyze();
+            let hits = store
+                .search_session(&alice(), "s", "needle", 5, 5)
+                .unwrap();
+            assert_eq!(hits.len(), 5);
+            assert!(
+                hits.iter().all(|h| h.result_ref == new),
+                "the old passage is past the newest candidates: {hits:?}"
+            );
+            // The last candidate is the 1000th matching chunk from the end:
+            // no hit before it.
+            let chunks = 4 * 1_100 * part.chars().count() / 4096;
+            let first = ((chunks - 1_000) * 4096) as u64;
+            assert!(hits.iter().all(|h| h.offset + 8192 >= first), "{hits:?}");
+            // A word of the old output alone: its passages are all the
+            // candidates, so it is found.
+            let hits = store
+                .search_session(&alice(), "s", "unicorn", 5, 5)
+                .unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].result_ref, old);
+            // Both words: only the old passage has them.
+            let hits = store
+                .search_session(&alice(), "s", "unicorn needle", 5, 5)
+                .unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].result_ref, old);
+        }
+
+        fn statistics_change_the_plan_never_the_hits() {
+            // PostgreSQL walks the session before it has statistics and
+            // uses the GIN index for rare words after: the same hits.
+            let (_d, store) = open();
+            let mut refs = Vec::new();
+            for i in 0..40 {
+                let rare = if i % 13 == 0 { " zanzibar" } else { "" };
+                let text = format!("{}{rare} {}", words(i, 6_000), "common ".repeat(i as usize));
+                refs.push(
+                    store
+                        .put_one(&alice(), output("s", &format!("c{i}"), "t", &text))
+                        .unwrap()
+                        .result_ref,
+                );
+            }
+            store
+                .put_one(&alice(), output("other", "x", "t", "zanzibar common"))
+                .unwrap();
+            store.flush_index().unwrap();
+            let queries = ["zanzibar", "common", "zanzibar common", "common nosuchword"];
+            let before: Vec<_> = queries
+                .iter()
+                .map(|q| store.search_session(&alice(), "s", q, 10, 20).unwrap())
+                .collect();
+            store.analyze();
+            for (q, before) in queries.iter().zip(&before) {
+                let after = store.search_session(&alice(), "s", q, 10, 20).unwrap();
+                assert_eq!(&after, before, "{q}");
+                assert!(!after.is_empty(), "{q}");
+            }
+            let zanzibar: Vec<&str> = before[0].iter().map(|h| h.result_ref.as_str()).collect();
+            assert_eq!(zanzibar.len(), 4, "{zanzibar:?}");
+            assert!(zanzibar.iter().all(|r| [&refs[0], &refs[13], &refs[26], &refs[39]]
+                .iter()
+                .any(|x| x.as_str() == *r)));
+        }
+
         fn no_passage_with_all_words_falls_back_to_any_word() {
             let (_d, store) = open();
             let refs = fill(&store);

@@ -16,6 +16,7 @@ use crate::store::{
 };
 use crate::synopsis::{Kind, Synopsis};
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
 /// The output's state: `Ok(total_chars)` when it is live, else why not.
@@ -235,26 +236,188 @@ fn tsquery(terms: &[String], op: &str) -> String {
     quoted.join(&format!(" {op} "))
 }
 
-/// The session's best passages for `query` (a [`tsquery`] text): indexed
-/// chunks through the GIN index, unindexed ones (stored in the last moments)
-/// parsed here, both limited to the session's live originals. Each hit is
-/// named by the newest output of the session holding its original.
-const RANK: &str = "WITH mine AS MATERIALIZED ( \
+/// [`text::RANK_CANDIDATES`] as a query parameter.
+const RANK_CANDIDATES: i64 = text::RANK_CANDIDATES as i64;
+
+/// How the candidates are found. Both give the same set (the session's
+/// newest matching passages); they differ in cost, so the choice follows
+/// PostgreSQL's own estimate of how many chunks match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    /// The GIN index: every chunk of the store that matches, then the
+    /// session's. Cost grows with the matches store-wide: right for rare
+    /// words.
+    Index,
+    /// The session's originals newest first, each chunk tested until enough
+    /// match. Cost grows with the chunks visited: right for common words
+    /// (the GIN index would return most of the store).
+    Walk,
+}
+
+impl Strategy {
+    /// Walk when it visits fewer chunks than the index would return (a
+    /// chunk visited and a match returned cost about the same, ~5 us):
+    /// `wanted` matches among `session` chunks, `matches` of `total` chunks
+    /// estimated to match store-wide. The estimate of several words assumes
+    /// they are independent; words of logs come together, so for an AND it
+    /// errs low (`user & email & active`: 5216 estimated, 9864 real), hence
+    /// `all_of` doubles it.
+    fn choose(wanted: f64, matches: f64, session: f64, total: f64, all_of: bool) -> Strategy {
+        let matches = matches.max(1.0) * if all_of { 2.0 } else { 1.0 };
+        let visited = session.min(wanted * total.max(matches) / matches);
+        if visited < matches {
+            Strategy::Walk
+        } else {
+            Strategy::Index
+        }
+    }
+}
+
+/// The live originals of the session, each named by its newest output.
+const MINE: &str = "mine AS MATERIALIZED ( \
         SELECT DISTINCT ON (blob_id) blob_id, ref, tool_name, original_chars FROM outputs \
         WHERE tenant = $1 AND session_id = $2 AND blob_id IS NOT NULL \
-        ORDER BY blob_id, created_at DESC, id DESC), \
-    q AS (SELECT to_tsquery('toolstub_code', $3) AS q), \
-    hits AS ( \
-        SELECT c.blob_id, c.seq, c.start_char, c.text, ts_rank_cd(c.tsv, q.q) AS score \
-        FROM chunks c, q WHERE c.tsv @@ q.q AND c.blob_id IN (SELECT blob_id FROM mine) \
+        ORDER BY blob_id, created_at DESC, id DESC)";
+
+/// Candidates through the GIN index (indexed chunks; unindexed ones, stored
+/// in the last moments, parsed here), newest first, at most `$4`.
+const BY_INDEX: &str = "SELECT blob_id, seq FROM ( \
+        SELECT c.blob_id, c.seq FROM chunks c \
+        WHERE c.tsv @@ to_tsquery('toolstub_code', $3) AND c.blob_id IN (SELECT blob_id FROM mine) \
         UNION ALL \
-        SELECT u.blob_id, u.seq, u.start_char, u.text, ts_rank_cd(u.v, q.q) FROM q, ( \
-            SELECT blob_id, seq, start_char, text, TSVECTOR AS v FROM chunks \
-            WHERE tsv IS NULL AND blob_id IN (SELECT blob_id FROM mine)) u \
-        WHERE u.v @@ q.q) \
-    SELECT h.blob_id, h.start_char, h.text, h.score, m.ref, m.tool_name, m.original_chars \
-    FROM hits h JOIN mine m USING (blob_id) \
-    ORDER BY h.score DESC, h.blob_id, h.seq LIMIT $4";
+        SELECT c.blob_id, c.seq FROM chunks c \
+        WHERE c.tsv IS NULL AND c.blob_id IN (SELECT blob_id FROM mine) \
+        AND TSVECTOR @@ (SELECT to_tsquery('toolstub_code', $3))) m \
+    ORDER BY blob_id DESC, seq DESC LIMIT $4";
+
+/// Candidates by walking the session's originals, newest first. The test is
+/// on `coalesce(tsv, ...)`, which the GIN index cannot serve, so PostgreSQL
+/// cannot turn the walk back into one index scan per original.
+const BY_WALK: &str =
+    "SELECT b.blob_id, c.seq FROM (SELECT blob_id FROM mine ORDER BY blob_id DESC) b \
+    CROSS JOIN LATERAL ( \
+        SELECT seq FROM chunks c WHERE c.blob_id = b.blob_id \
+        AND coalesce(c.tsv, TSVECTOR) @@ (SELECT to_tsquery('toolstub_code', $3)) \
+        ORDER BY seq DESC) c \
+    LIMIT $4";
+
+/// The candidates ranked, the best `$5` with their text and output.
+/// `OFFSET 0` keeps the ranking a lookup per candidate (else PostgreSQL
+/// may join by scanning every chunk).
+const RANKED: &str = "WITH MINE, cand AS MATERIALIZED (CANDIDATES), \
+    top AS MATERIALIZED ( \
+        SELECT k.blob_id, k.seq, r.score FROM cand k CROSS JOIN LATERAL ( \
+            SELECT ts_rank_cd(coalesce(c.tsv, TSVECTOR), (SELECT to_tsquery('toolstub_code', $3))) \
+                AS score \
+            FROM chunks c WHERE c.blob_id = k.blob_id AND c.seq = k.seq OFFSET 0) r \
+        ORDER BY r.score DESC, k.blob_id, k.seq LIMIT $5) \
+    SELECT t.blob_id, c.start_char, c.text, t.score, m.ref, m.tool_name, m.original_chars \
+    FROM top t JOIN chunks c USING (blob_id, seq) JOIN mine m USING (blob_id) \
+    ORDER BY t.score DESC, t.blob_id, t.seq";
+
+/// The statement for a strategy: `ranked` ranks, else it only finds
+/// candidates (a term's existence check).
+fn statement(strategy: Strategy, ranked: bool) -> String {
+    let candidates = match strategy {
+        Strategy::Index => BY_INDEX,
+        Strategy::Walk => BY_WALK,
+    };
+    let sql = if ranked {
+        RANKED.replace("CANDIDATES", candidates)
+    } else {
+        format!("WITH MINE {candidates}")
+    };
+    sql.replace("MINE", MINE).replace("TSVECTOR", TSVECTOR)
+}
+
+/// One ranked session search, in one read-only snapshot.
+struct SessionSearch<'a> {
+    tx: &'a tokio_postgres::Transaction<'a>,
+    tenant: &'a Tenant,
+    session_id: &'a str,
+    /// The session's chunks and the store's (an estimate), for [`Strategy`].
+    session_chunks: f64,
+    total_chunks: f64,
+    /// Whether `chunks.tsv` has statistics (`ANALYZE`, which autovacuum runs
+    /// after enough writes): without them the planner's estimate is a
+    /// constant, and the walk, whose cost the session bounds, is chosen.
+    analyzed: bool,
+}
+
+impl SessionSearch<'_> {
+    /// PostgreSQL's estimate of the chunks store-wide matching `expression`
+    /// (the planner's row count, from the column's statistics).
+    async fn estimate(&self, expression: &str) -> Result<f64, StoreError> {
+        let rows = self
+            .tx
+            .query_typed(
+                "EXPLAIN SELECT 1 FROM chunks WHERE tsv @@ to_tsquery('toolstub_code', $1)",
+                &[(&expression, Type::TEXT)],
+            )
+            .await
+            .pg("estimating the matches of a search")?;
+        let plan: &str = rows.first().map_or("", |r| r.get(0));
+        Ok(plan_rows(plan).unwrap_or(self.total_chunks))
+    }
+
+    async fn strategy(&self, expression: &str, wanted: i64) -> Result<Strategy, StoreError> {
+        if !self.analyzed {
+            return Ok(Strategy::Walk);
+        }
+        let matches = self.estimate(expression).await?;
+        Ok(Strategy::choose(
+            wanted as f64,
+            matches,
+            self.session_chunks,
+            self.total_chunks,
+            expression.contains(" & "),
+        ))
+    }
+
+    /// Whether any passage of the session matches `expression`.
+    async fn any(&self, expression: &str) -> Result<bool, StoreError> {
+        let strategy = self.strategy(expression, 1).await?;
+        let rows = self
+            .tx
+            .query_typed(
+                &statement(strategy, false),
+                &[
+                    (&self.tenant.as_str(), Type::TEXT),
+                    (&self.session_id, Type::TEXT),
+                    (&expression, Type::TEXT),
+                    (&1i64, Type::INT8),
+                ],
+            )
+            .await
+            .pg("checking a search term")?;
+        Ok(!rows.is_empty())
+    }
+
+    /// The best `limit` passages for `expression`, best first.
+    async fn ranked(&self, expression: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
+        let strategy = self.strategy(expression, RANK_CANDIDATES).await?;
+        self.tx
+            .query_typed(
+                &statement(strategy, true),
+                &[
+                    (&self.tenant.as_str(), Type::TEXT),
+                    (&self.session_id, Type::TEXT),
+                    (&expression, Type::TEXT),
+                    (&RANK_CANDIDATES, Type::INT8),
+                    (&limit, Type::INT8),
+                ],
+            )
+            .await
+            .pg("running the ranked search")
+    }
+}
+
+/// The row count of an `EXPLAIN`'s top node: `... (cost=a..b rows=N width=W)`.
+fn plan_rows(plan: &str) -> Option<f64> {
+    let rest = &plan[plan.find(" rows=")? + " rows=".len()..];
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
 
 pub async fn search_session(
     conn: &mut Conn,
@@ -275,26 +438,34 @@ pub async fn search_session(
         .start()
         .await
         .pg("starting a session search")?;
-    let rank = tx
-        .prepare_cached(&RANK.replace("TSVECTOR", TSVECTOR))
+    let sizes = tx
+        .query_one(
+            "SELECT (SELECT coalesce(sum(b.chunk_count), 0)::float8 FROM blobs b WHERE b.id IN ( \
+                 SELECT blob_id FROM outputs WHERE tenant = $1 AND session_id = $2 \
+                 AND blob_id IS NOT NULL)), \
+             (SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'chunks'::regclass), \
+             EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = current_schema() \
+                 AND tablename = 'chunks' AND attname = 'tsv' AND most_common_elems IS NOT NULL)",
+            &[&tenant.as_str(), &session_id],
+        )
         .await
-        .pg("preparing the ranked search")?;
-    let run = |expression: String, limit: i64| {
-        let (tx, rank) = (&tx, &rank);
-        async move {
-            tx.query(rank, &[&tenant.as_str(), &session_id, &expression, &limit])
-                .await
-                .pg("running the ranked search")
-        }
+        .pg("measuring the session")?;
+    let search = SessionSearch {
+        tx: &tx,
+        tenant,
+        session_id,
+        session_chunks: sizes.get(0),
+        total_chunks: sizes.get::<_, Option<f64>>(1).unwrap_or(0.0),
+        analyzed: sizes.get(2),
     };
     // Words the session's outputs do not hold cannot match: dropping them
     // first keeps a typo from turning an AND query into the OR fallback
     // (as the SQLite backend does).
     let mut kept = Vec::with_capacity(terms.len());
     for term in terms {
-        if !run(tsquery(std::slice::from_ref(&term), "&"), 1)
+        if search
+            .any(&tsquery(std::slice::from_ref(&term), "&"))
             .await?
-            .is_empty()
         {
             kept.push(term);
         }
@@ -304,34 +475,43 @@ pub async fn search_session(
         return Ok(Vec::new());
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut rows = run(tsquery(&terms, "&"), limit).await?;
+    let mut rows = search.ranked(&tsquery(&terms, "&"), limit).await?;
     if rows.is_empty() && terms.len() > 1 {
-        rows = run(tsquery(&terms, "|"), limit).await?;
+        rows = search.ranked(&tsquery(&terms, "|"), limit).await?;
     }
-    let mut hits = Vec::with_capacity(rows.len());
-    for row in rows {
+    // The snippets' reads are sent together: tokio-postgres pipelines them
+    // on the one connection (one round trip instead of one per hit).
+    let ctx = context_chars as u64;
+    let snippets = rows.iter().map(|row| {
         let chunk_start = u64::try_from(row.get::<_, i64>("start_char")).unwrap_or(0);
-        let chunk: &str = row.get("text");
-        let (offset, len) = text::hit_at(chunk, chunk_start, &terms);
-        let ctx = context_chars as u64;
+        let (offset, len) = text::hit_at(row.get("text"), chunk_start, &terms);
         let total = u64::try_from(row.get::<_, i64>("original_chars")).unwrap_or(0);
-        let result_ref: String = row.get("ref");
-        let (_, _, snippet) = window(
-            &tx,
-            tenant,
-            &result_ref,
-            offset.saturating_sub(ctx),
-            Some((offset + len).saturating_add(ctx).min(total)),
-        )
-        .await?;
-        hits.push(SearchHit {
-            result_ref,
+        let (tx, result_ref) = (&tx, row.get::<_, &str>("ref"));
+        async move {
+            let end = (offset + len).saturating_add(ctx).min(total);
+            let (_, _, snippet) = window(
+                tx,
+                tenant,
+                result_ref,
+                offset.saturating_sub(ctx),
+                Some(end),
+            )
+            .await?;
+            Ok::<_, StoreError>((offset, snippet))
+        }
+    });
+    let snippets = futures_util::future::try_join_all(snippets).await?;
+    let hits = rows
+        .iter()
+        .zip(snippets)
+        .map(|(row, (offset, snippet))| SearchHit {
+            result_ref: row.get("ref"),
             tool_name: row.get("tool_name"),
             offset,
             snippet,
             score: f64::from(row.get::<_, f32>("score")),
-        });
-    }
+        })
+        .collect();
     tx.commit().await.pg("ending a session search")?;
     Ok(hits)
 }
@@ -406,4 +586,48 @@ pub async fn stats(conn: &Conn) -> Result<StoreStats, StoreError> {
         unindexed_chunks: n(6),
         file_bytes: n(7),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rare_words_use_the_index_common_ones_walk() {
+        // 30k chunks, a session of 25k.
+        let choose =
+            |wanted, matches, all_of| Strategy::choose(wanted, matches, 25_000.0, 30_000.0, all_of);
+        assert_eq!(choose(1000.0, 151.0, false), Strategy::Index);
+        assert_eq!(choose(1000.0, 2_890.0, false), Strategy::Index);
+        assert_eq!(choose(1000.0, 27_591.0, false), Strategy::Walk);
+        // An AND's estimate is doubled: 5216 estimated, 9864 real.
+        assert_eq!(choose(1000.0, 5_216.0, false), Strategy::Index);
+        assert_eq!(choose(1000.0, 5_216.0, true), Strategy::Walk);
+        // One match wanted (a term's check): a rare word's few matches
+        // cost less than walking to the first.
+        assert_eq!(choose(1.0, 151.0, false), Strategy::Index);
+        assert_eq!(choose(1.0, 2_890.0, false), Strategy::Walk);
+        // A word common elsewhere but in a small session: the walk is
+        // bounded by the session.
+        assert_eq!(
+            Strategy::choose(1000.0, 100_000.0, 300.0, 3_000_000.0, false),
+            Strategy::Walk
+        );
+        // An empty store and session: the walk (it visits nothing).
+        assert_eq!(
+            Strategy::choose(1000.0, 0.0, 0.0, 0.0, false),
+            Strategy::Walk
+        );
+    }
+
+    #[test]
+    fn plan_rows_reads_the_top_node() {
+        let plan = "Bitmap Heap Scan on chunks  (cost=96.43..11957.98 rows=5216 width=4029)";
+        assert_eq!(plan_rows(plan), Some(5216.0));
+        assert_eq!(
+            plan_rows("Result  (cost=0.00..0.01 rows=1 width=4)"),
+            Some(1.0)
+        );
+        assert_eq!(plan_rows("no costs here"), None);
+    }
 }

@@ -9,7 +9,10 @@ use crate::store::error::PgContext;
 use crate::store::StoreError;
 
 /// The migration list, oldest first. Append; never edit a released one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_inline_tsv.sql"),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

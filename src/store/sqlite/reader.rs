@@ -333,9 +333,12 @@ pub(crate) fn search_session(
     Ok(hits)
 }
 
-/// Chunk ids and BM25 ranks (lower is better) of the session's best passages.
-/// `rowid >> 20` is the chunk's original ([`CHUNK_BITS`]), so filtering by
-/// session needs no lookup per FTS row.
+/// Chunk ids and BM25 ranks (lower is better) of the session's best passages
+/// among its newest [`text::RANK_CANDIDATES`] matching ones. `rowid >> 20`
+/// is the chunk's original ([`CHUNK_BITS`]), so filtering by session needs
+/// no lookup per FTS row, and rowid order is (original, chunk) order: the
+/// candidates are the matches from the lowest rowid the newest ones reach,
+/// which FTS5 seeks to in its doclists.
 fn rank(
     conn: &Connection,
     tenant: &Tenant,
@@ -343,9 +346,31 @@ fn rank(
     expression: &str,
     limit: i64,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
+    let first: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(rowid) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?1 \
+             AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
+                 WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
+             ORDER BY rowid DESC LIMIT ?4)",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![
+                    expression,
+                    tenant.as_str(),
+                    session_id,
+                    text::RANK_CANDIDATES as i64
+                ],
+                |r| r.get(0),
+            )
+        })
+        .ctx("finding the search's candidates")?;
+    let Some(first) = first else {
+        return Ok(Vec::new());
+    };
     let mut stmt = conn
         .prepare_cached(
-            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ?1 \
+            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid >= ?5 \
              AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
                  WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
              ORDER BY rank LIMIT ?4",
@@ -353,7 +378,7 @@ fn rank(
         .ctx("preparing the ranked search")?;
     let rows = stmt
         .query_map(
-            params![expression, tenant.as_str(), session_id, limit],
+            params![expression, tenant.as_str(), session_id, limit, first],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .ctx("running the ranked search")?;

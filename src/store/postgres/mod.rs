@@ -413,7 +413,8 @@ impl PostgresBackend {
 
     pub async fn flush_index(&self) -> Result<u64, StoreError> {
         let mut conn = self.inner.conn().await?;
-        self.inner.note(index::flush(&mut conn).await)
+        self.inner
+            .note(index::flush(&self.inner.indexer, &mut conn).await)
     }
 
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {

@@ -445,7 +445,7 @@ pub async fn search_session(
                  AND blob_id IS NOT NULL)), \
              (SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'chunks'::regclass), \
              EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = current_schema() \
-                 AND tablename = 'chunks' AND attname = 'tsv' AND most_common_elems IS NOT NULL)",
+                 AND tablename = 'chunks' AND attname = 'tsv')",
             &[&tenant.as_str(), &session_id],
         )
         .await
@@ -458,26 +458,33 @@ pub async fn search_session(
         total_chunks: sizes.get::<_, Option<f64>>(1).unwrap_or(0.0),
         analyzed: sizes.get(2),
     };
-    // Words the session's outputs do not hold cannot match: dropping them
-    // first keeps a typo from turning an AND query into the OR fallback
-    // (as the SQLite backend does).
-    let mut kept = Vec::with_capacity(terms.len());
-    for term in terms {
-        if search
-            .any(&tsquery(std::slice::from_ref(&term), "&"))
-            .await?
-        {
-            kept.push(term);
-        }
-    }
-    let terms = kept;
-    if terms.is_empty() {
-        return Ok(Vec::new());
-    }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut rows = search.ranked(&tsquery(&terms, "&"), limit).await?;
-    if rows.is_empty() && terms.len() > 1 {
-        rows = search.ranked(&tsquery(&terms, "|"), limit).await?;
+    let mut terms = terms;
+    if rows.is_empty() {
+        // Words the session's outputs do not hold cannot match: dropping
+        // them keeps a typo from turning an AND query into the OR fallback
+        // (as the SQLite backend does). Only asked when the AND found
+        // nothing: a hit holds every word.
+        let mut kept = Vec::with_capacity(terms.len());
+        for term in &terms {
+            if search
+                .any(&tsquery(std::slice::from_ref(term), "&"))
+                .await?
+            {
+                kept.push(term.clone());
+            }
+        }
+        if kept.is_empty() {
+            return Ok(Vec::new());
+        }
+        if kept.len() < terms.len() {
+            rows = search.ranked(&tsquery(&kept, "&"), limit).await?;
+        }
+        if rows.is_empty() && kept.len() > 1 {
+            rows = search.ranked(&tsquery(&kept, "|"), limit).await?;
+        }
+        terms = kept;
     }
     // The snippets' reads are sent together: tokio-postgres pipelines them
     // on the one connection (one round trip instead of one per hit).

@@ -254,28 +254,6 @@ pub(crate) fn search_session(
         return Ok(Vec::new());
     }
     let tx = conn.transaction().ctx("starting a session search")?;
-    // Words the index has never seen cannot match: dropping them first keeps
-    // a typo from turning an AND query into the slower OR fallback.
-    let mut terms = terms;
-    {
-        let mut seen = tx
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?1)")
-            .ctx("preparing a term check")?;
-        let mut kept = Vec::with_capacity(terms.len());
-        for term in terms {
-            let expression = text::fts_expression(std::slice::from_ref(&term), "AND");
-            if seen
-                .query_row([expression], |r| r.get::<_, bool>(0))
-                .ctx("checking a search term")?
-            {
-                kept.push(term);
-            }
-        }
-        terms = kept;
-    }
-    if terms.is_empty() {
-        return Ok(Vec::new());
-    }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut ranked = rank(
         &tx,
@@ -284,14 +262,47 @@ pub(crate) fn search_session(
         &text::fts_expression(&terms, "AND"),
         limit,
     )?;
-    if ranked.is_empty() && terms.len() > 1 {
-        ranked = rank(
-            &tx,
-            tenant,
-            session_id,
-            &text::fts_expression(&terms, "OR"),
-            limit,
-        )?;
+    let mut terms = terms;
+    if ranked.is_empty() {
+        // Words the index has never seen cannot match: dropping them keeps a
+        // typo from turning an AND query into the slower OR fallback. Only
+        // asked when the AND found nothing: a hit holds every word.
+        let mut seen = tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?1)")
+            .ctx("preparing a term check")?;
+        let mut kept = Vec::with_capacity(terms.len());
+        for term in &terms {
+            let expression = text::fts_expression(std::slice::from_ref(term), "AND");
+            if seen
+                .query_row([expression], |r| r.get::<_, bool>(0))
+                .ctx("checking a search term")?
+            {
+                kept.push(term.clone());
+            }
+        }
+        drop(seen);
+        if kept.is_empty() {
+            return Ok(Vec::new());
+        }
+        if kept.len() < terms.len() {
+            ranked = rank(
+                &tx,
+                tenant,
+                session_id,
+                &text::fts_expression(&kept, "AND"),
+                limit,
+            )?;
+        }
+        if ranked.is_empty() && kept.len() > 1 {
+            ranked = rank(
+                &tx,
+                tenant,
+                session_id,
+                &text::fts_expression(&kept, "OR"),
+                limit,
+            )?;
+        }
+        terms = kept;
     }
     let mut hits = Vec::with_capacity(ranked.len());
     for (chunk_id, bm25) in ranked {

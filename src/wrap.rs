@@ -85,7 +85,7 @@ pub struct Wrap {
 
 /// The command could not be started; its exit code says why.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot run {program}: {source}")]
+#[error("cannot run {program}")]
 struct SpawnFailed {
     program: String,
     code: u8,
@@ -119,19 +119,28 @@ fn run(wrap: Wrap) -> Result<u8> {
     runtime.block_on(async {
         let proxy = start(wrap.proxy, &inherited).await?;
         for note in &proxy.notes {
-            eprintln!("toolstub wrap: {note}");
+            say(&format!("toolstub wrap: {note}"));
         }
         let command = child_command(program, args, &proxy.endpoints, &inherited);
         let status = run_child(command, program).await;
         let summary = proxy.running.finish().await;
-        if !wrap.quiet {
+        // A command that never ran has nothing to sum up.
+        if !wrap.quiet && status.is_ok() {
             match summary {
-                Ok(lines) => lines.iter().for_each(|line| eprintln!("toolstub: {line}")),
-                Err(err) => eprintln!("toolstub wrap: no summary: {err:#}"),
+                Ok(lines) => lines
+                    .iter()
+                    .for_each(|line| say(&format!("toolstub: {line}"))),
+                Err(err) => say(&format!("toolstub wrap: no summary: {err:#}")),
             }
         }
         status
     })
+}
+
+/// One line on standard error; a closed one is no reason to fail.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// The variables of wrap's environment that decide where the child's

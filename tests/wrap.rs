@@ -256,7 +256,11 @@ async fn exit_codes_and_signal_deaths_pass_through() {
     missing.arg("/nonexistent/toolstub-wrap-test-command");
     let out = output(missing);
     assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
-    assert!(text(&out.stderr).contains("cannot run /nonexistent/toolstub-wrap-test-command"));
+    assert_eq!(
+        text(&out.stderr).lines().collect::<Vec<_>>(),
+        ["toolstub wrap: cannot run /nonexistent/toolstub-wrap-test-command: No such file or directory (os error 2)"],
+        "the reason, and no summary of a command that never ran"
+    );
 
     let mut bad_env = wrap(home.path(), &["--db", db, "--"]);
     bad_env

@@ -1,6 +1,7 @@
-//! The command line: `toolstub synopsis`, `toolstub results` (and, as it
-//! lands, `serve`). Parsing is clap's; each subcommand is one function that returns
-//! an error with context, printed once by [`main`].
+//! The command line: `toolstub serve`, `wrap`, `synopsis`, `results`.
+//! Parsing is clap's; each subcommand is one function that returns an error
+//! with context, printed once by [`main`] (`wrap` exits with its child's
+//! code, [`crate::wrap::main`]).
 
 use crate::refs::sha256_hex;
 use crate::stub::{render, RecallToolNames, StubHeader};
@@ -29,6 +30,11 @@ struct Cli {
 enum Command {
     /// Run the proxy (defaults: 127.0.0.1:8790; Anthropic requests to https://api.anthropic.com, the rest to https://api.openai.com; store ./toolstub.db).
     Serve(ServeArgs),
+    /// Run one command (an agent: claude, codex, python agent.py, ...) through toolstub: a proxy on a free loopback port, the command pointed at it (ANTHROPIC_BASE_URL, OPENAI_BASE_URL; Codex also through -c options), its terminal, signals and exit code passed through, a summary on stderr at the end. Its store: ~/.local/share/toolstub/toolstub.db unless --db, the config or TOOLSTUB_STORE_* say otherwise.
+    #[command(
+        after_help = "Examples:\n  toolstub wrap -- claude\n  toolstub wrap -- codex exec 'fix the tests'\n  toolstub wrap --upstream http://127.0.0.1:8000 -- python agent.py\n  toolstub wrap --proxy http://127.0.0.1:8790 -- claude\n\nA non-empty ANTHROPIC_BASE_URL or OPENAI_BASE_URL in the environment becomes the proxy's upstream for that API (--upstream replaces both)."
+    )]
+    Wrap(WrapArgs),
     /// Print the stub (without a ref) that toolstub would put in place of one tool output.
     Synopsis(SynopsisArgs),
     /// The operator's view of the result store: list, read and search stored originals.
@@ -63,6 +69,55 @@ struct ServeArgs {
 }
 
 #[derive(Args, Debug)]
+struct WrapArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Use the toolstub already running at URL (e.g. http://127.0.0.1:8790)
+    /// instead of starting one; the summary is then its counts over the
+    /// command's run.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = ["config", "listen", "upstream", "routes", "db", "store_url", "log_file"]
+    )]
+    proxy: Option<String>,
+    /// Append the proxy's log to FILE; without it the proxy logs nothing, so
+    /// the command's terminal stays its own.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+    /// Print no summary when the command exits.
+    #[arg(long)]
+    quiet: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<std::ffi::OsString>,
+}
+
+impl From<WrapArgs> for crate::wrap::Wrap {
+    fn from(args: WrapArgs) -> crate::wrap::Wrap {
+        let proxy = match args.proxy {
+            Some(url) => crate::wrap::ProxySource::Running(url),
+            None => crate::wrap::ProxySource::Own {
+                config_file: args.serve.config,
+                overrides: crate::config::Overrides {
+                    listen: args.serve.listen,
+                    upstream: args.serve.upstream,
+                    db: args.serve.db,
+                    store_url: args.serve.store_url,
+                    routes: args.serve.routes,
+                },
+                log_file: args.log_file,
+            },
+        };
+        crate::wrap::Wrap {
+            proxy,
+            quiet: args.quiet,
+            command: args.command,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
 struct SynopsisArgs {
     /// A MIME type hint (for example application/json); detection otherwise works from content.
     #[arg(long, value_name = "M")]
@@ -85,6 +140,7 @@ struct SynopsisArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Wrap(args) => return crate::wrap::main(args.into()),
         Command::Serve(args) => serve(args),
         Command::Synopsis(args) => synopsis(args),
         Command::Results(args) => results::run(args),

@@ -302,23 +302,62 @@ pub fn load(
     env: impl IntoIterator<Item = (String, String)>,
     overrides: &Overrides,
 ) -> Result<Config> {
-    let mut table = match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read config file {}", path.display()))?;
-            text.parse::<toml::Table>()
-                .with_context(|| format!("invalid TOML in {}", path.display()))?
-        }
-        None => toml::Table::new(),
-    };
+    load_with_defaults(file, env, &Overrides::default(), overrides)
+}
+
+/// As [`load`], with `defaults` below everything else: values the file,
+/// the environment and `overrides` replace when they set them
+/// (`toolstub wrap` keeps its store in the user's data directory unless
+/// told otherwise).
+pub fn load_with_defaults(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    defaults: &Overrides,
+    overrides: &Overrides,
+) -> Result<Config> {
+    let mut table = toml::Table::new();
+    apply_overrides(&mut table, defaults)?;
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let from_file = text
+            .parse::<toml::Table>()
+            .with_context(|| format!("invalid TOML in {}", path.display()))?;
+        merge_sections(&mut table, from_file);
+    }
     for (name, value) in env {
         if let Some(key) = name.strip_prefix("TOOLSTUB_") {
             apply_env(&mut table, &name, key, &value)?;
         }
     }
+    apply_overrides(&mut table, overrides)?;
+    let raw: RawConfig = toml::Value::Table(table)
+        .try_into()
+        .context("invalid configuration")?;
+    validate(raw)
+}
+
+/// `top` over `base`, key by key within each section (a section of `top`
+/// does not wipe out the keys of `base`'s that it does not set).
+fn merge_sections(base: &mut toml::Table, top: toml::Table) {
+    for (name, value) in top {
+        match (base.get_mut(&name), value) {
+            (Some(toml::Value::Table(section)), toml::Value::Table(keys)) => {
+                for (key, value) in keys {
+                    section.insert(key, value);
+                }
+            }
+            (_, value) => {
+                base.insert(name, value);
+            }
+        }
+    }
+}
+
+fn apply_overrides(table: &mut toml::Table, overrides: &Overrides) -> Result<()> {
     if let Some(listen) = &overrides.listen {
         set(
-            &mut table,
+            table,
             "server",
             "listen",
             toml::Value::String(listen.clone()),
@@ -326,7 +365,7 @@ pub fn load(
     }
     if let Some(upstream) = &overrides.upstream {
         set(
-            &mut table,
+            table,
             "upstream",
             "base_url",
             toml::Value::String(upstream.clone()),
@@ -350,19 +389,16 @@ pub fn load(
     }
     if let Some(db) = &overrides.db {
         set(
-            &mut table,
+            table,
             "store",
             "path",
             toml::Value::String(db.to_string_lossy().into_owned()),
         );
     }
     if let Some(url) = &overrides.store_url {
-        set(&mut table, "store", "url", toml::Value::String(url.clone()));
+        set(table, "store", "url", toml::Value::String(url.clone()));
     }
-    let raw: RawConfig = toml::Value::Table(table)
-        .try_into()
-        .context("invalid configuration")?;
-    validate(raw)
+    Ok(())
 }
 
 const SECTIONS: [&str; 6] = [
@@ -658,6 +694,41 @@ mod tests {
         };
         let c = load(Some(&path), env, &flags).expect("flags");
         assert_eq!(c.listen.to_string(), "127.0.0.1:3");
+    }
+
+    #[test]
+    fn defaults_give_way_to_the_file_the_environment_and_flags() {
+        let defaults = Overrides {
+            db: Some(PathBuf::from("/data/wrap.db")),
+            ..Overrides::default()
+        };
+        let c =
+            load_with_defaults(None, no_env(), &defaults, &Overrides::default()).expect("defaults");
+        assert_eq!(c.store.path, PathBuf::from("/data/wrap.db"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[store]\nretention_days = 2\n").expect("write");
+        let c = load_with_defaults(Some(&path), no_env(), &defaults, &Overrides::default())
+            .expect("a file without store.path");
+        assert_eq!(
+            c.store.path,
+            PathBuf::from("/data/wrap.db"),
+            "kept beside the file's keys"
+        );
+        assert_eq!(c.store.retention_days, 2);
+        std::fs::write(&path, "[store]\npath = \"file.db\"\n").expect("write");
+        let c = load_with_defaults(Some(&path), no_env(), &defaults, &Overrides::default())
+            .expect("file");
+        assert_eq!(c.store.path, PathBuf::from("file.db"));
+        let env = vec![("TOOLSTUB_STORE_PATH".to_string(), "env.db".to_string())];
+        let c = load_with_defaults(None, env, &defaults, &Overrides::default()).expect("env");
+        assert_eq!(c.store.path, PathBuf::from("env.db"));
+        let flags = Overrides {
+            db: Some(PathBuf::from("flag.db")),
+            ..Overrides::default()
+        };
+        let c = load_with_defaults(Some(&path), no_env(), &defaults, &flags).expect("flags");
+        assert_eq!(c.store.path, PathBuf::from("flag.db"));
     }
 
     #[test]

@@ -17,3 +17,4 @@ pub mod rewrite;
 pub mod store;
 pub mod stub;
 pub mod synopsis;
+pub mod wrap;

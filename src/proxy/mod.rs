@@ -528,6 +528,49 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
         })
 }
 
+/// `GET` of `path` on `base_url` with the upstream client (HTTP or HTTPS,
+/// Mozilla's roots), within `timeout`: the status and the body as text (at
+/// most 16 MiB). `toolstub wrap --proxy` reads a running proxy's `/healthz`
+/// and `/metrics` with it.
+pub async fn get_text(
+    base_url: &str,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Result<(StatusCode, String)> {
+    const CAP: u64 = 16 << 20;
+    let overrides = crate::config::Overrides {
+        upstream: Some(base_url.to_string()),
+        ..Default::default()
+    };
+    let config = crate::config::load(None, Vec::new(), &overrides)?;
+    let client = Upstream::new(&config.upstream)?;
+    let uri = client
+        .uri_for(path, false)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut request = Request::new(full(bytes::Bytes::new()));
+    *request.uri_mut() = uri.clone();
+    let exchange = async {
+        let (response, _) = client
+            .send(request)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let status = response.status();
+        match body::collect_within(response.into_body(), CAP)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            body::Collected::Complete(bytes) => {
+                Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            body::Collected::TooLarge(_) => anyhow::bail!("the answer exceeds {CAP} bytes"),
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {} ms", timeout.as_millis()))?
+        .with_context(|| format!("GET {uri}"))
+}
+
 /// `toolstub serve`: the server, until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     let listen = config.listen;

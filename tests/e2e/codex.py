@@ -25,7 +25,9 @@ E2E = Path(__file__).resolve().parent
 CODEX = E2E / "node_modules" / ".bin" / "codex"
 VERSION = "0.171.0"
 API_KEY = "sk-codex-e2e-0123456789"
-KEY_ENV = "TOOLSTUB_E2E_CODEX_KEY"
+# Not a TOOLSTUB_* name: toolstub rejects unknown TOOLSTUB_* variables at start-up,
+# and `toolstub wrap` shares its environment with the CLI it runs.
+KEY_ENV = "E2E_CODEX_KEY"
 PROVIDER = "toolstub-e2e"
 MODEL = "gpt-mock-codex"
 RUN_TIMEOUT = 90.0

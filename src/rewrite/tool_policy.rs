@@ -101,15 +101,18 @@ impl Glob {
         &self.source
     }
 
-    /// Whether `name` matches the whole pattern. Linear in the name for
-    /// each star (the classic backtrack to the last `*`), so a hostile
-    /// name of any length costs at most (name x pattern) steps.
+    /// Whether `name` matches the whole pattern. Each star backtracks at
+    /// most once per character of the name (the classic rule: on a
+    /// mismatch, let the last star swallow one more character), so a
+    /// hostile name of any length costs at most (name x pattern) steps, and
+    /// nothing is allocated.
     pub fn matches(&self, name: &str) -> bool {
-        let name: Vec<char> = name.chars().collect();
+        // `p` indexes the tokens, `n` the name's bytes (always at a
+        // character boundary).
         let (mut p, mut n) = (0, 0);
         // The last star seen and where in the name it started matching.
         let mut star: Option<(usize, usize)> = None;
-        while n < name.len() {
+        while let Some(c) = name[n..].chars().next() {
             match self.tokens.get(p) {
                 Some(Token::Any) => {
                     star = Some((p, n));
@@ -117,18 +120,18 @@ impl Glob {
                 }
                 Some(Token::One) => {
                     p += 1;
-                    n += 1;
+                    n += c.len_utf8();
                 }
-                Some(Token::Char(c)) if *c == name[n] => {
+                Some(Token::Char(t)) if *t == c => {
                     p += 1;
-                    n += 1;
+                    n += c.len_utf8();
                 }
                 _ => match star {
-                    // Let the last star swallow one more character.
                     Some((sp, sn)) => {
+                        let swallowed = name[sn..].chars().next().map_or(1, char::len_utf8);
                         p = sp + 1;
-                        n = sn + 1;
-                        star = Some((sp, sn + 1));
+                        n = sn + swallowed;
+                        star = Some((sp, n));
                     }
                     None => return false,
                 },
@@ -233,6 +236,10 @@ mod tests {
             ("*", "anything at all", true),
             ("?", "", false),
             ("?", "é", true),
+            ("a?c", "aéc", true),
+            ("*é", "xxé", true),
+            ("é*ß", "éaaß", true),
+            ("é*ß", "éaaßx", false),
             ("?", "ab", false),
             ("*_file", "read_file", true),
             ("*_file", "read_file_2", false),
@@ -247,6 +254,28 @@ mod tests {
         ];
         for (pattern, name, expected) in cases {
             assert_eq!(glob(pattern).matches(name), *expected, "{pattern} ~ {name}");
+        }
+    }
+
+    /// The obvious exponential matcher, as the reference.
+    fn naive(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) => (0..=n.len()).any(|k| naive(rest, &n[k..])),
+            Some(('?', rest)) => !n.is_empty() && naive(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && naive(rest, &n[1..]),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matching_agrees_with_the_obvious_definition(
+            pattern in "[ab*?é]{1,8}",
+            name in "[abé]{0,10}",
+        ) {
+            let p: Vec<char> = pattern.chars().collect();
+            let n: Vec<char> = name.chars().collect();
+            proptest::prop_assert_eq!(glob(&pattern).matches(&name), naive(&p, &n));
         }
     }
 

@@ -8,6 +8,7 @@
 //! never global.
 
 use crate::rewrite::select::Budget;
+use crate::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use crate::rewrite::Policy;
 use crate::store::Durability;
 use crate::stub::RecallToolNames;
@@ -144,11 +145,33 @@ pub struct RawExternalization {
     pub assistant_turn_inline_budget_chars: usize,
     pub assistant_turn_preview_budget_chars: usize,
     pub min_preview_chars: usize,
+    /// Budget for the tool output a conversation keeps inline (0: off).
+    pub conversation_inline_budget_chars: usize,
+    /// Under the conversation budget, outputs longer than this are externalized.
+    pub conversation_floor_chars: usize,
     pub failure_mode: FailureMode,
+    /// The older form of a MIME hint per tool name, still accepted: each
+    /// entry is read as a rule `{ match = <the exact name>, mime = ... }`
+    /// placed after the `tools` rules.
     pub mime_by_tool: BTreeMap<String, String>,
+    /// Per-tool rules (`[[externalization.tools]]`), in file order.
+    pub tools: Vec<RawToolRule>,
     /// Whether outputs the client flags as errors (Anthropic `is_error`)
     /// may be externalized; by default they stay verbatim.
     pub externalize_errors: bool,
+}
+
+/// One `[[externalization.tools]]` entry as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToolRule {
+    /// A tool-name pattern (`*`, `?`).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub threshold_chars: Option<usize>,
+    pub conversation_budget: Option<bool>,
+    pub externalize: Option<Externalize>,
+    pub mime: Option<String>,
 }
 
 impl Default for RawExternalization {
@@ -161,8 +184,11 @@ impl Default for RawExternalization {
             assistant_turn_inline_budget_chars: b.turn_inline_budget_chars,
             assistant_turn_preview_budget_chars: b.turn_preview_budget_chars,
             min_preview_chars: b.min_preview_chars,
+            conversation_inline_budget_chars: b.conversation_inline_budget_chars,
+            conversation_floor_chars: b.conversation_floor_chars,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
+            tools: Vec::new(),
             externalize_errors: false,
         }
     }
@@ -464,6 +490,51 @@ fn base_url(key: &str, raw: &str) -> Result<http::Uri> {
     Ok(url)
 }
 
+/// The per-tool rules: `externalization.tools` in file order, then the
+/// older `mime_by_tool` entries (exact names, by name order), each checked
+/// with its key named.
+fn tool_rules(e: &RawExternalization) -> Result<ToolRules> {
+    let mut rules = Vec::with_capacity(e.tools.len() + e.mime_by_tool.len());
+    for (i, raw) in e.tools.iter().enumerate() {
+        let key = format!("externalization.tools[{i}]");
+        let pattern =
+            Glob::new(&raw.pattern).with_context(|| format!("{key}.match: invalid pattern"))?;
+        if raw.threshold_chars == Some(0) {
+            bail!("{key}.threshold_chars must be at least 1");
+        }
+        if raw.mime.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            bail!("{key}.mime must not be empty");
+        }
+        if raw.threshold_chars.is_none()
+            && raw.conversation_budget.is_none()
+            && raw.externalize.is_none()
+            && raw.mime.is_none()
+        {
+            bail!("{key} (match = {:?}) sets nothing: give it threshold_chars, conversation_budget, externalize or mime", raw.pattern);
+        }
+        rules.push(ToolRule {
+            pattern,
+            threshold_chars: raw.threshold_chars,
+            conversation_budget: raw.conversation_budget,
+            externalize: raw.externalize,
+            mime: raw.mime.clone(),
+        });
+    }
+    for (name, mime) in &e.mime_by_tool {
+        if mime.trim().is_empty() {
+            bail!("externalization.mime_by_tool.{name:?} must not be empty");
+        }
+        rules.push(ToolRule {
+            pattern: Glob::literal(name),
+            threshold_chars: None,
+            conversation_budget: None,
+            externalize: None,
+            mime: Some(mime.clone()),
+        });
+    }
+    Ok(ToolRules(rules))
+}
+
 fn validate(raw: RawConfig) -> Result<Config> {
     let listen: SocketAddr = raw
         .server
@@ -503,6 +574,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
     if e.threshold_chars == 0 {
         bail!("externalization.threshold_chars must be at least 1");
     }
+    let tools = tool_rules(e)?;
     let names = RecallToolNames {
         read: raw.recall.read_tool.clone(),
         search: raw.recall.search_tool.clone(),
@@ -584,10 +656,12 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 turn_inline_budget_chars: e.assistant_turn_inline_budget_chars,
                 turn_preview_budget_chars: e.assistant_turn_preview_budget_chars,
                 min_preview_chars: e.min_preview_chars,
+                conversation_inline_budget_chars: e.conversation_inline_budget_chars,
+                conversation_floor_chars: e.conversation_floor_chars,
             },
             recall_enabled: raw.recall.enabled,
             recall_names: names,
-            mime_by_tool: e.mime_by_tool.clone(),
+            tools,
             externalize_errors: e.externalize_errors,
         },
         recall_max_rounds: raw.recall.max_rounds,
@@ -687,7 +761,10 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:2");
         assert_eq!(c.policy.budget.threshold_chars, 7);
         assert_eq!(c.failure_mode, FailureMode::Reject);
-        assert_eq!(c.policy.mime_by_tool["fetch"], "application/json");
+        assert_eq!(
+            c.policy.tools.resolve(Some("fetch"), 1).mime.as_deref(),
+            Some("application/json")
+        );
         let flags = Overrides {
             listen: Some("127.0.0.1:3".to_string()),
             ..Overrides::default()
@@ -861,5 +938,134 @@ mod tests {
         )
         .expect_err("too short");
         assert!(format!("{err:#}").contains("sweep_interval_ms"), "{err:#}");
+    }
+
+    #[test]
+    fn tool_rules_are_read_in_file_order_with_the_older_mime_table_after_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            r#"
+[externalization]
+conversation_inline_budget_chars = 150000
+conversation_floor_chars = 6000
+
+[[externalization.tools]]
+match = "mcp__github__*"
+externalize = "never"
+
+[[externalization.tools]]
+match = "Read"
+conversation_budget = false
+threshold_chars = 40000
+
+[[externalization.tools]]
+match = "fetch_*"
+mime = "text/plain"
+
+[externalization.mime_by_tool]
+fetch_json = "application/json"
+query = "text/csv"
+"#,
+        )
+        .expect("write");
+        let c = load(Some(&path), no_env(), &Overrides::default()).expect("config");
+        let b = &c.policy.budget;
+        assert_eq!(
+            (
+                b.conversation_inline_budget_chars,
+                b.conversation_floor_chars
+            ),
+            (150_000, 6_000)
+        );
+        let patterns: Vec<&str> = c
+            .policy
+            .tools
+            .0
+            .iter()
+            .map(|r| r.pattern.as_str())
+            .collect();
+        assert_eq!(
+            patterns,
+            ["mcp__github__*", "Read", "fetch_*", "fetch_json", "query"]
+        );
+        let resolve = |name: &str| c.policy.tools.resolve(Some(name), 20_000);
+        assert_eq!(
+            resolve("mcp__github__search").externalize,
+            Externalize::Never
+        );
+        let read = resolve("Read");
+        assert_eq!(
+            (read.threshold_chars, read.conversation_budget),
+            (40_000, false)
+        );
+        assert_eq!(
+            resolve("fetch_json").mime.as_deref(),
+            Some("text/plain"),
+            "a [[tools]] rule comes before the older table"
+        );
+        assert_eq!(resolve("query").mime.as_deref(), Some("text/csv"));
+        assert_eq!(
+            resolve("Bash"),
+            ToolRules::default().resolve(Some("Bash"), 20_000)
+        );
+        // The same rules from the environment.
+        let env = vec![(
+            "TOOLSTUB_EXTERNALIZATION_TOOLS".to_string(),
+            r#"[{ match = "Bash", externalize = "never" }, { match = "*", threshold_chars = 5000 }]"#
+                .to_string(),
+        )];
+        let c = load(None, env, &Overrides::default()).expect("env");
+        let bash = c.policy.tools.resolve(Some("Bash"), 20_000);
+        assert_eq!(
+            (bash.externalize, bash.threshold_chars),
+            (Externalize::Never, 5_000)
+        );
+        assert_eq!(
+            c.policy.budget.conversation_inline_budget_chars, 0,
+            "off by default"
+        );
+    }
+
+    #[test]
+    fn bad_tool_rules_stop_the_start_up_with_the_key_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        for (rules, says) in [
+            (
+                "[[externalization.tools]]\nmatch = \"Read\"\nthreshold_chars = 1\n[[externalization.tools]]\nmatch = \"mcp__[gh]*\"\nexternalize = \"never\"\n",
+                "externalization.tools[1].match: invalid pattern: \"mcp__[gh]*\": '[' is not supported",
+            ),
+            (
+                "[[externalization.tools]]\nmatch = \"\"\nexternalize = \"never\"\n",
+                "externalization.tools[0].match: invalid pattern: the pattern is empty",
+            ),
+            (
+                "[[externalization.tools]]\nmatch = \"Read\"\n",
+                "externalization.tools[0] (match = \"Read\") sets nothing",
+            ),
+            (
+                "[[externalization.tools]]\nmatch = \"Read\"\nthreshold_chars = 0\n",
+                "externalization.tools[0].threshold_chars must be at least 1",
+            ),
+            (
+                "[[externalization.tools]]\nmatch = \"Read\"\nexternalize = \"sometimes\"\n",
+                "sometimes",
+            ),
+            (
+                "[[externalization.tools]]\nmatch = \"Read\"\nthreshold = 5\n",
+                "threshold",
+            ),
+            (
+                "[[externalization.tools]]\npattern = \"Read\"\nmime = \"text/plain\"\n",
+                "pattern",
+            ),
+        ] {
+            std::fs::write(&path, rules).expect("write");
+            let err = load(Some(&path), no_env(), &Overrides::default()).expect_err(rules);
+            let text = format!("{err:#}");
+            assert!(text.contains(says), "{rules}\n{text}");
+        }
     }
 }

@@ -3,9 +3,10 @@
 //! Responses), under any configuration within its bounds, in both modes.
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
-//! the [`Policy`] (switches, MIME hint, and the five budgets of SPEC section
-//! 2 within sane bounds, small values as likely as large ones); the rest is
-//! the body.
+//! the [`Policy`] (switches, per-tool rules with a MIME hint, a threshold
+//! of their own or `never`, the five budgets of SPEC section 2 and the
+//! conversation budget within sane bounds, small values as likely as large
+//! ones); the rest is the body.
 //!
 //! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`; when
 //! rewritten, the new body is valid JSON with the same number of messages,
@@ -20,16 +21,16 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use std::collections::BTreeMap;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
 use toolstub::rewrite::select::Budget;
+use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
 use toolstub::stub::RecallToolNames;
 
-const CONFIG_BYTES: usize = 7;
+const CONFIG_BYTES: usize = 9;
 
 const MIMES: [&str; 8] = [
     "application/json",
@@ -43,14 +44,29 @@ const MIMES: [&str; 8] = [
 ];
 
 fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
-    let mut mime_by_tool = BTreeMap::new();
+    let b = |i: usize| usize::from(c[i]);
+    let mut rules = Vec::new();
+    if c[7] & 1 != 0 {
+        rules.push(ToolRule {
+            pattern: Glob::new("f*").expect("pattern"),
+            threshold_chars: (c[7] & 2 != 0).then(|| 1 + b(7) * b(7)),
+            conversation_budget: (c[7] & 4 != 0).then_some(c[7] & 16 != 0),
+            externalize: (c[7] & 8 != 0).then_some(Externalize::Never),
+            mime: None,
+        });
+    }
     if c[0] & 0b10 != 0 {
         let mime = MIMES[usize::from((c[0] >> 2) & 0b111)];
         for tool in ["fetch", "read_file"] {
-            mime_by_tool.insert(tool.to_string(), mime.to_string());
+            rules.push(ToolRule {
+                pattern: Glob::literal(tool),
+                threshold_chars: None,
+                conversation_budget: None,
+                externalize: None,
+                mime: Some(mime.to_string()),
+            });
         }
     }
-    let b = |i: usize| usize::from(c[i]);
     Policy {
         enabled: c[0] != 0xff,
         budget: Budget {
@@ -60,10 +76,13 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             min_preview_chars: b(3) * 8,
             turn_preview_budget_chars: b(4) * 80,
             turn_inline_budget_chars: b(5) * b(5) * 4 + b(6),
+            // 0 (off) or 1..=65026.
+            conversation_inline_budget_chars: b(8) * b(8),
+            conversation_floor_chars: b(6) * 64,
         },
         recall_enabled: c[0] & 1 != 0,
         recall_names: RecallToolNames::default(),
-        mime_by_tool,
+        tools: ToolRules(rules),
         externalize_errors: c[0] & 0x20 != 0,
     }
 }

@@ -17,6 +17,44 @@ pub fn decode(raw: &str) -> Option<Cow<'_, str>> {
     decode_split(raw, PARALLEL_BYTES)
 }
 
+/// The number of characters `raw` (a validated JSON string literal with its
+/// quotes) decodes to, without decoding it: the literal's characters less
+/// what each escape adds (`\n` is one character, `\u00e9` one, a surrogate
+/// pair `\ud83d\ude00` one). A lone surrogate counts as one.
+pub fn char_len(raw: &str) -> usize {
+    let inner = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .unwrap_or(raw);
+    let bytes = inner.as_bytes();
+    let mut extra = 0usize;
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
+        let escape = at + found;
+        let len = match bytes.get(escape + 1) {
+            Some(b'u') => {
+                let high = bytes.get(escape + 2..escape + 6).and_then(hex4);
+                let pair = high.is_some_and(|u| (0xD800..=0xDBFF).contains(&u))
+                    && bytes.get(escape + 6) == Some(&b'\\')
+                    && bytes.get(escape + 7) == Some(&b'u')
+                    && bytes
+                        .get(escape + 8..escape + 12)
+                        .and_then(hex4)
+                        .is_some_and(|u| (0xDC00..=0xDFFF).contains(&u));
+                if pair {
+                    12
+                } else {
+                    6
+                }
+            }
+            _ => 2,
+        };
+        extra += len - 1;
+        at = (escape + len).min(bytes.len());
+    }
+    inner.chars().count().saturating_sub(extra)
+}
+
 /// Literals at least this long are decoded in two halves on two threads
 /// (a thread costs tens of microseconds; decoding 1 MB about a millisecond).
 const PARALLEL_BYTES: usize = 256 * 1024;
@@ -233,7 +271,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn char_len_counts_what_decode_gives() {
+        let raw = r#""a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00z""#;
+        assert_eq!(char_len(raw), 15);
+        assert_eq!(char_len(raw), decode(raw).expect("decodes").chars().count());
+        assert_eq!(char_len("\"\""), 0);
+        assert_eq!(char_len("\"héllo\""), 5);
+        assert_eq!(char_len(r#""\ud800x""#), 2, "a lone surrogate is one");
+        assert_eq!(
+            char_len(r#""\\u0041""#),
+            6,
+            "an escaped backslash, then text"
+        );
+    }
+
     proptest! {
+        #[test]
+        fn char_len_agrees_with_decoding(text in "\\PC{0,200}", controls in prop::collection::vec(0u8..32, 0..5)) {
+            let mut s = text;
+            for c in controls {
+                s.push(char::from(c));
+            }
+            let raw = serde_json::to_string(&s).expect("encode");
+            prop_assert_eq!(char_len(&raw), s.chars().count());
+            let escaped: String = s.encode_utf16().map(|u| format!("\\u{u:04x}")).collect();
+            prop_assert_eq!(char_len(&format!("\"{escaped}\"")), s.chars().count());
+        }
+
         #[test]
         fn agrees_with_serde_json(text in "\\PC{0,200}", controls in prop::collection::vec(0u8..32, 0..5)) {
             let mut s = text;

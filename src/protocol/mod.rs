@@ -77,6 +77,18 @@ impl<'b> Content<'b> {
         }
     }
 
+    /// The text's length in characters, counted without decoding (for
+    /// outputs that stay inline whatever their size, which still count
+    /// toward the budgets). A literal that would not decode counts its
+    /// escapes as one character each.
+    pub fn char_len(&self) -> usize {
+        match self {
+            Content::JsonString(raw) => json_text::char_len(raw),
+            Content::Decoded(text) => text.chars().count(),
+            Content::Parts { texts, .. } => texts.iter().map(|t| json_text::char_len(t)).sum(),
+        }
+    }
+
     /// Bytes that identify the text (for the memo's content key).
     pub fn identity(&self) -> &[u8] {
         match self {

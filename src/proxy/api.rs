@@ -254,6 +254,10 @@ fn reason_label(reason: &str) -> &'static str {
         "turn_budget" => "turn_budget",
         "single_threshold:externalization_failed" => "single_threshold:externalization_failed",
         "turn_budget:externalization_failed" => "turn_budget:externalization_failed",
+        "conversation_budget" => "conversation_budget",
+        "conversation_budget:externalization_failed" => {
+            "conversation_budget:externalization_failed"
+        }
         _ => "other",
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Architecture invariant: this is a pure function. No I/O, no async, no
 //! clock, no randomness, no store lookups: the rewrite of an assistant-turn
-//! group depends only on that group's content and the [`Policy`], so turn
+//! group depends only on that group's content, on what the outputs before it
+//! keep inline (the conversation budget), and on the [`Policy`], so turn
 //! N+1 of a conversation reproduces turn N's rewritten messages byte for byte
 //! and the provider's prompt cache keeps hitting. The body is spliced, never
 //! re-serialized: every byte outside the replaced contents and the appended
@@ -14,6 +15,7 @@
 
 pub mod memo;
 pub mod select;
+pub mod tool_policy;
 
 use crate::protocol::{turn_identity, Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::recall::RecallTool;
@@ -21,10 +23,10 @@ use crate::refs::{result_ref, sha256_hex};
 use crate::stub::{render, RecallToolNames, StubHeader};
 use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
 use memo::{Facts, Memo};
-use select::{select, Budget, Reason};
+use select::{select, Budget, Candidate, Reason};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::ops::Range;
+use tool_policy::{Externalize, ToolRules};
 
 /// What the rewrite needs to know of the configuration.
 #[derive(Clone, Debug)]
@@ -36,8 +38,8 @@ pub struct Policy {
     pub recall_enabled: bool,
     /// The configured recall tool names (renamed per request on a clash).
     pub recall_names: RecallToolNames,
-    /// A MIME hint per tool name.
-    pub mime_by_tool: BTreeMap<String, String>,
+    /// Per-tool rules (threshold, conversation budget, never, MIME hint), in order.
+    pub tools: ToolRules,
     /// Whether outputs the client flagged as errors may be externalized
     /// (off by default: an agent must see its errors).
     pub externalize_errors: bool,
@@ -50,7 +52,7 @@ impl Default for Policy {
             budget: Budget::default(),
             recall_enabled: true,
             recall_names: RecallToolNames::default(),
-            mime_by_tool: BTreeMap::new(),
+            tools: ToolRules::default(),
             externalize_errors: false,
         }
     }
@@ -103,7 +105,8 @@ pub struct Externalized<'b> {
     /// min(original_chars, effective preview budget), as in the stub header.
     pub preview_chars: usize,
     pub synopsis: Synopsis,
-    /// `single_threshold`, `turn_budget`, or either with `:externalization_failed`.
+    /// `single_threshold`, `turn_budget`, `conversation_budget`, or one of
+    /// them with `:externalization_failed`.
     pub reason: String,
     pub stub: String,
 }
@@ -188,6 +191,10 @@ fn rewrite_parsed<'b>(
     let mut outputs: Vec<Externalized<'b>> = Vec::new();
     let mut splices: Vec<(Range<usize>, String)> = Vec::new();
 
+    // The conversation budget's measure: what the outputs so far keep
+    // inline (see `select`). It depends only on what precedes, so every
+    // output's fate is the same on every later turn.
+    let mut held = 0usize;
     let mut start = 0;
     while start < parsed.outputs.len() {
         let group = parsed.outputs[start].group;
@@ -195,8 +202,9 @@ fn rewrite_parsed<'b>(
             .iter()
             .position(|o| o.group != group)
             .map_or(parsed.outputs.len(), |n| start + n);
-        rewrite_group(
+        held = rewrite_group(
             &parsed.outputs[start..end],
+            held,
             policy,
             &names,
             mode,
@@ -292,10 +300,13 @@ fn turns(
     turns
 }
 
-/// Selects and renders the stubs of one assistant-turn group.
+/// Selects and renders the stubs of one assistant-turn group, after
+/// outputs that keep `held` characters inline; returns the conversation's
+/// inline total after the group.
 #[allow(clippy::too_many_arguments)]
 fn rewrite_group<'b>(
     group: &[ToolOutput<'b>],
+    held: usize,
     policy: &Policy,
     names: &RecallToolNames,
     mode: Mode,
@@ -303,34 +314,41 @@ fn rewrite_group<'b>(
     memo: &Memo,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
-) {
+) -> usize {
+    let budget = &policy.budget;
     // Outputs whose text cannot be decoded stay inline, whatever their size;
-    // so do errors (unless configured otherwise) and the proxy's own recall
-    // results (in a restored history).
-    let mut prepared: Vec<Option<Prepared<'b>>> = group
-        .iter()
-        .map(|o| {
-            let recall = o
-                .tool_name
-                .as_deref()
-                .is_some_and(|n| RecallTool::named(names, n).is_some());
-            if recall || (o.is_error && !policy.externalize_errors) {
-                return None;
-            }
-            Prepared::new(o, policy, memo)
-        })
-        .collect();
-    let lengths: Vec<usize> = prepared
-        .iter()
-        .zip(group)
-        .map(|(p, o)| p.as_ref().map_or(o.content.identity().len(), |p| p.chars))
-        .collect();
-    let eligible: Vec<bool> = prepared.iter().map(Option::is_some).collect();
-    // The reason line's length does not depend on which reason it is, so
-    // measuring with single_threshold is exact for either.
-    let selection = select(&policy.budget, &lengths, &eligible, |i, preview| {
+    // so do errors (unless configured otherwise), the outputs of tools whose
+    // rule says `never`, and the proxy's own recall results (in a restored
+    // history).
+    let mut candidates = Vec::with_capacity(group.len());
+    let mut prepared: Vec<Option<Prepared<'b>>> = Vec::with_capacity(group.len());
+    for o in group {
+        let tool = policy
+            .tools
+            .resolve(o.tool_name.as_deref(), budget.threshold_chars);
+        let recall = o
+            .tool_name
+            .as_deref()
+            .is_some_and(|n| RecallTool::named(names, n).is_some());
+        let kept = recall
+            || (o.is_error && !policy.externalize_errors)
+            || tool.externalize == Externalize::Never;
+        let p = if kept {
+            None
+        } else {
+            Prepared::new(o, tool.mime, budget.preview_chars, memo)
+        };
+        candidates.push(Candidate {
+            len: p.as_ref().map_or_else(|| o.content.char_len(), |p| p.chars),
+            eligible: p.is_some(),
+            threshold_chars: tool.threshold_chars,
+            conversation: tool.conversation_budget,
+        });
+        prepared.push(p);
+    }
+    let selection = select(budget, &candidates, held, |i, preview, reason| {
         prepared[i].as_mut().map_or(usize::MAX, |p| {
-            p.stub(&group[i], preview, Reason::SingleThreshold, mode, names)
+            p.stub(&group[i], preview, reason, mode, names)
                 .chars()
                 .count()
         })
@@ -362,6 +380,7 @@ fn rewrite_group<'b>(
             stub,
         });
     }
+    selection.held
 }
 
 fn reason_text(reason: Reason, mode: Mode) -> String {
@@ -386,18 +405,17 @@ struct Prepared<'b> {
 
 impl<'b> Prepared<'b> {
     /// `None` when the output's text cannot be decoded.
-    fn new(output: &ToolOutput<'b>, policy: &Policy, memo: &Memo) -> Option<Prepared<'b>> {
-        let mime = output
-            .tool_name
-            .as_deref()
-            .and_then(|name| policy.mime_by_tool.get(name))
-            .cloned();
+    fn new(
+        output: &ToolOutput<'b>,
+        mime: Option<String>,
+        preview: usize,
+        memo: &Memo,
+    ) -> Option<Prepared<'b>> {
         let key = Memo::key(output.content.identity(), mime.as_deref());
         let (facts, text) = match memo.get(&key) {
             Some(facts) => (facts, None),
             None => {
                 let text = output.content.decode()?;
-                let preview = policy.budget.preview_chars;
                 let hints = Hints {
                     mime: mime.as_deref(),
                     preview_chars: preview,

@@ -4,6 +4,7 @@ use super::*;
 use crate::protocol::openai_chat::OpenAiChat;
 use serde_json::value::RawValue;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 fn big_json(n: usize) -> String {
     let items: Vec<String> = (0..n)
@@ -268,4 +269,390 @@ fn sessions_are_derived_from_tenant_and_opening() {
     assert_eq!(a, b);
     assert_eq!(derive_session("t1", &a), derive_session("t1", &b));
     assert_ne!(derive_session("t1", &a), derive_session("t2", &a));
+}
+
+/// The three adapters, for tests that must hold on each.
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    Chat,
+    Messages,
+    Responses,
+}
+
+impl Wire {
+    const ALL: [Wire; 3] = [Wire::Chat, Wire::Messages, Wire::Responses];
+
+    fn protocol(self) -> &'static dyn Protocol {
+        match self {
+            Wire::Chat => &OpenAiChat,
+            Wire::Messages => &crate::protocol::anthropic::AnthropicMessages,
+            Wire::Responses => &crate::protocol::responses::OpenAiResponses,
+        }
+    }
+
+    /// One turn: the model calls `tool` once per output, then the outputs
+    /// (Anthropic: `is_error` where asked).
+    fn turn(self, turn: usize, tool: &str, outputs: &[(String, bool)]) -> Vec<String> {
+        let id = |i: usize| format!("call_{turn}_{i}");
+        let text = |o: &str| serde_json::to_string(o).expect("json");
+        match self {
+            Wire::Chat => {
+                let calls: Vec<String> = (0..outputs.len())
+                    .map(|i| format!(r#"{{"id":"{}","type":"function","function":{{"name":"{tool}","arguments":"{{}}"}}}}"#, id(i)))
+                    .collect();
+                let mut m = vec![format!(
+                    r#"{{"role":"assistant","content":null,"tool_calls":[{}]}}"#,
+                    calls.join(",")
+                )];
+                m.extend(outputs.iter().enumerate().map(|(i, (o, _))| {
+                    format!(
+                        r#"{{"role":"tool","tool_call_id":"{}","content":{}}}"#,
+                        id(i),
+                        text(o)
+                    )
+                }));
+                m
+            }
+            Wire::Messages => {
+                let uses: Vec<String> = (0..outputs.len())
+                    .map(|i| {
+                        format!(
+                            r#"{{"type":"tool_use","id":"{}","name":"{tool}","input":{{}}}}"#,
+                            id(i)
+                        )
+                    })
+                    .collect();
+                let results: Vec<String> = outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (o, error))| {
+                        let flag = if *error { r#","is_error":true"# } else { "" };
+                        format!(
+                            r#"{{"type":"tool_result","tool_use_id":"{}"{flag},"content":{}}}"#,
+                            id(i),
+                            text(o)
+                        )
+                    })
+                    .collect();
+                vec![
+                    format!(r#"{{"role":"assistant","content":[{}]}}"#, uses.join(",")),
+                    format!(r#"{{"role":"user","content":[{}]}}"#, results.join(",")),
+                ]
+            }
+            Wire::Responses => {
+                let mut m = vec![format!(
+                    r#"{{"type":"reasoning","id":"rs_{turn}","summary":[]}}"#
+                )];
+                m.extend((0..outputs.len()).map(|i| {
+                    format!(
+                        r#"{{"type":"function_call","call_id":"{}","name":"{tool}","arguments":"{{}}"}}"#,
+                        id(i)
+                    )
+                }));
+                m.extend(outputs.iter().enumerate().map(|(i, (o, _))| {
+                    format!(
+                        r#"{{"type":"function_call_output","call_id":"{}","output":{}}}"#,
+                        id(i),
+                        text(o)
+                    )
+                }));
+                m
+            }
+        }
+    }
+
+    /// The request carrying `messages`; the conversation's array ends the
+    /// body but for its closing, so a previous turn's rewritten messages
+    /// must be a byte prefix of the next turn's.
+    fn body(self, messages: &[String]) -> String {
+        match self {
+            Wire::Chat => format!(
+                r#"{{"model":"m","tools":[{{"type":"function","function":{{"name":"Read","parameters":{{}}}}}}],"messages":[{{"role":"user","content":"go"}}{}{}]}}"#,
+                if messages.is_empty() { "" } else { "," },
+                messages.join(",")
+            ),
+            Wire::Messages => format!(
+                r#"{{"model":"m","max_tokens":10,"tools":[{{"name":"Read","input_schema":{{}}}}],"messages":[{{"role":"user","content":"go"}}{}{}]}}"#,
+                if messages.is_empty() { "" } else { "," },
+                messages.join(",")
+            ),
+            Wire::Responses => format!(
+                r#"{{"model":"m","tools":[{{"type":"function","name":"Read","parameters":{{}}}}],"input":[{{"role":"user","content":"go"}}{}{}]}}"#,
+                if messages.is_empty() { "" } else { "," },
+                messages.join(",")
+            ),
+        }
+    }
+}
+
+/// Where a body's conversation array begins.
+fn conversation_start(body: &str) -> usize {
+    ["\"messages\":[", "\"input\":["]
+        .iter()
+        .filter_map(|m| body.find(m).map(|at| at + m.len()))
+        .min()
+        .expect("a conversation")
+}
+
+/// Text of exactly `chars` characters, distinct per seed.
+fn text_of(seed: usize, chars: usize) -> String {
+    let mut s = format!("output {seed}\n");
+    while s.len() < chars {
+        s.push_str(&format!("line {} of output {seed}\n", s.len()));
+    }
+    s.truncate(chars);
+    s
+}
+
+fn conversation_policy() -> Policy {
+    Policy {
+        budget: Budget {
+            conversation_inline_budget_chars: 30_000,
+            conversation_floor_chars: 3_000,
+            ..Budget::default()
+        },
+        ..Policy::default()
+    }
+}
+
+/// The outputs of each turn of the growing conversation: one 8,000-character
+/// output a turn, two small ones every third turn, an 8,000-character error
+/// at turn 5 (kept inline on the protocol that can flag it).
+fn growing_turns() -> Vec<Vec<(String, bool)>> {
+    (0..14)
+        .map(|t| {
+            let mut outputs = vec![(text_of(t * 10, 8_000), t == 5)];
+            if t % 3 == 0 {
+                outputs.push((text_of(t * 10 + 1, 2_999), false));
+                outputs.push((text_of(t * 10 + 2, 3_001), false));
+            }
+            outputs
+        })
+        .collect()
+}
+
+/// Replays a growing conversation turn by turn on each protocol: every
+/// turn's rewritten request starts with the previous turn's rewritten
+/// request byte for byte (up to where its conversation array closes, the
+/// recall tools aside at their first offer), an output's fate is decided
+/// when it first appears and never changes, and all three protocols decide
+/// the same.
+#[test]
+fn the_conversation_budget_decides_each_output_once_on_every_protocol() {
+    let policy = conversation_policy();
+    let mut fates_by_wire = Vec::new();
+    for wire in Wire::ALL {
+        let memo = Memo::new(1_000);
+        let mut messages: Vec<String> = Vec::new();
+        let mut previous: Option<String> = None;
+        let mut fates: BTreeMap<String, String> = BTreeMap::new();
+        for (t, outputs) in growing_turns().iter().enumerate() {
+            messages.extend(wire.turn(t, "Read", outputs));
+            let body = wire.body(&messages);
+            let sent = match rewrite_with(
+                body.as_bytes(),
+                &policy,
+                wire.protocol(),
+                Mode::WithRefs,
+                &memo,
+            ) {
+                Outcome::Rewritten(r) => {
+                    for o in &r.outputs {
+                        let id = o.tool_call_id.clone().expect("id");
+                        let fate = fates.entry(id.clone()).or_insert(o.reason.clone());
+                        assert_eq!(*fate, o.reason, "{wire:?} turn {t}: {id} changed its fate");
+                    }
+                    r.body
+                }
+                Outcome::Unchanged(_) => body.clone(),
+            };
+            if let Some(before) = &previous {
+                // The previous request up to the `]` closing its
+                // conversation is where this one starts, byte for byte;
+                // only the turn that first offers the recall tools (in
+                // `tools`, before the conversation) changes the head.
+                let before_open = &before[..before.len() - 2];
+                if before.contains("tool_result_read") {
+                    assert!(
+                        sent.starts_with(before_open),
+                        "{wire:?} turn {t}: the earlier request changed"
+                    );
+                } else {
+                    let (from, now) = (conversation_start(before), conversation_start(&sent));
+                    assert!(
+                        sent[now..].starts_with(&before_open[from..]),
+                        "{wire:?} turn {t}: the earlier conversation changed"
+                    );
+                }
+            }
+            // Outputs never stubbed so far stay inline for good: record them.
+            for (i, _) in outputs.iter().enumerate() {
+                fates
+                    .entry(format!("call_{t}_{i}"))
+                    .or_insert_with(|| "inline".to_string());
+            }
+            previous = Some(sent);
+        }
+        fates_by_wire.push((wire, fates));
+    }
+    // Turns 0 to 2 keep 8,000 x 3 + 2,999 + 3,001 = 30,000 inline: at the
+    // budget, not over it, so turn 3's first output stays inline too; from
+    // there on every output over 3,000 is a stub.
+    let (_, chat) = &fates_by_wire[0];
+    for t in 0..4 {
+        assert_eq!(chat[&format!("call_{t}_0")], "inline", "turn {t}");
+    }
+    assert_eq!(chat["call_0_1"], "inline");
+    assert_eq!(chat["call_0_2"], "inline", "under the budget");
+    assert_eq!(chat["call_3_1"], "inline", "2,999 is under the floor");
+    assert_eq!(
+        chat["call_3_2"], "conversation_budget",
+        "38,000 before it, in its own group"
+    );
+    for t in 4..14 {
+        assert_eq!(
+            chat[&format!("call_{t}_0")],
+            "conversation_budget",
+            "turn {t}"
+        );
+    }
+    assert_eq!(chat["call_6_1"], "inline", "2,999 is under the floor");
+    assert_eq!(chat["call_6_2"], "conversation_budget");
+    for (wire, fates) in &fates_by_wire[1..] {
+        for (id, fate) in fates {
+            // Only Anthropic can flag turn 5's output as an error: it stays.
+            let expected = match (wire, id.as_str()) {
+                (Wire::Messages, "call_5_0") => "inline",
+                _ => chat[id].as_str(),
+            };
+            assert_eq!(fate, expected, "{wire:?}: {id}");
+        }
+        assert_eq!(fates.len(), chat.len());
+    }
+}
+
+fn rule(pattern: &str) -> tool_policy::ToolRule {
+    tool_policy::ToolRule {
+        pattern: tool_policy::Glob::new(pattern).expect("pattern"),
+        threshold_chars: None,
+        conversation_budget: None,
+        externalize: None,
+        mime: None,
+    }
+}
+
+/// The fate of each output of one turn calling each tool once, in order.
+fn fates(policy: &Policy, wire: Wire, outputs: &[(&str, String)]) -> Vec<Option<String>> {
+    let mut messages = Vec::new();
+    for (i, (tool, output)) in outputs.iter().enumerate() {
+        messages.extend(wire.turn(i, tool, &[(output.clone(), false)]));
+    }
+    let body = wire.body(&messages);
+    let r = match rewrite(body.as_bytes(), policy, wire.protocol(), Mode::WithRefs) {
+        Outcome::Rewritten(r) => r.outputs,
+        Outcome::Unchanged(_) => Vec::new(),
+    };
+    (0..outputs.len())
+        .map(|i| {
+            let id = format!("call_{i}_0");
+            r.iter()
+                .find(|o| o.tool_call_id.as_deref() == Some(id.as_str()))
+                .map(|o| o.reason.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn tool_rules_set_a_threshold_keep_outputs_inline_and_leave_the_conversation_budget() {
+    let policy = Policy {
+        budget: Budget {
+            conversation_inline_budget_chars: 40_000,
+            conversation_floor_chars: 3_000,
+            ..Budget::default()
+        },
+        tools: tool_policy::ToolRules(vec![
+            tool_policy::ToolRule {
+                externalize: Some(tool_policy::Externalize::Never),
+                ..rule("mcp__github__*")
+            },
+            tool_policy::ToolRule {
+                threshold_chars: Some(500),
+                ..rule("fetch_?")
+            },
+            tool_policy::ToolRule {
+                conversation_budget: Some(false),
+                ..rule("Read")
+            },
+        ]),
+        ..Policy::default()
+    };
+    let single = Some("single_threshold".to_string());
+    let conversation = Some("conversation_budget".to_string());
+    for wire in Wire::ALL {
+        let got = fates(
+            &policy,
+            wire,
+            &[
+                // Never: inline at 50,000, and counted (the budget is now passed).
+                ("mcp__github__get_file", text_of(1, 50_000)),
+                ("fetch_a", text_of(2, 501)),
+                ("fetch_ab", text_of(3, 501)),
+                ("Read", text_of(4, 10_000)),
+                ("Read", text_of(5, 20_001)),
+                ("Bash", text_of(6, 10_000)),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                None,
+                single.clone(),
+                None,
+                None,
+                single.clone(),
+                conversation.clone()
+            ],
+            "{wire:?}"
+        );
+    }
+}
+
+#[test]
+fn a_mime_hint_comes_from_the_first_rule_that_gives_one() {
+    // Looks like JSON, is not: a JSON hint makes it `unknown`, else `text`.
+    let broken = format!("{{\"a\": {}", "1, ".repeat(10_000));
+    let kind = |tools: Vec<tool_policy::ToolRule>| {
+        let policy = Policy {
+            tools: tool_policy::ToolRules(tools),
+            ..Policy::default()
+        };
+        let body = body_with_outputs(std::slice::from_ref(&broken));
+        match rewrite(body.as_bytes(), &policy, &OpenAiChat, Mode::WithRefs) {
+            Outcome::Rewritten(r) => (r.outputs[0].synopsis.kind, r.outputs[0].mime.clone()),
+            Outcome::Unchanged(why) => panic!("{why:?}"),
+        }
+    };
+    assert_eq!(kind(Vec::new()), (Kind::Text, None));
+    let json = Some("application/json".to_string());
+    let with_mime = |pattern: &str, mime: &str| tool_policy::ToolRule {
+        mime: Some(mime.to_string()),
+        ..rule(pattern)
+    };
+    assert_eq!(
+        kind(vec![with_mime("fe*", "application/json")]),
+        (Kind::Unknown, json.clone())
+    );
+    // A rule that matches but gives no MIME does not stop the search.
+    assert_eq!(
+        kind(vec![
+            tool_policy::ToolRule {
+                threshold_chars: Some(100),
+                ..rule("*")
+            },
+            with_mime("fetch", "application/json"),
+            with_mime("*", "text/plain"),
+        ]),
+        (Kind::Unknown, json)
+    );
+    assert_eq!(kind(vec![with_mime("other", "application/json")]).1, None);
 }

@@ -7,6 +7,7 @@ mod faults;
 mod hostile;
 mod mock;
 mod operator;
+mod policy;
 mod recall;
 mod replicas;
 mod responses;

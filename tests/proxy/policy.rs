@@ -1,0 +1,386 @@
+//! Per-tool policy and the conversation budget through the real server, on
+//! each of the three rewritten routes: what the upstream receives.
+
+use super::mock::{client, completion, send, Recorded, Reply, Script};
+use super::{setup_with, Setup, KEY};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The three routes, with what their requests and answers look like.
+#[derive(Clone, Copy, Debug)]
+enum Route {
+    Chat,
+    Messages,
+    Responses,
+}
+
+const ROUTES: [Route; 3] = [Route::Chat, Route::Messages, Route::Responses];
+
+impl Route {
+    fn path(self) -> &'static str {
+        match self {
+            Route::Chat => "/v1/chat/completions",
+            Route::Messages => "/v1/messages",
+            Route::Responses => "/v1/responses",
+        }
+    }
+
+    /// One turn: the model calls each tool once, then the outputs
+    /// (`is_error` on Anthropic where asked).
+    fn turn(self, turn: usize, calls: &[(&str, String, bool)]) -> Vec<Value> {
+        let id = |i: usize| format!("call_{turn}_{i}");
+        match self {
+            Route::Chat => {
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (tool, _, _))| json!({"id": id(i), "type": "function", "function": {"name": tool, "arguments": "{}"}}))
+                    .collect();
+                let mut m =
+                    vec![json!({"role": "assistant", "content": null, "tool_calls": tool_calls})];
+                m.extend(calls.iter().enumerate().map(|(i, (_, output, _))| {
+                    json!({"role": "tool", "tool_call_id": id(i), "content": output})
+                }));
+                m
+            }
+            Route::Messages => {
+                let uses: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (tool, _, _))| json!({"type": "tool_use", "id": id(i), "name": tool, "input": {}}))
+                    .collect();
+                let results: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, output, error))| {
+                        let mut r =
+                            json!({"type": "tool_result", "tool_use_id": id(i), "content": output});
+                        if *error {
+                            r["is_error"] = json!(true);
+                        }
+                        r
+                    })
+                    .collect();
+                vec![
+                    json!({"role": "assistant", "content": uses}),
+                    json!({"role": "user", "content": results}),
+                ]
+            }
+            Route::Responses => {
+                let mut m =
+                    vec![json!({"type": "reasoning", "id": format!("rs_{turn}"), "summary": []})];
+                m.extend(calls.iter().enumerate().map(|(i, (tool, _, _))| {
+                    json!({"type": "function_call", "call_id": id(i), "name": tool, "arguments": "{}"})
+                }));
+                m.extend(calls.iter().enumerate().map(|(i, (_, output, _))| {
+                    json!({"type": "function_call_output", "call_id": id(i), "output": output})
+                }));
+                m
+            }
+        }
+    }
+
+    /// The request; members in prompt order, the conversation last.
+    fn body(self, messages: &[Value]) -> String {
+        let conversation = |opening: Value| {
+            let mut all = vec![opening];
+            all.extend(messages.iter().cloned());
+            Value::Array(all).to_string()
+        };
+        match self {
+            Route::Chat => format!(
+                r#"{{"model":"gpt-test","tools":[{{"type":"function","function":{{"name":"Read","parameters":{{}}}}}}],"messages":{}}}"#,
+                conversation(json!({"role": "user", "content": "go"}))
+            ),
+            Route::Messages => format!(
+                r#"{{"model":"claude-test","max_tokens":100,"tools":[{{"name":"Read","input_schema":{{}}}}],"messages":{}}}"#,
+                conversation(json!({"role": "user", "content": "go"}))
+            ),
+            Route::Responses => format!(
+                r#"{{"model":"gpt-5","tools":[{{"type":"function","name":"Read","parameters":{{}}}}],"input":{}}}"#,
+                conversation(json!({"role": "user", "content": "go"}))
+            ),
+        }
+    }
+
+    /// Each tool output's text as the upstream received it, by call id.
+    fn outputs(self, body: &[u8]) -> Vec<(String, String)> {
+        let v: Value = serde_json::from_slice(body).expect("json");
+        let mut out = Vec::new();
+        match self {
+            Route::Chat => {
+                for m in v["messages"].as_array().expect("messages") {
+                    if m["role"] == "tool" {
+                        out.push((str_of(&m["tool_call_id"]), str_of(&m["content"])));
+                    }
+                }
+            }
+            Route::Messages => {
+                for m in v["messages"].as_array().expect("messages") {
+                    for b in m["content"].as_array().into_iter().flatten() {
+                        if b["type"] == "tool_result" {
+                            out.push((str_of(&b["tool_use_id"]), str_of(&b["content"])));
+                        }
+                    }
+                }
+            }
+            Route::Responses => {
+                for i in v["input"].as_array().expect("input") {
+                    if i["type"] == "function_call_output" {
+                        out.push((str_of(&i["call_id"]), str_of(&i["output"])));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().expect("a string").to_string()
+}
+
+/// Answers each route in its own format, never calling a tool.
+fn answers() -> Script {
+    Arc::new(|r: &Recorded| {
+        let body = if r.path_and_query.starts_with("/v1/messages") {
+            json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "stop_sequence": null,
+                "usage": {"input_tokens": 5, "output_tokens": 1}
+            })
+            .to_string()
+        } else if r.path_and_query.starts_with("/v1/responses") {
+            json!({
+                "id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-5",
+                "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                            "content": [{"type": "output_text", "text": "done", "annotations": []}]}],
+                "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
+                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 6}
+            })
+            .to_string()
+        } else {
+            completion("done")
+        };
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            body,
+        )
+    })
+}
+
+async fn post(s: &Setup, route: Route, body: String) -> (u16, http::HeaderMap) {
+    let (status, headers, _) = send(
+        &client(),
+        "POST",
+        s.url(route.path()),
+        &[
+            ("authorization", KEY),
+            ("x-api-key", "sk-ant-test"),
+            ("anthropic-version", "2023-06-01"),
+            ("content-type", "application/json"),
+        ],
+        body,
+    )
+    .await;
+    (status.as_u16(), headers)
+}
+
+/// Text of exactly `chars` characters, distinct per seed.
+fn text_of(seed: usize, chars: usize) -> String {
+    let mut s = format!("output {seed}\n");
+    while s.len() < chars {
+        s.push_str(&format!("line {} of output {seed}\n", s.len()));
+    }
+    s.truncate(chars);
+    s
+}
+
+fn reason_of(stub: &str) -> Option<&str> {
+    stub.starts_with("[toolstub: tool output externalized]")
+        .then(|| stub.lines().find_map(|l| l.strip_prefix("reason: ")))
+        .flatten()
+}
+
+#[tokio::test]
+async fn tool_rules_give_a_threshold_and_keep_outputs_inline_on_every_route() {
+    let s = setup_with(
+        answers(),
+        &[(
+            "TOOLSTUB_EXTERNALIZATION_TOOLS",
+            r#"[{ match = "mcp__github__*", externalize = "never" }, { match = "tin?", threshold_chars = 100 }]"#,
+        )],
+    )
+    .await;
+    for route in ROUTES {
+        let calls = [
+            ("mcp__github__get_file", text_of(1, 50_000), false),
+            ("tiny", text_of(2, 101), false),
+            ("tin", text_of(3, 101), false),
+            ("Read", text_of(4, 50_000), false),
+        ];
+        let (status, headers) = post(&s, route, route.body(&route.turn(0, &calls))).await;
+        assert_eq!(status, 200, "{route:?}");
+        assert_eq!(headers["x-toolstub-externalized"], "2", "{route:?}");
+        let got = route.outputs(&s.mock.last().body);
+        assert_eq!(got[0].1, calls[0].1, "{route:?}: never, verbatim");
+        assert_eq!(reason_of(&got[1].1), Some("single_threshold"), "{route:?}");
+        assert!(got[1].1.contains("tool_name: tiny"));
+        assert_eq!(got[2].1, calls[2].1, "{route:?}: the rule does not match");
+        assert_eq!(reason_of(&got[3].1), Some("single_threshold"), "{route:?}");
+    }
+    s.proxy.shutdown().await;
+}
+
+/// A growing conversation replayed turn by turn: every request the upstream
+/// receives starts with the previous one byte for byte, up to where its
+/// conversation closed (the recall tools, first offered in `tools` ahead of
+/// the conversation, aside); outputs over the floor are stubs from the turn
+/// the budget is passed, each as it first appears, and stay what they were.
+#[tokio::test]
+async fn a_conversation_over_its_budget_stubs_new_outputs_and_never_what_it_sent() {
+    let s = setup_with(
+        answers(),
+        &[
+            (
+                "TOOLSTUB_EXTERNALIZATION_CONVERSATION_INLINE_BUDGET_CHARS",
+                "25000",
+            ),
+            ("TOOLSTUB_EXTERNALIZATION_CONVERSATION_FLOOR_CHARS", "4000"),
+        ],
+    )
+    .await;
+    for route in ROUTES {
+        let mut messages = Vec::new();
+        let mut previous: Option<Vec<u8>> = None;
+        let mut fates: Vec<(String, Option<String>)> = Vec::new();
+        for turn in 0..8 {
+            // One 9,000-character output a turn, and a 4,000 one (the floor).
+            let calls = [
+                ("Read", text_of(turn * 2, 9_000), false),
+                ("Grep", text_of(turn * 2 + 1, 4_000), false),
+            ];
+            messages.extend(route.turn(turn, &calls));
+            let (status, headers) = post(&s, route, route.body(&messages)).await;
+            assert_eq!(status, 200);
+            let sent = s.mock.last().body.to_vec();
+            if let Some(before) = &previous {
+                let open = &before[..before.len() - 2];
+                let offered = |b: &[u8]| String::from_utf8_lossy(b).contains("tool_result_read");
+                if offered(before) {
+                    assert!(
+                        sent.starts_with(open),
+                        "{route:?} turn {turn}: bytes sent before changed"
+                    );
+                } else {
+                    let text = String::from_utf8_lossy(open);
+                    let now = String::from_utf8_lossy(&sent);
+                    let key = ["\"messages\":[", "\"input\":["]
+                        .into_iter()
+                        .find(|k| text.contains(k))
+                        .expect("a conversation");
+                    let (a, b) = (text.find(key).expect("key"), now.find(key).expect("key"));
+                    assert!(
+                        now[b..].starts_with(&text[a..]),
+                        "{route:?} turn {turn}: the earlier conversation changed"
+                    );
+                }
+            }
+            let got = route.outputs(&sent);
+            for (i, (id, text)) in got.iter().enumerate() {
+                let fate = reason_of(text).map(str::to_string);
+                match fates.get(i) {
+                    Some((was_id, was)) => {
+                        assert_eq!((was_id, was), (id, &fate), "{route:?} turn {turn}")
+                    }
+                    None => fates.push((id.clone(), fate)),
+                }
+            }
+            let stubs_now = got.iter().filter(|(_, t)| reason_of(t).is_some()).count();
+            match headers.get("x-toolstub-externalized") {
+                Some(n) => assert_eq!(n.to_str().ok(), Some(stubs_now.to_string().as_str())),
+                None => assert_eq!(stubs_now, 0, "{route:?} turn {turn}"),
+            }
+            previous = Some(sent);
+        }
+        // 13,000 a turn: after turn 1 (26,000) the budget is passed; turn
+        // 1's Grep output came after 22,000 only.
+        let expected: Vec<Option<&str>> = (0..8)
+            .flat_map(|turn| match turn {
+                0 | 1 => [None, None],
+                _ => [Some("conversation_budget"), None],
+            })
+            .collect();
+        let got: Vec<Option<&str>> = fates.iter().map(|(_, f)| f.as_deref()).collect();
+        assert_eq!(got, expected, "{route:?}");
+    }
+    let (_, _, metrics) = send(&client(), "GET", s.url("/metrics"), &[], String::new()).await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    // Counted per request carrying a stub: 1 + 2 + ... + 6 per route.
+    assert!(
+        metrics.contains(
+            "toolstub_outputs_externalized_total{kind=\"text\",reason=\"conversation_budget\"} 63"
+        ),
+        "{metrics}"
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_anthropic_error_stays_verbatim_under_the_conversation_budget() {
+    let s = setup_with(
+        answers(),
+        &[
+            (
+                "TOOLSTUB_EXTERNALIZATION_CONVERSATION_INLINE_BUDGET_CHARS",
+                "10000",
+            ),
+            ("TOOLSTUB_EXTERNALIZATION_CONVERSATION_FLOOR_CHARS", "1000"),
+        ],
+    )
+    .await;
+    let route = Route::Messages;
+    let calls = [
+        ("Read", text_of(1, 12_000), false),
+        ("Bash", text_of(2, 5_000), true),
+        ("Bash", text_of(3, 5_000), false),
+    ];
+    let (status, headers) = post(&s, route, route.body(&route.turn(0, &calls))).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-externalized"], "1");
+    let got = route.outputs(&s.mock.last().body);
+    assert_eq!(got[0].1, calls[0].1);
+    assert_eq!(got[1].1, calls[1].1, "the error is sent as it came");
+    assert_eq!(reason_of(&got[2].1), Some("conversation_budget"));
+    s.proxy.shutdown().await;
+}
+
+#[test]
+fn an_invalid_tool_pattern_stops_the_start_up_with_the_key_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolstub.toml");
+    std::fs::write(
+        &config,
+        "[[externalization.tools]]\nmatch = \"Read\"\nexternalize = \"never\"\n\n[[externalization.tools]]\nmatch = \"mcp__[gh]*\"\nthreshold_chars = 5000\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--db")
+        .arg(dir.path().join("t.db"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run toolstub");
+    assert!(!out.status.success(), "it must not start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("externalization.tools[1].match") && stderr.contains("mcp__[gh]*"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("t.db").exists(),
+        "stopped before opening the store"
+    );
+}

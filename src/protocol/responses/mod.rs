@@ -7,8 +7,11 @@
 //! (the stub goes into the last one's `text`, the others are removed; image
 //! and file parts stay). The tool name is that of the `function_call` or
 //! `custom_tool_call` with the same `call_id`. A group is the outputs after
-//! one run of calls: it ends at the next item that is neither a call nor an
-//! output. Every other item (`reasoning`, `message` with its `phase`,
+//! one run of calls: it ends at the next item that is not an output. A call
+//! after outputs is the next response's, so it starts the next group: were
+//! it to extend this one (a model that sends no reasoning items between its
+//! calls), each turn would grow the group, and the turn budget could stub an
+//! output that earlier requests sent inline. Every other item (`reasoning`, `message` with its `phase`,
 //! unknown types) and member (`include`, `prompt_cache_key`, ...) keeps its
 //! bytes.
 //!
@@ -181,6 +184,7 @@ impl Protocol for OpenAiResponses {
                 if let (Some(call_id), Some(name)) = (&item.call_id, &item.name) {
                     call_names.insert(call_id.clone(), name.clone());
                 }
+                in_group = false;
                 continue;
             }
             if !item.is_output() {

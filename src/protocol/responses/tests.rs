@@ -62,6 +62,69 @@ fn finds_outputs_names_groups_and_turns() {
     assert!(p.opening.contains("be careful") && p.opening.contains("run it"));
 }
 
+/// A user message, then `pairs` calls and outputs of `chars` characters
+/// each, interleaved (one response per call) or all calls first (one
+/// response with parallel calls).
+fn calls_body(pairs: usize, chars: usize, interleaved: bool) -> String {
+    let call = |i: usize| {
+        format!(r#"{{"type":"function_call","call_id":"c{i}","name":"read","arguments":"{{}}"}}"#)
+    };
+    let output = |i: usize| {
+        let text: String = (0..chars)
+            .map(|j| char::from(b'a' + ((i + j) % 26) as u8))
+            .collect();
+        format!(r#"{{"type":"function_call_output","call_id":"c{i}","output":"{text}"}}"#)
+    };
+    let mut items = vec![r#"{"role":"user","content":"read them"}"#.to_string()];
+    if interleaved {
+        for i in 0..pairs {
+            items.push(call(i));
+            items.push(output(i));
+        }
+    } else {
+        items.extend((0..pairs).map(call));
+        items.extend((0..pairs).map(output));
+    }
+    format!(
+        r#"{{"model":"gpt-5","input":[{}],"stream":false}}"#,
+        items.join(",")
+    )
+}
+
+#[test]
+fn a_call_after_outputs_starts_the_next_group() {
+    // One call and its output per response, no reasoning between them:
+    // each output is its own group, so seven outputs of 15k (105k together)
+    // stay inline turn after turn, as the first six did.
+    let body = calls_body(7, 15_000, true);
+    let groups: Vec<usize> = parse(&body).outputs.iter().map(|o| o.group).collect();
+    assert_eq!(groups, [1, 2, 3, 4, 5, 6, 7]);
+    for pairs in [6, 7] {
+        assert!(matches!(
+            rewrite(
+                calls_body(pairs, 15_000, true).as_bytes(),
+                &Policy::default(),
+                &OpenAiResponses,
+                Mode::WithRefs
+            ),
+            Outcome::Unchanged(Unchanged::NothingOverBudget)
+        ));
+    }
+    // Seven parallel calls of one response: one group, over the turn budget.
+    let body = calls_body(7, 15_000, false);
+    let groups: Vec<usize> = parse(&body).outputs.iter().map(|o| o.group).collect();
+    assert_eq!(groups, [1; 7]);
+    assert!(matches!(
+        rewrite(
+            body.as_bytes(),
+            &Policy::default(),
+            &OpenAiResponses,
+            Mode::WithRefs
+        ),
+        Outcome::Rewritten(_)
+    ));
+}
+
 #[test]
 fn what_is_not_understood_or_not_rewritten() {
     for body in [

@@ -356,7 +356,10 @@ impl SessionSearch<'_> {
             )
             .await
             .pg("estimating the matches of a search")?;
-        let plan: &str = rows.first().map_or("", |r| r.get(0));
+        let plan = rows
+            .first()
+            .and_then(|r| r.try_get::<_, &str>(0).ok())
+            .unwrap_or("");
         Ok(plan_rows(plan).unwrap_or(self.total_chunks))
     }
 

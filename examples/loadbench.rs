@@ -142,7 +142,7 @@ fn main() {
         .filter(|u| !u.is_empty());
     let pg_schema = store_url
         .as_deref()
-        .map(|url| rt.block_on(pg_schema::Schema::create(url)));
+        .map(|url| rt.block_on(pg_schema::Schema::create_in(url)));
     let pg_proxy = pg_schema.as_ref().map(|schema| {
         let port = support::free_port();
         let mut proxy = placed(pinned.as_deref(), bin.as_ref());
@@ -1096,63 +1096,10 @@ async fn store_rows(mock: SocketAddr, sqlite: SocketAddr, postgres: SocketAddr) 
 }
 
 /// A schema of its own for the proxy on PostgreSQL (`LOADBENCH_STORE_URL`),
-/// dropped with everything in it at the end.
-mod pg_schema {
-    pub struct Schema {
-        url: String,
-        name: String,
-    }
-
-    async fn execute(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-        let conn = tokio::spawn(conn);
-        let result = client.batch_execute(sql).await;
-        drop(client);
-        let _ = conn.await;
-        result
-    }
-
-    impl Schema {
-        pub async fn create(url: &str) -> Schema {
-            let name = format!("loadbench_{}", std::process::id());
-            execute(
-                url,
-                &format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"),
-            )
-            .await
-            .expect("creating a schema in LOADBENCH_STORE_URL's database");
-            Schema {
-                url: url.to_string(),
-                name,
-            }
-        }
-
-        /// The URL with this schema as its `search_path`.
-        pub fn store_url(&self) -> String {
-            let sep = if self.url.contains('?') { '&' } else { '?' };
-            format!("{}{sep}options=-csearch_path%3D{}", self.url, self.name)
-        }
-    }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let (url, name) = (self.url.clone(), self.name.clone());
-            // On a thread of its own: no runtime may be running on this one.
-            let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .ok()?;
-                rt.block_on(execute(
-                    &url,
-                    &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
-                ))
-                .ok()
-            })
-            .join();
-        }
-    }
-}
+/// dropped with everything in it at the end (the tests' helper).
+#[allow(dead_code)] // the tests' database lookups are not used here
+#[path = "../tests/support/postgres.rs"]
+mod pg_schema;
 
 /// The mock's gap between the events of a paced stream.
 const STREAM_GAP: Duration = Duration::from_millis(2);

@@ -217,6 +217,16 @@ pub fn check_window(offset: i64, limit: i64) -> Result<(u64, Option<u64>), super
     Ok((start, end))
 }
 
+/// Validates an exact search's query: it must not be empty.
+pub fn check_query(query: &str) -> Result<(), super::StoreError> {
+    if query.is_empty() {
+        return Err(super::StoreError::InvalidArgument(
+            "query must not be empty".to_string(),
+        ));
+    }
+    Ok(())
+}
+
 /// Reassembles characters `[start, end)` of an original from its chunks,
 /// fed in offset order starting with the chunk holding `start`: both
 /// backends read a window this way, so a gap or a short read is reported

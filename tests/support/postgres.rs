@@ -26,9 +26,14 @@ pub struct Schema {
 }
 
 impl Schema {
-    /// Creates a fresh, empty schema.
+    /// Creates a fresh, empty schema in the test database.
     pub async fn create() -> Schema {
-        let url = url();
+        Schema::create_in(&url()).await
+    }
+
+    /// Creates a fresh, empty schema in the database of `url`.
+    pub async fn create_in(url: &str) -> Schema {
+        let url = url.to_string();
         let name = format!(
             "t{}_{}",
             std::process::id(),
@@ -36,7 +41,7 @@ impl Schema {
         );
         let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
-            .expect("connecting to the test database");
+            .expect("connecting to the database for a schema");
         let conn = tokio::spawn(conn);
         client
             .batch_execute(&format!(
@@ -61,7 +66,8 @@ impl Schema {
 
     /// The store URL of this schema (its `search_path`).
     pub fn store_url(&self) -> String {
-        format!("{}&options=-csearch_path%3D{}", self.url, self.name)
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-csearch_path%3D{}", self.url, self.name)
     }
 }
 

@@ -356,11 +356,7 @@ impl PostgresBackend {
         limit: usize,
         context_chars: usize,
     ) -> Result<RefSearch, StoreError> {
-        if query.is_empty() {
-            return Err(StoreError::InvalidArgument(
-                "query must not be empty".to_string(),
-            ));
-        }
+        super::text::check_query(query)?;
         let conn = self.inner.conn().await?;
         self.inner
             .note(read::search_ref(&conn, tenant, result_ref, query, limit, context_chars).await)

@@ -263,11 +263,7 @@ impl ResultStore {
         limit: usize,
         context_chars: usize,
     ) -> Result<RefSearch, StoreError> {
-        if query.is_empty() {
-            return Err(StoreError::InvalidArgument(
-                "query must not be empty".to_string(),
-            ));
-        }
+        text::check_query(query)?;
         self.inner
             .readers
             .with(|c| reader::search_ref(c, tenant, result_ref, query, limit, context_chars))

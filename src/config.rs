@@ -29,6 +29,21 @@ pub struct RawConfig {
     pub externalization: RawExternalization,
     pub recall: RawRecall,
     pub operator_api: RawOperatorApi,
+    /// `[[pricing]]`: prices per model-name pattern, for the estimate.
+    pub pricing: Vec<RawPrice>,
+}
+
+/// One `[[pricing]]` entry as written: US dollars per million tokens.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    /// A model-name pattern (`*`, `?`), as the upstream reports the model.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub input: f64,
+    pub cache_read: f64,
+    pub cache_write: Option<f64>,
+    pub output: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -283,6 +298,7 @@ pub struct Config {
     pub restore_history: bool,
     pub keepalive: Duration,
     pub operator_api: OperatorApiConfig,
+    pub pricing: crate::pricing::PriceTable,
 }
 
 #[derive(Clone, Debug)]
@@ -672,7 +688,39 @@ fn validate(raw: RawConfig) -> Result<Config> {
             listen: operator_listen,
             admin_token: raw.operator_api.admin_token.clone(),
         },
+        pricing: price_table(&raw.pricing)?,
     })
+}
+
+/// The `[[pricing]]` entries, each checked with its key named.
+fn price_table(raw: &[RawPrice]) -> Result<crate::pricing::PriceTable> {
+    let mut prices = Vec::with_capacity(raw.len());
+    for (i, p) in raw.iter().enumerate() {
+        let key = format!("pricing[{i}]");
+        let pattern =
+            Glob::new(&p.pattern).with_context(|| format!("{key}.match: invalid pattern"))?;
+        let fields = [
+            ("input", Some(p.input)),
+            ("cache_read", Some(p.cache_read)),
+            ("cache_write", p.cache_write),
+            ("output", Some(p.output)),
+        ];
+        for (name, value) in fields {
+            if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                bail!(
+                    "{key}.{name} must be a price of zero or more (US dollars per million tokens)"
+                );
+            }
+        }
+        prices.push(crate::pricing::Price {
+            pattern,
+            input: p.input,
+            cache_read: p.cache_read,
+            cache_write: p.cache_write,
+            output: p.output,
+        });
+    }
+    Ok(crate::pricing::PriceTable(prices))
 }
 
 #[cfg(test)]

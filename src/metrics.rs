@@ -35,6 +35,12 @@ impl Labels for (&'static str, &'static str) {
     }
 }
 
+impl Labels for (&'static str, &'static str, &'static str) {
+    fn values(&self) -> Vec<String> {
+        vec![self.0.to_string(), self.1.to_string(), self.2.to_string()]
+    }
+}
+
 impl Labels for (&'static str, u16) {
     fn values(&self) -> Vec<String> {
         vec![self.0.to_string(), self.1.to_string()]
@@ -135,7 +141,16 @@ pub struct Metrics {
     recall_rounds: Histogram,
     exchanges_kept: AtomicU64,
     restored: AtomicU64,
+    /// (kind, tool, first_seen); tool labels are interned and bounded.
+    tokens_saved: Counters<(&'static str, &'static str, &'static str)>,
+    /// (api, part of the usage).
+    upstream_tokens: Counters<(&'static str, &'static str)>,
+    ledger_dropped: AtomicU64,
+    tool_labels: Mutex<BTreeMap<String, &'static str>>,
 }
+
+/// Distinct tool names kept as label values; later ones count as `other`.
+const TOOL_LABELS: usize = 64;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -151,6 +166,10 @@ impl Default for Metrics {
             recall_rounds: Histogram::new(&ROUND_BUCKETS),
             exchanges_kept: AtomicU64::new(0),
             restored: AtomicU64::new(0),
+            tokens_saved: Counters::default(),
+            upstream_tokens: Counters::default(),
+            ledger_dropped: AtomicU64::new(0),
+            tool_labels: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -176,6 +195,60 @@ impl Metrics {
 
     pub fn chars_saved(&self, n: u64) {
         self.chars_saved.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Tokens an output's stub saved (original minus stub, o200k_base).
+    /// The tool name is a label only if it is short and plain and among
+    /// the first [`TOOL_LABELS`] seen (a client chooses tool names).
+    pub fn tokens_saved(&self, kind: &'static str, tool: Option<&str>, first_seen: bool, n: u64) {
+        let tool = self.tool_label(tool);
+        let first = if first_seen { "true" } else { "false" };
+        self.tokens_saved.add((kind, tool, first), n);
+    }
+
+    fn tool_label(&self, tool: Option<&str>) -> &'static str {
+        let Some(tool) = tool else {
+            return "";
+        };
+        let plain = tool.len() <= 64
+            && tool
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+        if !plain {
+            return "other";
+        }
+        let mut labels = match self.tool_labels.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(label) = labels.get(tool) {
+            return label;
+        }
+        if labels.len() >= TOOL_LABELS {
+            return "other";
+        }
+        // Bounded by TOOL_LABELS: at most 64 small strings for the process.
+        let label: &'static str = Box::leak(tool.to_string().into_boxed_str());
+        labels.insert(tool.to_string(), label);
+        label
+    }
+
+    /// What the upstream reported using, by part (input, cache_read,
+    /// cache_write, output).
+    pub fn upstream_tokens(&self, api: &'static str, usage: &crate::usage::Usage) {
+        for (part, n) in [
+            ("input", usage.input),
+            ("cache_read", usage.cache_read),
+            ("cache_write", usage.cache_write),
+            ("output", usage.output),
+        ] {
+            self.upstream_tokens.add((api, part), n);
+        }
+    }
+
+    /// A ledger record dropped (its queue was full, or the store failed).
+    pub fn ledger_dropped(&self, n: u64) {
+        self.ledger_dropped.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn store_error(&self, operation: &'static str) {
@@ -268,6 +341,23 @@ impl Metrics {
             "# HELP toolstub_history_restored_total Hidden recall exchanges put back into the history a client sent.\n# TYPE toolstub_history_restored_total counter\ntoolstub_history_restored_total {}",
             self.restored.load(Ordering::Relaxed)
         );
+        self.tokens_saved.render(
+            &mut out,
+            "toolstub_tokens_saved_total",
+            "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind, tool and whether the output was seen for the first time.",
+            &["kind", "tool", "first_seen"],
+        );
+        self.upstream_tokens.render(
+            &mut out,
+            "toolstub_upstream_tokens_total",
+            "Tokens the upstream reported using, by API and part (input: uncached input; cache_read; cache_write; output).",
+            &["api", "type"],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP toolstub_ledger_dropped_total Token-accounting records lost (queue full or store failure).\n# TYPE toolstub_ledger_dropped_total counter\ntoolstub_ledger_dropped_total {}",
+            self.ledger_dropped.load(Ordering::Relaxed)
+        );
         out
     }
 }
@@ -302,5 +392,27 @@ mod tests {
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.001\"} 0"));
         assert!(text.contains("toolstub_upstream_latency_seconds_count 1"));
         assert!(text.contains("toolstub_chars_saved_total 42"));
+    }
+
+    #[test]
+    fn tool_labels_are_bounded_and_plain() {
+        let m = Metrics::default();
+        m.tokens_saved("json", Some("Read"), true, 10);
+        m.tokens_saved("json", Some("Read"), true, 5);
+        m.tokens_saved("text", Some("bad\"name"), false, 1);
+        for i in 0..100 {
+            m.tokens_saved("text", Some(&format!("t{i}")), false, 1);
+        }
+        let text = m.render();
+        assert!(text.contains(
+            "toolstub_tokens_saved_total{kind=\"json\",tool=\"Read\",first_seen=\"true\"} 15"
+        ));
+        // One for the bad name, 100 - 63 for the tools past the bound.
+        assert!(
+            text.contains(
+                "toolstub_tokens_saved_total{kind=\"text\",tool=\"other\",first_seen=\"false\"} 38"
+            ),
+            "{text}"
+        );
     }
 }

@@ -16,6 +16,8 @@ pub(super) struct Body<'b, M> {
     pub streaming: bool,
     /// `"background": true` (the Responses API's background mode).
     pub background: bool,
+    /// The `model` member's raw JSON (the last, if given twice).
+    pub model: Option<&'b str>,
 }
 
 /// Sets a field read from an object; a second occurrence of the same key
@@ -44,6 +46,7 @@ pub(super) fn read_conversation<'b, M>(
     let (mut messages, mut tools) = (None, None);
     let (mut streams, mut stream_true) = (0, false);
     let mut background = false;
+    let mut model = None;
     scanner.object(|s, key| match key {
         k if k == conversation => {
             let mut list = Vec::new();
@@ -60,6 +63,12 @@ pub(super) fn read_conversation<'b, M>(
             background |= s.value()? == "true";
             Some(())
         }
+        // Not a member the proxy acts on: a duplicate is no reason to
+        // forward a body unread (the last one counts, as in most readers).
+        "model" => {
+            model = Some(s.value()?);
+            Some(())
+        }
         _ => s.value().map(drop),
     })?;
     scanner.finish()?;
@@ -68,5 +77,6 @@ pub(super) fn read_conversation<'b, M>(
         tools,
         streaming: streams == 1 && stream_true,
         background,
+        model,
     })
 }

@@ -151,6 +151,8 @@ pub struct ParsedRequest<'b> {
     pub opening: String,
     /// Whether the client asked for a streamed response (`"stream": true`).
     pub streaming: bool,
+    /// The model the request names (`model`, a string), for accounting.
+    pub model: Option<String>,
     /// Every message of the conversation, in order.
     pub messages: Vec<MessageSpan>,
 }
@@ -245,6 +247,10 @@ pub trait Protocol: Send + Sync {
 
     /// How this API shapes errors.
     fn flavor(&self) -> Flavor;
+
+    /// The usage a response (whole) or one of its stream events reports
+    /// (`crate::usage`); `None` when it reports none.
+    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported>;
 }
 
 /// The identity of an assistant message for history restoration: the
@@ -256,6 +262,15 @@ pub fn turn_identity(previous: &str, message: &str) -> String {
 }
 
 /// A JSON string literal for `s`.
+/// The model a body's raw `model` member names, if it is a string.
+pub fn model_of(raw: Option<&str>) -> Option<String> {
+    let raw = raw?;
+    raw.starts_with('"')
+        .then(|| json_text::decode(raw))
+        .flatten()
+        .map(std::borrow::Cow::into_owned)
+}
+
 pub fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }

@@ -183,6 +183,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
         client_tool_names,
         opening,
         streaming: is_streaming(body.as_bytes()),
+        model: model_member(body),
         messages,
     })
 }
@@ -239,4 +240,12 @@ fn is_streaming(body: &[u8]) -> bool {
         .ok()
         .and_then(|s| s.stream)
         .unwrap_or(false)
+}
+
+/// The `model` member of the body's top level, as a string (the last one
+/// if given twice); other values are kept raw, not parsed.
+fn model_member(body: &str) -> Option<String> {
+    let members: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_str(body).ok()?;
+    serde_json::from_str::<String>(members.get("model")?.get()).ok()
 }

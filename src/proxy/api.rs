@@ -11,7 +11,9 @@
 
 use super::body::{boxed, collect_within, full, Collected};
 use super::error::ProxyError;
+use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
+use super::usage_tap::Tap;
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
@@ -61,6 +63,68 @@ impl Api {
     fn answers_recall(self) -> bool {
         self != Api::CountTokens
     }
+
+    /// The ledger's label of the API.
+    fn label(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat_completions",
+            Api::Messages => "messages",
+            Api::CountTokens => "count_tokens",
+            Api::Responses => "responses",
+        }
+    }
+}
+
+/// A request's accounting: its note in the ledger and the tap its
+/// responses report usage through. `None` for `count_tokens`, which is
+/// no turn of a conversation and reports no usage.
+struct Accounting {
+    note: Arc<RequestNote>,
+    tap: Tap,
+}
+
+impl Accounting {
+    fn of(app: &App, api: Api, tenant: &Tenant) -> Option<Accounting> {
+        if api == Api::CountTokens {
+            return None;
+        }
+        let now = crate::store::Clock::system().now_ms();
+        let note = RequestNote::new(tenant.clone(), api.label(), now);
+        Some(Accounting {
+            tap: Tap {
+                ledger: app.ledger.clone(),
+                note: note.clone(),
+                protocol: api.protocol(),
+            },
+            note,
+        })
+    }
+
+    /// Files the request with the ledger (before anything goes upstream,
+    /// so the turn comes before the usage of its responses).
+    fn turn(
+        &self,
+        app: &App,
+        session: SessionOf,
+        tallies: Vec<Tally>,
+        counting: Option<Counting>,
+    ) -> Option<Tap> {
+        app.ledger.turn(crate::proxy::ledger::Turn {
+            note: self.note.clone(),
+            session,
+            tallies,
+            counting,
+        });
+        Some(self.tap.clone())
+    }
+}
+
+/// Files an unread or unchanged request with the ledger; the tap for its
+/// response.
+fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<Tap> {
+    accounting
+        .as_ref()
+        .and_then(|a| a.turn(app, session, Vec::new(), None))
 }
 
 pub(super) async fn handle(
@@ -70,9 +134,12 @@ pub(super) async fn handle(
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
     let (parts, body) = req.into_parts();
+    let tenant = tenant_of(&parts.headers);
+    let accounting = Accounting::of(app, api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);
-        return forward(app, &parts, boxed(body)).await;
+        let tap = unread(&accounting, app, SessionOf::Unknown);
+        return forward(app, &parts, boxed(body), tap).await;
     }
     let collected = tokio::time::timeout(
         app.config.body_read_timeout,
@@ -85,12 +152,12 @@ pub(super) async fn handle(
         Collected::Complete(bytes) => bytes,
         Collected::TooLarge(stream) => {
             app.metrics.unchanged("too_large");
-            return forward(app, &parts, boxed(stream)).await;
+            let tap = unread(&accounting, app, SessionOf::Unknown);
+            return forward(app, &parts, boxed(stream), tap).await;
         }
     };
 
     let read_us = started.elapsed().as_micros() as u64;
-    let tenant = tenant_of(&parts.headers);
     let original = match api {
         Api::Responses => super::responses::chain_from_upstream(app, &tenant, original).await,
         _ => original,
@@ -107,7 +174,12 @@ pub(super) async fn handle(
         Plan::Rewritten(rewritten) => rewritten,
         Plan::Unchanged(why) => {
             app.metrics.unchanged(why);
-            return forward(app, &parts, full(original)).await;
+            let derive = match session_header {
+                Some(s) => SessionOf::Known(s, None),
+                None => SessionOf::Derive(api.protocol(), original.clone()),
+            };
+            let tap = unread(&accounting, app, derive);
+            return forward(app, &parts, full(original), tap).await;
         }
     };
     let session =
@@ -116,6 +188,9 @@ pub(super) async fn handle(
         output.new.session_id.clone_from(&session);
     }
     let rewritten_us = started.elapsed().as_micros() as u64;
+    let mut counting = accounting
+        .as_ref()
+        .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
     let turns = std::mem::take(&mut rewritten.turns);
     let (stored, found) = tokio::join!(
         store_outputs(app, &tenant, &mut rewritten, &original),
@@ -137,19 +212,34 @@ pub(super) async fn handle(
         "request rewritten"
     );
     let mut restorations = found;
+    let first_seen = match &stored {
+        Ok(first_seen) => first_seen.clone(),
+        Err(_) => rewritten.outputs.iter().map(|o| o.first_seen).collect(),
+    };
     if let Err(e) = stored {
         app.metrics.store_error("put");
         tracing::error!(error = %e, "storing tool outputs failed");
         match app.config.failure_mode {
-            FailureMode::PreserveRaw => return forward(app, &parts, full(original)).await,
+            FailureMode::PreserveRaw => {
+                let known = SessionOf::Known(session, rewritten.model.clone());
+                let tap = unread(&accounting, app, known);
+                return forward(app, &parts, full(original), tap).await;
+            }
             FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
             FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
                 // No recall tools, so no restored recall calls either.
                 Plan::Rewritten(preview_only) => {
                     rewritten = preview_only;
                     restorations.clear();
+                    counting = accounting
+                        .as_ref()
+                        .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
                 }
-                Plan::Unchanged(_) => return forward(app, &parts, full(original)).await,
+                Plan::Unchanged(_) => {
+                    let known = SessionOf::Known(session, rewritten.model.clone());
+                    let tap = unread(&accounting, app, known);
+                    return forward(app, &parts, full(original), tap).await;
+                }
             },
         }
     }
@@ -175,6 +265,28 @@ pub(super) async fn handle(
     if !restorations.is_empty() {
         extra_headers.push(("x-toolstub-restored", HeaderValue::from(restorations.len())));
     }
+    let saved_tokens = counting.as_ref().map(Counting::probe);
+    let tallies = rewritten
+        .outputs
+        .iter()
+        .zip(first_seen.iter().copied().chain(std::iter::repeat(false)))
+        .map(|(o, first_seen)| Tally {
+            result_ref: o.result_ref.clone(),
+            tool: o.new.tool_name.clone(),
+            kind: o.new.synopsis.kind,
+            first_seen,
+            chars_saved: o.chars_saved as u64,
+        })
+        .collect();
+    let tap = match &accounting {
+        Some(a) => a.turn(
+            app,
+            SessionOf::Known(session.clone(), rewritten.model.clone()),
+            tallies,
+            counting,
+        ),
+        None => None,
+    };
 
     if rewritten.recall_offered && api.answers_recall() {
         let streaming = rewritten.streaming;
@@ -190,6 +302,9 @@ pub(super) async fn handle(
             original,
             restorations,
             extra_headers,
+            saved_tokens,
+            tap,
+            note: accounting.map(|a| a.note),
         };
         return if streaming {
             recall::streaming(app, req).await
@@ -201,11 +316,50 @@ pub(super) async fn handle(
     let request = upstream_request(app, &parts, full(rewritten.body), Some(length))?;
     let (response, latency) = app.upstream.send(request).await?;
     app.metrics.upstream_latency(latency);
-    let mut response = stream_back(response);
+    let mut response = stream_back(super::tapped(response, tap));
     for (name, value) in extra_headers {
         response.headers_mut().insert(name, value);
     }
+    if let Some(n) = saved_tokens.as_ref().and_then(|p| p.get().copied()) {
+        response
+            .headers_mut()
+            .insert(SAVED_TOKENS_HEADER, HeaderValue::from(n));
+    }
     Ok(response)
+}
+
+/// The response header with the tokens a request's stubs saved, when they
+/// were counted before its head left.
+pub(super) const SAVED_TOKENS_HEADER: &str = "x-toolstub-saved-tokens";
+
+/// What the ledger counts of a rewrite: each output's stub, and its
+/// original unless its count is remembered.
+fn to_count(app: &App, rewritten: &OwnedRewrite, original: &Bytes) -> Vec<ToCount> {
+    rewritten
+        .outputs
+        .iter()
+        .map(|o| {
+            let sha256 = o.new.sha256.clone().unwrap_or_default();
+            let text = if app.ledger.remembers(&sha256) {
+                TextToCount::Remembered
+            } else {
+                match &o.text {
+                    TextSource::Decoded(text) => TextToCount::Owned(text.clone()),
+                    TextSource::Literal(span) => {
+                        TextToCount::Literals(original.clone(), vec![span.clone()])
+                    }
+                    TextSource::Literals(spans) => {
+                        TextToCount::Literals(original.clone(), spans.clone())
+                    }
+                }
+            };
+            ToCount {
+                sha256,
+                stub: o.stub.clone(),
+                text,
+            }
+        })
+        .collect()
 }
 
 /// The key a hidden exchange is stored under: the session and the identity
@@ -289,7 +443,7 @@ fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str>
 /// The rewrite's outcome, owned, so it can cross from the blocking pool.
 pub(super) enum Plan {
     Unchanged(&'static str),
-    Rewritten(OwnedRewrite),
+    Rewritten(Box<OwnedRewrite>),
 }
 
 pub(super) struct OwnedRewrite {
@@ -297,6 +451,8 @@ pub(super) struct OwnedRewrite {
     outputs: Vec<PlannedOutput>,
     saved_chars: usize,
     opening: String,
+    /// The model the request names.
+    model: Option<String>,
     recall_names: RecallToolNames,
     /// Whether the body offers the recall tools (then the recall loop runs).
     recall_offered: bool,
@@ -335,6 +491,10 @@ struct PlannedOutput {
     text: TextSource,
     /// Whether the rewrite met this text for the first time (not in the memo).
     first_seen: bool,
+    /// The stub that replaced it.
+    stub: String,
+    /// Its characters minus the stub's.
+    chars_saved: usize,
 }
 
 /// Where an output's text is, so that it is decoded only when stored.
@@ -354,7 +514,7 @@ async fn store_outputs(
     tenant: &Tenant,
     rewritten: &mut OwnedRewrite,
     original: &Bytes,
-) -> Result<(), crate::store::StoreError> {
+) -> Result<Vec<bool>, crate::store::StoreError> {
     // Outputs this rewrite saw first (a memo miss) are almost never stored
     // yet: they skip the lookup, and `put` is a no-op for one that is.
     let seen_before: Vec<usize> = (0..rewritten.outputs.len())
@@ -374,10 +534,12 @@ async fn store_outputs(
         }
     }
     let mut news = Vec::new();
-    for (output, held) in rewritten.outputs.iter_mut().zip(held) {
+    let mut put_index = Vec::new();
+    for (i, (output, held)) in rewritten.outputs.iter_mut().zip(held).enumerate() {
         if held {
             continue;
         }
+        put_index.push(i);
         let undecodable = || {
             crate::store::StoreError::InvalidArgument(
                 "a tool output's text could not be decoded".to_string(),
@@ -405,10 +567,17 @@ async fn store_outputs(
             ..output.new.clone()
         });
     }
+    let mut first_seen = vec![false; rewritten.outputs.len()];
     if news.is_empty() {
-        return Ok(());
+        return Ok(first_seen);
     }
-    app.store.put(tenant, news).await.map(|_| ())
+    for (i, stored) in put_index
+        .into_iter()
+        .zip(app.store.put(tenant, news).await?)
+    {
+        first_seen[i] = stored.created;
+    }
+    Ok(first_seen)
 }
 
 /// Runs the pure rewrite, on the blocking pool for large bodies.
@@ -443,10 +612,11 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
     };
     match rewrite_with(body, policy, api.protocol(), mode, &app.memo) {
         Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
-        Outcome::Rewritten(r) => Plan::Rewritten(OwnedRewrite {
+        Outcome::Rewritten(r) => Plan::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),
             saved_chars: r.saved_chars,
             opening: r.opening,
+            model: r.model,
             recall_names: r.recall_names,
             streaming: r.streaming,
             recall_offered: policy.recall_enabled && mode == Mode::WithRefs,
@@ -457,6 +627,8 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
                 .into_iter()
                 .map(|o| PlannedOutput {
                     first_seen: o.text.is_some(),
+                    chars_saved: o.original_chars.saturating_sub(o.stub.chars().count()),
+                    stub: o.stub,
                     reason: o.reason,
                     result_ref: o.result_ref,
                     text: match (o.text, &o.content) {
@@ -496,6 +668,6 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
                     },
                 })
                 .collect(),
-        }),
+        })),
     }
 }

@@ -18,11 +18,13 @@ mod api;
 mod body;
 mod error;
 pub mod large_buffers;
+mod ledger;
 pub mod memory;
 mod operator;
 mod recall;
 mod responses;
 mod upstream;
+mod usage_tap;
 
 pub use body::BoxBody;
 pub use error::ProxyError;
@@ -58,6 +60,8 @@ pub struct App {
     upstream: Upstream,
     /// Digests and synopses of outputs seen before (repeated turns).
     memo: crate::rewrite::memo::Memo,
+    /// Token accounting, in the background.
+    ledger: ledger::Ledger,
 }
 
 /// The store settings the proxy's configuration asks for.
@@ -98,9 +102,11 @@ impl App {
                 Some(_) => "cannot open the store (store.url)".to_string(),
                 None => format!("cannot open the store {}", config.store.path.display()),
             })?;
+        let metrics = Arc::new(Metrics::default());
         Ok(App {
             config,
-            metrics: Arc::new(Metrics::default()),
+            ledger: ledger::Ledger::start(store.clone(), metrics.clone()).await,
+            metrics,
             store,
             upstream,
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
@@ -419,7 +425,7 @@ async fn passthrough(app: &App, req: Request<Incoming>) -> Result<Response<BoxBo
         return tunnel(app, req).await;
     }
     let (parts, body) = req.into_parts();
-    forward(app, &parts, boxed(body)).await
+    forward(app, &parts, boxed(body), None).await
 }
 
 /// A request to switch protocols (`Connection: upgrade` with `Upgrade`).
@@ -478,11 +484,22 @@ async fn forward(
     app: &App,
     parts: &http::request::Parts,
     body: BoxBody,
+    tap: Option<usage_tap::Tap>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let upstream_request = upstream_request(app, parts, body, None)?;
     let (response, latency) = app.upstream.send(upstream_request).await?;
     app.metrics.upstream_latency(latency);
-    Ok(stream_back(response))
+    Ok(stream_back(tapped(response, tap)))
+}
+
+/// The upstream's response with its body read for usage by `tap`.
+fn tapped<B>(response: Response<B>, tap: Option<usage_tap::Tap>) -> Response<usage_tap::Tapped<B>> {
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    response.map(|body| usage_tap::Tapped::new(body, content_type.as_deref(), tap))
 }
 
 /// The upstream request for the client's request parts; `content_length`
@@ -510,7 +527,11 @@ fn upstream_request(
 
 /// The upstream's response, status and headers unchanged but for hop-by-hop
 /// headers, body streamed chunk by chunk.
-fn stream_back(response: Response<Incoming>) -> Response<BoxBody> {
+fn stream_back<B>(response: Response<B>) -> Response<BoxBody>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+    B::Error: Into<body::BoxError>,
+{
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, boxed(body))

@@ -9,12 +9,17 @@
 //!   live outputs, newest first, filters applied before the limit. Without
 //!   `session` the list spans all the tenant's sessions.
 //! - `results/{ref}?offset=&limit=` (0, 20000; `limit=-1` reads to the end):
-//!   a window of the original plus its metadata.
+//!   a window of the original plus its metadata (with `original_tokens` and
+//!   `stub_tokens` once counted, else null).
 //! - `results/{ref}/search?q=&limit=&context_chars=` (20, 300): exact,
 //!   case-sensitive matches in one original.
 //! - `search?q=&session=&limit=&context_chars=` (20, 300): ranked search
 //!   across one session; `session` is required, because ranked search is
 //!   scoped to a session (SPEC section 6) and the store has no wider one.
+//! - `stats?session=&bucket_ms=&sessions=` (all sessions, 60000, 50): the
+//!   token ledger summed: `totals`, `pricing` (null without a `[[pricing]]`
+//!   table), `by_tool`, `by_kind`, `series` (points of `bucket_ms`, oldest
+//!   first, the newest 500), `sessions` (most recently active first).
 //!
 //! Offsets, limits and lengths count Unicode code points. `created_at` is
 //! Unix milliseconds. A list or search `limit` of -1 means "no limit".
@@ -41,7 +46,7 @@ use super::body::full;
 use super::error::ProxyError;
 use super::{App, BoxBody};
 use crate::refs::looks_like_ref;
-use crate::store::{StoreError, Tenant, OFFSET_UNIT};
+use crate::store::{ReportQuery, StoreError, Tenant, OFFSET_UNIT};
 use crate::synopsis::{Kind, Synopsis};
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -86,6 +91,7 @@ pub(super) async fn handle(
         Endpoint::Read(r) => read(app, &tenant, &r, &query).await,
         Endpoint::SearchRef(r) => search_ref(app, &tenant, &r, &query).await,
         Endpoint::Search => search_session(app, &tenant, &query).await,
+        Endpoint::Stats => stats(app, &tenant, &query).await,
     }
 }
 
@@ -96,6 +102,7 @@ enum Endpoint {
     Read(String),
     SearchRef(String),
     Search,
+    Stats,
 }
 
 impl Endpoint {
@@ -103,7 +110,7 @@ impl Endpoint {
         let unknown = || {
             ProxyError::NotFound(format!(
                 "no operator endpoint at {path}; the endpoints are {PREFIX}results, \
-                 {PREFIX}results/{{ref}}, {PREFIX}results/{{ref}}/search and {PREFIX}search"
+                 {PREFIX}results/{{ref}}, {PREFIX}results/{{ref}}/search, {PREFIX}search and {PREFIX}stats"
             ))
         };
         let rest = path.strip_prefix(PREFIX).ok_or_else(unknown)?;
@@ -111,6 +118,7 @@ impl Endpoint {
         match segments.as_slice() {
             ["results"] => Ok(Endpoint::List),
             ["search"] => Ok(Endpoint::Search),
+            ["stats"] => Ok(Endpoint::Stats),
             ["results", r] if !r.is_empty() => Ok(Endpoint::Read(parse_ref(r)?)),
             ["results", r, "search"] if !r.is_empty() => Ok(Endpoint::SearchRef(parse_ref(r)?)),
             _ => Err(unknown()),
@@ -326,6 +334,8 @@ struct Metadata<'a> {
     mime_type: Option<&'a str>,
     synopsis_kind: Kind,
     synopsis: &'a Synopsis,
+    original_tokens: Option<u64>,
+    stub_tokens: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -354,6 +364,24 @@ struct HitItem<'a> {
     offset: u64,
     snippet: &'a str,
     score: f64,
+}
+
+/// `GET stats`: the tenant's ledger, summed (see [`StatsResponse`]).
+async fn stats(app: &App, tenant: &Tenant, query: &Query) -> Result<Response<BoxBody>, ProxyError> {
+    let report_query = ReportQuery {
+        session: query.get("session")?.map(str::to_string),
+        bucket_ms: query.int("bucket_ms", 60_000)?.max(1),
+        sessions: query.count("sessions", 50)?,
+    };
+    let report = app
+        .store
+        .report(Some(tenant), report_query)
+        .await
+        .map_err(|e| store_failure(app, "report", e))?;
+    json(&crate::stats::StatsResponse::of(
+        &report,
+        &app.config.pricing,
+    ))
 }
 
 async fn list(app: &App, tenant: &Tenant, query: &Query) -> Result<Response<BoxBody>, ProxyError> {
@@ -423,6 +451,8 @@ async fn read(
             mime_type: meta.mime_type.as_deref(),
             synopsis_kind: meta.synopsis_kind,
             synopsis: &meta.synopsis,
+            original_tokens: meta.original_tokens,
+            stub_tokens: meta.stub_tokens,
         },
     })
 }

@@ -20,6 +20,8 @@
 use super::api::{exchange_key, plan, Api, Plan};
 use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
 use super::error::ProxyError;
+use super::ledger::RequestNote;
+use super::usage_tap::{Tap, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::{Protocol, RoundsContext};
 use crate::recall::sse::SseParser;
@@ -62,6 +64,12 @@ pub(super) struct RecallRequest {
     pub restorations: BTreeMap<String, String>,
     /// Response headers to add (`x-toolstub-*`).
     pub extra_headers: Vec<(&'static str, HeaderValue)>,
+    /// The tokens saved, once counted (`x-toolstub-saved-tokens`).
+    pub saved_tokens: Option<Arc<std::sync::OnceLock<u64>>>,
+    /// Where each round's usage goes.
+    pub tap: Option<Tap>,
+    /// The request in the ledger (its recall calls).
+    pub note: Option<Arc<RequestNote>>,
 }
 
 impl RecallRequest {
@@ -105,7 +113,7 @@ impl RecallRequest {
     /// Sends a round upstream. Its response is read (every round may hold
     /// recall calls), so it is asked for uncompressed whatever the client
     /// accepts: the client then gets it uncompressed too.
-    async fn send(&self, app: &App, body: Bytes) -> Result<Response<Incoming>, ProxyError> {
+    async fn send(&self, app: &App, body: Bytes) -> Result<Response<Tapped<Incoming>>, ProxyError> {
         let length = body.len();
         let mut request = upstream_request(app, &self.parts, full(body), Some(length))?;
         request.headers_mut().insert(
@@ -114,7 +122,7 @@ impl RecallRequest {
         );
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
-        Ok(response)
+        Ok(super::tapped(response, self.tap.clone()))
     }
 
     /// Runs the recall calls of one round.
@@ -124,6 +132,9 @@ impl RecallRequest {
             tenant: &self.tenant,
             session: &self.session,
         };
+        if let Some(note) = &self.note {
+            app.ledger.recall_calls(note.clone(), calls.len() as u64);
+        }
         let mut results = Vec::with_capacity(calls.len());
         for call in calls {
             app.metrics.recall_call(call.tool.label());
@@ -176,6 +187,11 @@ impl RecallRequest {
     fn decorate(&self, response: &mut Response<BoxBody>) {
         for (name, value) in &self.extra_headers {
             response.headers_mut().insert(*name, value.clone());
+        }
+        if let Some(n) = self.saved_tokens.as_ref().and_then(|p| p.get()) {
+            response
+                .headers_mut()
+                .insert(super::api::SAVED_TOKENS_HEADER, HeaderValue::from(*n));
         }
     }
 }
@@ -318,7 +334,7 @@ impl Client {
 async fn drive(
     app: &Arc<App>,
     req: &RecallRequest,
-    mut body: Incoming,
+    mut body: Tapped<Incoming>,
     mut rounds: Box<dyn Rounds>,
     client: &mut Client,
 ) {

@@ -72,7 +72,7 @@ pub(super) async fn by_id(
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let Some(client_id) = response_id_in(&path).map(str::to_string) else {
-        return forward(app, &parts, boxed(body)).await;
+        return forward(app, &parts, boxed(body), None).await;
     };
     let mapped = match app.store.response_id(&tenant, &client_id).await {
         Ok(mapped) => mapped,
@@ -83,7 +83,7 @@ pub(super) async fn by_id(
         }
     };
     let Some(mapped) = mapped else {
-        return forward(app, &parts, boxed(body)).await;
+        return forward(app, &parts, boxed(body), None).await;
     };
     let path_and_query = parts
         .uri
@@ -99,7 +99,7 @@ pub(super) async fn by_id(
         .map_err(|e| ProxyError::BadRequest(format!("cannot map the response id: {e}")))?;
     let fetch = parts.method == Method::GET && path.ends_with(&client_id);
     if !fetch {
-        return forward(app, &parts, boxed(body)).await;
+        return forward(app, &parts, boxed(body), None).await;
     }
     let request = super::upstream_request(app, &parts, boxed(body), None)?;
     let (response, latency) = app.upstream.send(request).await?;

@@ -122,6 +122,8 @@ pub struct Rewritten<'b> {
     pub recall_names: RecallToolNames,
     /// The conversation's opening, canonical (see [`derive_session`]).
     pub opening: String,
+    /// The model the request names.
+    pub model: Option<String>,
     /// Whether the client asked for a streamed response.
     pub streaming: bool,
     /// The assistant messages whose hidden recall exchange, if one is
@@ -253,6 +255,7 @@ fn rewrite_parsed<'b>(
         saved_chars,
         recall_names: names,
         opening: parsed.opening,
+        model: parsed.model,
         streaming: parsed.streaming,
         turns,
         last_canon,

@@ -209,6 +209,25 @@ impl AsyncResultStore {
         on_backend!(self, b => b.sweep_at(now_ms).await)
     }
 
+    /// Adds ledger rows and sets output token counts, in one commit
+    /// (token accounting; committed less durably than outputs on SQLite).
+    pub async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        on_backend!(self, b => b.record(batch).await)
+    }
+
+    /// The tenant's ledger summed (every tenant's with `None`): totals, by
+    /// tool, kind, time, session and model.
+    pub async fn report(
+        &self,
+        tenant: Option<&Tenant>,
+        query: crate::store::ReportQuery,
+    ) -> Result<crate::store::Report, StoreError> {
+        on_backend!(self, b => b.report(tenant, query).await)
+    }
+
     /// Sizes of the originals, the index and the database.
     pub async fn stats(&self) -> Result<StoreStats, StoreError> {
         on_backend!(self, b => b.stats().await)

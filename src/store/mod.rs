@@ -19,6 +19,7 @@
 
 mod asynchronous;
 mod error;
+mod ledger;
 mod postgres;
 mod prepare;
 mod sqlite;
@@ -30,8 +31,9 @@ pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};
 pub use types::{
-    Answer, Exchange, Match, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
-    ResponseId, SearchHit, StoreStats, Stored, SweepReport, Tenant, OFFSET_UNIT,
+    Answer, Exchange, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta, OutputSummary,
+    OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit, StoreStats,
+    Stored, Sums, SweepReport, Tenant, OFFSET_UNIT,
 };
 
 use std::fmt;

@@ -149,6 +149,10 @@ pub struct OutputMeta {
     pub synopsis: Synopsis,
     /// Always [`OFFSET_UNIT`].
     pub offset_unit: &'static str,
+    /// The o200k_base tokens of the original and of its stub, once the
+    /// proxy's ledger has counted them (in the background).
+    pub original_tokens: Option<u64>,
+    pub stub_tokens: Option<u64>,
 }
 
 /// A window of an original: characters `[offset, offset + limit)`.
@@ -241,4 +245,108 @@ impl SweepReport {
         self.purged_tombstones += other.purged_tombstones;
         self.more |= other.more;
     }
+}
+
+/// One row of the ledger: what one request saved for one (tool, kind,
+/// first seen) group, or what one upstream response reported using, or
+/// the recall calls one request ran. Rows are only ever added; reports sum
+/// them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// Empty when the request named no session and had no conversation.
+    pub session_id: String,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// The model, as the request or the response named it.
+    pub model: Option<String>,
+    pub tool: Option<String>,
+    pub kind: Option<Kind>,
+    /// Whether these outputs were stored for the first time by this request.
+    pub first_seen: bool,
+    /// Client requests (a turn of the conversation): 1 on one row per request.
+    pub requests: u64,
+    /// Upstream responses (a request with recall rounds has several).
+    pub rounds: u64,
+    pub outputs: u64,
+    pub chars_saved: u64,
+    pub tokens_saved: u64,
+    pub usage: crate::usage::Usage,
+    pub recall_calls: u64,
+}
+
+/// The token counts of one stored output and of its stub.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputTokens {
+    pub result_ref: String,
+    pub original_tokens: u64,
+    pub stub_tokens: u64,
+}
+
+/// What the ledger writes in one commit.
+#[derive(Clone, Debug, Default)]
+pub struct LedgerBatch {
+    pub entries: Vec<(Tenant, LedgerEntry)>,
+    pub tokens: Vec<(Tenant, OutputTokens)>,
+}
+
+impl LedgerBatch {
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.tokens.is_empty()
+    }
+}
+
+/// Which part of a tenant's ledger a report sums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportQuery {
+    /// One session, or all of them.
+    pub session: Option<String>,
+    /// The width of a series point, in milliseconds (at least 1).
+    pub bucket_ms: i64,
+    /// At most this many sessions, most recently active first.
+    pub sessions: usize,
+}
+
+impl Default for ReportQuery {
+    fn default() -> Self {
+        ReportQuery {
+            session: None,
+            bucket_ms: 60_000,
+            sessions: 50,
+        }
+    }
+}
+
+/// Sums over ledger rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sums {
+    pub requests: u64,
+    pub rounds: u64,
+    pub outputs: u64,
+    pub outputs_first_seen: u64,
+    pub chars_saved: u64,
+    pub tokens_saved: u64,
+    pub tokens_saved_first_seen: u64,
+    pub tokens_saved_repeated: u64,
+    pub input_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub output_tokens: u64,
+    pub recall_calls: u64,
+    /// Unix milliseconds of the first and last row summed (0 when none).
+    pub first_at: i64,
+    pub last_at: i64,
+}
+
+/// A tenant's ledger, summed (`toolstub stats`, the dashboard).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    pub totals: Sums,
+    pub by_tool: Vec<(String, Sums)>,
+    pub by_kind: Vec<(String, Sums)>,
+    /// (bucket start, sums), oldest first.
+    pub series: Vec<(i64, Sums)>,
+    /// (session, sums), most recently active first.
+    pub sessions: Vec<(String, Sums)>,
+    /// Saved tokens per model (what pricing needs).
+    pub by_model: Vec<crate::pricing::ModelSavings>,
 }

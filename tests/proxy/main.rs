@@ -2,6 +2,7 @@
 //! real TCP port, in front of a mock upstream (also real TCP) that records
 //! what it received. No fixed ports, no network beyond loopback.
 
+mod accounting;
 mod anthropic;
 mod faults;
 mod hostile;
@@ -629,4 +630,63 @@ async fn an_https_upstream_with_a_self_signed_certificate() {
     .await;
     assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
     proxy.shutdown().await;
+}
+
+/// `GET /toolstub/v1/stats` as `key`'s tenant, once the ledger holds
+/// `requests` requests and `rounds` upstream responses (it writes in the
+/// background, in batches).
+pub(crate) async fn stats_once(
+    s: &Setup,
+    key: (&str, &str),
+    query: &str,
+    requests: u64,
+    rounds: u64,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _, body) = send(
+            &client(),
+            "GET",
+            s.url(&format!("/toolstub/v1/stats{query}")),
+            &[key],
+            "",
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let v: Value = serde_json::from_slice(&body).expect("stats JSON");
+        let done = v["totals"]["requests"].as_u64() == Some(requests)
+            && v["totals"]["rounds"].as_u64() == Some(rounds);
+        if done || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of one sample line of a `/metrics` text (0 when absent).
+pub(crate) fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// [`setup`] with a configuration file.
+pub(crate) async fn setup_with_file(script: Script, file: &std::path::Path) -> Setup {
+    let mock = mock::start(script).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".to_string()),
+        upstream: Some(format!("http://{}", mock.addr)),
+        db: Some(dir.path().join("toolstub.db")),
+        routes: Vec::new(),
+        store_url: None,
+    };
+    let config = load(Some(file), Vec::new(), &overrides).expect("config");
+    let proxy = Server::start(config).await.expect("proxy");
+    Setup {
+        proxy,
+        mock,
+        _dir: dir,
+    }
 }

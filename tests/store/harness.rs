@@ -282,4 +282,16 @@ impl Store {
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         self.block_on(self.store.stats())
     }
+
+    pub fn record(&self, batch: toolstub::store::LedgerBatch) -> Result<(), StoreError> {
+        self.block_on(self.store.record(batch))
+    }
+
+    pub fn report(
+        &self,
+        tenant: Option<&Tenant>,
+        query: toolstub::store::ReportQuery,
+    ) -> Result<toolstub::store::Report, StoreError> {
+        self.block_on(self.store.report(tenant, query))
+    }
 }

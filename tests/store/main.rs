@@ -1513,3 +1513,109 @@ mod answers {
         }
     }
 }
+
+mod ledger {
+    use super::*;
+    use toolstub::store::{LedgerBatch, LedgerEntry, OutputTokens, ReportQuery};
+    use toolstub::usage::Usage;
+
+    fn saving(session: &str, at: i64, tool: &str, first_seen: bool, tokens: u64) -> LedgerEntry {
+        LedgerEntry {
+            session_id: session.to_string(),
+            at,
+            model: Some("gpt-x".to_string()),
+            tool: Some(tool.to_string()),
+            kind: Some(Kind::Json),
+            first_seen,
+            outputs: 1,
+            chars_saved: tokens * 4,
+            tokens_saved: tokens,
+            ..LedgerEntry::default()
+        }
+    }
+
+    fn turn(session: &str, at: i64, input: u64, cache_read: u64) -> LedgerEntry {
+        LedgerEntry {
+            session_id: session.to_string(),
+            at,
+            requests: 1,
+            rounds: 1,
+            usage: Usage {
+                input,
+                cache_read,
+                cache_write: 5,
+                output: 2,
+            },
+            ..LedgerEntry::default()
+        }
+    }
+
+    both! {
+        fn reports_sum_by_tool_kind_time_and_session_per_tenant() {
+            let (_d, s) = open();
+            let (a, b) = (alice(), Tenant::new("bbbbbbbbbbbbbbbb").unwrap());
+            let stored = s.put_one(&a, output("s1", "c1", "Read", &"x".repeat(30_000))).unwrap();
+            let batch = LedgerBatch {
+                entries: vec![
+                    (a.clone(), turn("s1", 1_000, 100, 900)),
+                    (a.clone(), saving("s1", 1_000, "Read", true, 700)),
+                    (a.clone(), turn("s1", 61_000, 50, 1000)),
+                    (a.clone(), saving("s1", 61_000, "Read", false, 700)),
+                    (a.clone(), saving("s1", 61_000, "Bash", true, 300)),
+                    (a.clone(), turn("s2", 130_000, 10, 0)),
+                    (b.clone(), turn("s9", 1_000, 1, 1)),
+                    (b.clone(), saving("s9", 1_000, "Read", true, 5)),
+                ],
+                tokens: vec![(
+                    a.clone(),
+                    OutputTokens {
+                        result_ref: stored.result_ref.clone(),
+                        original_tokens: 3_750,
+                        stub_tokens: 250,
+                    },
+                )],
+            };
+            s.record(batch).unwrap();
+            let r = s.report(Some(&a), ReportQuery::default()).unwrap();
+            let t = r.totals;
+            assert_eq!((t.requests, t.rounds, t.outputs, t.outputs_first_seen), (3, 3, 3, 2));
+            assert_eq!((t.tokens_saved, t.tokens_saved_first_seen, t.tokens_saved_repeated), (1700, 1000, 700));
+            assert_eq!((t.input_tokens, t.cache_read_tokens, t.cache_write_tokens, t.output_tokens), (160, 1900, 15, 6));
+            assert_eq!(t.chars_saved, 6800);
+            assert_eq!((t.first_at, t.last_at), (1_000, 130_000));
+            let tools: Vec<(&str, u64)> = r.by_tool.iter().map(|(n, s)| (n.as_str(), s.tokens_saved)).collect();
+            assert_eq!(tools, vec![("Read", 1400), ("Bash", 300)]);
+            assert_eq!(r.by_kind.len(), 1);
+            assert_eq!(r.by_kind[0].0, "json");
+            let series: Vec<(i64, u64, u64)> = r.series.iter().map(|(at, s)| (*at, s.requests, s.tokens_saved)).collect();
+            assert_eq!(series, vec![(0, 1, 700), (60_000, 1, 1000), (120_000, 1, 0)]);
+            let sessions: Vec<(&str, u64)> = r.sessions.iter().map(|(id, s)| (id.as_str(), s.requests)).collect();
+            assert_eq!(sessions, vec![("s2", 1), ("s1", 2)], "most recently active first");
+            assert_eq!(r.by_model.len(), 2, "{:?}", r.by_model);
+            let priced = r.by_model.iter().find(|m| m.model.as_deref() == Some("gpt-x")).unwrap();
+            assert_eq!((priced.first_seen_tokens, priced.repeated_tokens), (1000, 700));
+
+            // One session; another tenant; every tenant (the CLI).
+            let one = s.report(Some(&a), ReportQuery { session: Some("s2".into()), ..ReportQuery::default() }).unwrap();
+            assert_eq!((one.totals.requests, one.totals.tokens_saved), (1, 0));
+            let other = s.report(Some(&b), ReportQuery::default()).unwrap();
+            assert_eq!((other.totals.requests, other.totals.tokens_saved), (1, 5));
+            let all = s.report(None, ReportQuery { sessions: 1, ..ReportQuery::default() }).unwrap();
+            assert_eq!(all.totals.requests, 4);
+            assert_eq!(all.sessions.len(), 1);
+
+            // Token counts land on the output, once.
+            let meta = s.meta(&a, &stored.result_ref).unwrap();
+            assert_eq!((meta.original_tokens, meta.stub_tokens), (Some(3_750), Some(250)));
+            s.record(LedgerBatch {
+                entries: Vec::new(),
+                tokens: vec![(a.clone(), OutputTokens { result_ref: stored.result_ref.clone(), original_tokens: 1, stub_tokens: 1 })],
+            }).unwrap();
+            assert_eq!(s.meta(&a, &stored.result_ref).unwrap().original_tokens, Some(3_750));
+            // Nothing recorded: zeros, no rows.
+            let empty = s.report(Some(&Tenant::new("cccccccccccccccc").unwrap()), ReportQuery::default()).unwrap();
+            assert_eq!(empty.totals, toolstub::store::Sums::default());
+            assert!(empty.series.is_empty() && empty.sessions.is_empty());
+        }
+    }
+}

@@ -19,6 +19,7 @@
 mod blocks;
 mod rounds;
 mod stream;
+mod usage;
 
 use super::body::{once, read_body};
 use super::json_scan::Scanner;
@@ -257,6 +258,7 @@ impl Protocol for AnthropicMessages {
             client_tool_names,
             opening,
             streaming: parsed.streaming,
+            model: super::model_of(parsed.model),
             messages,
         })
     }
@@ -315,6 +317,10 @@ impl Protocol for AnthropicMessages {
 
     fn keeps_recall_tools_in_last_round(&self) -> bool {
         true
+    }
+
+    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
+        usage::reported(value)
     }
 
     fn flavor(&self) -> Flavor {

@@ -8,6 +8,7 @@
 
 mod rounds;
 mod stream;
+mod usage;
 
 use super::body::{once, Body};
 use super::json_scan::Scanner;
@@ -185,6 +186,7 @@ impl Protocol for OpenAiChat {
             client_tool_names,
             opening,
             streaming: parsed.streaming,
+            model: super::model_of(parsed.model),
             messages,
         })
     }
@@ -233,6 +235,10 @@ impl Protocol for OpenAiChat {
 
     fn append_items(&self, body: &str, items: &[String]) -> Option<String> {
         super::append_to_member(body, "messages", items)
+    }
+
+    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
+        usage::reported(value)
     }
 
     fn flavor(&self) -> Flavor {

@@ -24,6 +24,7 @@
 
 mod rounds;
 mod stream;
+mod usage;
 
 use super::anthropic::result_text;
 use super::body::{once, read_conversation};
@@ -222,6 +223,7 @@ impl Protocol for OpenAiResponses {
             client_tool_names,
             opening,
             streaming: parsed.streaming,
+            model: super::model_of(parsed.model),
             messages,
         })
     }
@@ -334,6 +336,10 @@ impl Protocol for OpenAiResponses {
 
     fn keeps_recall_tools_in_last_round(&self) -> bool {
         true
+    }
+
+    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
+        usage::reported(value)
     }
 
     fn flavor(&self) -> Flavor {

@@ -423,6 +423,21 @@ impl PostgresBackend {
             .note(write::sweep_all(&mut conn, &self.inner.config, now_ms).await)
     }
 
+    pub async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner.note(write::record(&mut conn, &batch).await)
+    }
+
+    pub async fn report(
+        &self,
+        tenant: Option<&Tenant>,
+        query: crate::store::ReportQuery,
+    ) -> Result<crate::store::Report, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner
+            .note(read::report(&mut conn, tenant, &query).await)
+    }
+
     pub async fn stats(&self) -> Result<StoreStats, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(read::stats(&conn).await)

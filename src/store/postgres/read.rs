@@ -175,8 +175,8 @@ pub async fn meta(
     let row = conn
         .query_opt(
             "SELECT blob_id, expired_at, original_chars, session_id, tool_call_id, tool_name, \
-             created_at, preview_chars, sha256, mime_type, synopsis_kind, synopsis \
-             FROM outputs WHERE tenant = $1 AND ref = $2",
+             created_at, preview_chars, sha256, mime_type, synopsis_kind, synopsis, \
+             original_tokens, stub_tokens FROM outputs WHERE tenant = $1 AND ref = $2",
             &[&tenant.as_str(), &result_ref],
         )
         .await
@@ -205,6 +205,12 @@ pub async fn meta(
         synopsis_kind: parse_kind(row.get("synopsis_kind"))?,
         synopsis,
         offset_unit: OFFSET_UNIT,
+        original_tokens: row
+            .get::<_, Option<i64>>("original_tokens")
+            .and_then(|n| u64::try_from(n).ok()),
+        stub_tokens: row
+            .get::<_, Option<i64>>("stub_tokens")
+            .and_then(|n| u64::try_from(n).ok()),
     })
 }
 
@@ -566,6 +572,51 @@ pub async fn list(
             })
         })
         .collect()
+}
+
+/// The shared ledger queries, in one repeatable-read transaction (one
+/// snapshot).
+pub async fn report(
+    conn: &mut Conn,
+    tenant: Option<&Tenant>,
+    query: &crate::store::ReportQuery,
+) -> Result<crate::store::Report, StoreError> {
+    use crate::store::ledger::{self, SUM_COLUMNS};
+    let tx = conn
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .pg("starting a ledger report")?;
+    let mut report = crate::store::Report::default();
+    let session = query.session.as_deref();
+    let tenant = tenant.map(Tenant::as_str);
+    for (part, sql, third) in ledger::queries(query) {
+        let statement = tx
+            .prepare_cached(&ledger::postgres_sql(&sql))
+            .await
+            .pg("preparing a ledger report")?;
+        let rows = match &third {
+            Some(v) => tx.query(&statement, &[&tenant, &session, v]).await,
+            None => tx.query(&statement, &[&tenant, &session]).await,
+        }
+        .pg("reading the ledger")?;
+        let mut filed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut columns = [0i64; SUM_COLUMNS];
+            for (i, c) in columns.iter_mut().enumerate() {
+                *c = row.try_get(i + 1).pg("reading a ledger row")?;
+            }
+            filed.push((
+                row.try_get::<_, String>(0).pg("reading a ledger row")?,
+                ledger::sums(columns),
+            ));
+        }
+        ledger::file(&mut report, part, filed);
+    }
+    tx.commit().await.pg("ending a ledger report")?;
+    Ok(report)
 }
 
 pub async fn stats(conn: &Conn) -> Result<StoreStats, StoreError> {

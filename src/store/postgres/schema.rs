@@ -12,6 +12,7 @@ use crate::store::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_inline_tsv.sql"),
+    include_str!("migrations/0003_ledger.sql"),
 ];
 
 /// The schema version this build writes.

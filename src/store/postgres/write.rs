@@ -24,6 +24,71 @@ const SWEEP_BATCH: i64 = 256;
 /// The advisory lock key of a sweep ("tssweep" in ASCII).
 const SWEEP_LOCK: i64 = 0x0074_7373_7765_6570;
 
+/// Adds ledger rows and sets output token counts in one transaction
+/// (statements pipelined).
+pub async fn record(conn: &mut Conn, batch: &crate::store::LedgerBatch) -> Result<(), StoreError> {
+    use crate::store::ledger;
+    let tx = conn.transaction().await.pg("starting a ledger write")?;
+    let insert = tx
+        .prepare_cached(&ledger::postgres_sql(ledger::INSERT))
+        .await
+        .pg("preparing a ledger row")?;
+    let set = tx
+        .prepare_cached(&ledger::postgres_sql(ledger::SET_TOKENS))
+        .await
+        .pg("preparing to set token counts")?;
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let rows: Vec<_> = batch
+        .entries
+        .iter()
+        .map(|(tenant, e)| {
+            (
+                tenant.as_str(),
+                e.kind.map(|k| k.as_str()),
+                [
+                    i64::from(e.first_seen),
+                    n(e.requests),
+                    n(e.rounds),
+                    n(e.outputs),
+                    n(e.chars_saved),
+                    n(e.tokens_saved),
+                    n(e.usage.input),
+                    n(e.usage.cache_read),
+                    n(e.usage.cache_write),
+                    n(e.usage.output),
+                    n(e.recall_calls),
+                ],
+                e,
+            )
+        })
+        .collect();
+    type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+    let insert_params: Vec<Vec<Param<'_>>> = rows
+        .iter()
+        .map(|(tenant, kind, v, e)| {
+            let mut p: Vec<Param<'_>> = vec![tenant, &e.session_id, &e.at, &e.model, &e.tool, kind];
+            p.extend(v.iter().map(|x| x as Param<'_>));
+            p
+        })
+        .collect();
+    futures_util::future::try_join_all(insert_params.iter().map(|p| tx.execute(&insert, p)))
+        .await
+        .pg("adding ledger rows")?;
+    let counts: Vec<_> = batch
+        .tokens
+        .iter()
+        .map(|(tenant, t)| (tenant.as_str(), n(t.original_tokens), n(t.stub_tokens), t))
+        .collect();
+    let set_params: Vec<[Param<'_>; 4]> = counts
+        .iter()
+        .map(|(tenant, original, stub, t)| [tenant as Param<'_>, &t.result_ref, original, stub])
+        .collect();
+    futures_util::future::try_join_all(set_params.iter().map(|p| tx.execute(&set, p)))
+        .await
+        .pg("setting output token counts")?;
+    tx.commit().await.pg("committing the ledger")
+}
+
 /// Stores one request's outputs in one transaction; returns once it has
 /// committed (durably: `synchronous_commit = on` on every connection).
 pub async fn put(

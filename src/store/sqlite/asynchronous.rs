@@ -199,6 +199,28 @@ impl SqliteBackend {
         self.blocking(move |s| s.sweep_at(now_ms)).await
     }
 
+    /// [`ResultStore::record`]: resolves once committed.
+    pub async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::Record { batch, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::report`], off the runtime.
+    pub async fn report(
+        &self,
+        tenant: Option<&Tenant>,
+        query: crate::store::ReportQuery,
+    ) -> Result<crate::store::Report, StoreError> {
+        let tenant = tenant.cloned();
+        self.blocking(move |s| s.report(tenant.as_ref(), &query))
+            .await
+    }
+
     /// [`ResultStore::stats`], off the runtime.
     pub async fn stats(&self) -> Result<StoreStats, StoreError> {
         self.blocking(|s| s.stats()).await

@@ -28,6 +28,7 @@ use super::{
     ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, StoreStats, Stored,
     SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
 };
+use super::{LedgerBatch, Report, ReportQuery};
 use rusqlite::{Connection, OpenFlags};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -309,6 +310,26 @@ impl ResultStore {
             .blocking_send(writer::Job::FlushIndex { reply })
             .map_err(|_| StoreError::Closed)?;
         wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Adds ledger rows and sets output token counts (one commit).
+    pub fn record(&self, batch: LedgerBatch) -> Result<(), StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(writer::Job::Record { batch, reply })
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// The tenant's ledger (every tenant's with `None`), summed.
+    pub fn report(
+        &self,
+        tenant: Option<&Tenant>,
+        query: &ReportQuery,
+    ) -> Result<Report, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::report(c, tenant, query))
     }
 
     /// Runs retention to completion as of the store clock's "now".

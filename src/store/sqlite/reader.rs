@@ -12,6 +12,7 @@ use super::{
     OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats, Tenant,
     OFFSET_UNIT,
 };
+use super::{Report, ReportQuery};
 use crate::synopsis::{Kind, Synopsis};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -178,7 +179,8 @@ pub(crate) fn meta(
     live(&tx, tenant, result_ref)?;
     tx.query_row(
         "SELECT session_id, tool_call_id, tool_name, created_at, original_chars, preview_chars, \
-         sha256, mime_type, synopsis_kind, synopsis FROM outputs WHERE tenant = ?1 AND ref = ?2",
+         sha256, mime_type, synopsis_kind, synopsis, original_tokens, stub_tokens \
+         FROM outputs WHERE tenant = ?1 AND ref = ?2",
         params![tenant.as_str(), result_ref],
         |r| {
             Ok((
@@ -190,11 +192,12 @@ pub(crate) fn meta(
                     r.get(7)?,
                 ),
                 (r.get::<_, String>(8)?, r.get::<_, String>(9)?),
+                (r.get::<_, Option<i64>>(10)?, r.get::<_, Option<i64>>(11)?),
             ))
         },
     )
     .ctx("reading an output's metadata")
-    .and_then(|(a, b, (kind, synopsis))| {
+    .and_then(|(a, b, (kind, synopsis), tokens)| {
         let synopsis: Synopsis =
             serde_json::from_str(&synopsis).map_err(|source| StoreError::Synopsis {
                 result_ref: result_ref.to_string(),
@@ -213,6 +216,8 @@ pub(crate) fn meta(
             synopsis_kind: parse_kind(&kind)?,
             synopsis,
             offset_unit: OFFSET_UNIT,
+            original_tokens: tokens.0.and_then(|n| u64::try_from(n).ok()),
+            stub_tokens: tokens.1.and_then(|n| u64::try_from(n).ok()),
         })
     })
 }
@@ -450,6 +455,39 @@ pub(crate) fn list(
         });
     }
     Ok(out)
+}
+
+/// [`crate::store::ResultStore::report`]: the shared ledger queries, in one
+/// read transaction (one snapshot).
+pub(crate) fn report(
+    conn: &mut Connection,
+    tenant: Option<&Tenant>,
+    query: &ReportQuery,
+) -> Result<Report, StoreError> {
+    use crate::store::ledger::{self, SUM_COLUMNS};
+    let tx = conn.transaction().ctx("starting a ledger report")?;
+    let mut report = Report::default();
+    for (part, sql, third) in ledger::queries(query) {
+        let mut statement = tx.prepare_cached(&sql).ctx("preparing a ledger report")?;
+        let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, crate::store::Sums)> {
+            let mut columns = [0i64; SUM_COLUMNS];
+            for (i, c) in columns.iter_mut().enumerate() {
+                *c = r.get(i + 1)?;
+            }
+            Ok((r.get(0)?, ledger::sums(columns)))
+        };
+        let session = query.session.as_deref();
+        let tenant = tenant.map(Tenant::as_str);
+        let rows = match third {
+            Some(v) => statement.query_map(params![tenant, session, v], row),
+            None => statement.query_map(params![tenant, session], row),
+        }
+        .ctx("reading the ledger")?
+        .collect::<Result<Vec<_>, _>>()
+        .ctx("reading a ledger row")?;
+        ledger::file(&mut report, part, rows);
+    }
+    Ok(report)
 }
 
 pub(crate) fn stats(conn: &mut Connection) -> Result<StoreStats, StoreError> {

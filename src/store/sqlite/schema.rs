@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_exchanges.sql"),
     include_str!("migrations/0003_response_ids.sql"),
+    include_str!("migrations/0004_ledger.sql"),
 ];
 
 /// The schema version this build writes.

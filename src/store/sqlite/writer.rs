@@ -61,6 +61,10 @@ pub(crate) enum Job {
         now_ms: i64,
         reply: Reply<SweepReport>,
     },
+    Record {
+        batch: crate::store::LedgerBatch,
+        reply: Reply<()>,
+    },
 }
 
 /// Starts the writer thread on `conn`.
@@ -203,6 +207,9 @@ impl Writer {
                 Job::Sweep { now_ms, reply } => {
                     let _ = reply.send(self.sweep(now_ms));
                 }
+                Job::Record { batch, reply } => {
+                    let _ = reply.send(self.record(&batch));
+                }
             }
         }
     }
@@ -304,6 +311,60 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Adds ledger rows and sets output token counts, in one commit. The
+    /// ledger is accounting, not data a ref needs: it commits at
+    /// `synchronous=NORMAL` (a crash may lose the last moments of it).
+    fn record(&mut self, batch: &crate::store::LedgerBatch) -> Result<(), StoreError> {
+        use crate::store::ledger;
+        self.set_synchronous("NORMAL")?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting a ledger write")?;
+        {
+            let mut insert = tx
+                .prepare_cached(ledger::INSERT)
+                .ctx("preparing a ledger row")?;
+            for (tenant, e) in &batch.entries {
+                let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                insert
+                    .execute(params![
+                        tenant.as_str(),
+                        e.session_id,
+                        e.at,
+                        e.model,
+                        e.tool,
+                        e.kind.map(|k| k.as_str()),
+                        i64::from(e.first_seen),
+                        n(e.requests),
+                        n(e.rounds),
+                        n(e.outputs),
+                        n(e.chars_saved),
+                        n(e.tokens_saved),
+                        n(e.usage.input),
+                        n(e.usage.cache_read),
+                        n(e.usage.cache_write),
+                        n(e.usage.output),
+                        n(e.recall_calls),
+                    ])
+                    .ctx("adding a ledger row")?;
+            }
+            let mut set = tx
+                .prepare_cached(ledger::SET_TOKENS)
+                .ctx("preparing to set token counts")?;
+            for (tenant, t) in &batch.tokens {
+                set.execute(params![
+                    tenant.as_str(),
+                    t.result_ref,
+                    i64::try_from(t.original_tokens).unwrap_or(i64::MAX),
+                    i64::try_from(t.stub_tokens).unwrap_or(i64::MAX),
+                ])
+                .ctx("setting an output's token counts")?;
+            }
+        }
+        tx.commit().ctx("committing the ledger")
     }
 
     /// Stores an answer's hidden exchange (unless one is stored under its

@@ -1,0 +1,55 @@
+//! Chat Completions usage: `prompt_tokens` (cached included),
+//! `prompt_tokens_details.cached_tokens`, `completion_tokens`; on the whole
+//! response, or on a stream's last chunk (with
+//! `stream_options.include_usage`; `usage: null` on the others).
+
+use crate::usage::Reported;
+use serde_json::Value;
+
+pub(super) fn reported(value: &Value) -> Option<Reported> {
+    let usage = value.get("usage").filter(|u| u.is_object())?;
+    let prompt = Reported::field(usage, "prompt_tokens");
+    let cached = usage
+        .get("prompt_tokens_details")
+        .and_then(|d| Reported::field(d, "cached_tokens"))
+        .unwrap_or(0);
+    Some(Reported {
+        input: prompt.map(|p| p.saturating_sub(cached)),
+        cache_read: prompt.map(|_| cached),
+        cache_write: prompt.map(|_| 0),
+        output: Reported::field(usage, "completion_tokens"),
+        model: value
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::{Usage, UsageScanner};
+
+    #[test]
+    fn the_last_chunk_carries_usage() {
+        let body = concat!(
+            "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
+            "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":9,",
+            "\"total_tokens\":1009,\"prompt_tokens_details\":{\"cached_tokens\":768}}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let mut s = UsageScanner::new(Some("text/event-stream"), reported);
+        s.push(body.as_bytes());
+        let seen = s.finish();
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 232,
+                cache_read: 768,
+                cache_write: 0,
+                output: 9
+            }
+        );
+        assert_eq!(seen.model.as_deref(), Some("gpt-x"));
+    }
+}

@@ -1,0 +1,59 @@
+//! Responses API usage: `input_tokens` (cached included),
+//! `input_tokens_details.cached_tokens`, `output_tokens`; on the whole
+//! response, or under `response` in a stream's `response.completed`
+//! (`response.incomplete`, `response.failed`; earlier events carry
+//! `usage: null`).
+
+use crate::usage::Reported;
+use serde_json::Value;
+
+pub(super) fn reported(value: &Value) -> Option<Reported> {
+    let response = match value.get("response").filter(|r| r.is_object()) {
+        Some(inner) => inner,
+        None => value,
+    };
+    let usage = response.get("usage").filter(|u| u.is_object())?;
+    let input = Reported::field(usage, "input_tokens");
+    let cached = usage
+        .get("input_tokens_details")
+        .and_then(|d| Reported::field(d, "cached_tokens"))
+        .unwrap_or(0);
+    Some(Reported {
+        input: input.map(|i| i.saturating_sub(cached)),
+        cache_read: input.map(|_| cached),
+        cache_write: input.map(|_| 0),
+        output: Reported::field(usage, "output_tokens"),
+        model: response
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::{Usage, UsageScanner};
+
+    #[test]
+    fn response_completed_carries_usage() {
+        let body = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"gpt-5\",\"usage\":null}}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"model\":\"gpt-5\",",
+            "\"usage\":{\"input_tokens\":500,\"input_tokens_details\":{\"cached_tokens\":400},\"output_tokens\":20,\"total_tokens\":520}}}\n\n",
+        );
+        let mut s = UsageScanner::new(Some("text/event-stream"), reported);
+        s.push(body.as_bytes());
+        let seen = s.finish();
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 100,
+                cache_read: 400,
+                cache_write: 0,
+                output: 20
+            }
+        );
+        assert_eq!(seen.model.as_deref(), Some("gpt-5"));
+    }
+}

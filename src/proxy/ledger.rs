@@ -1,0 +1,429 @@
+//! The ledger: token accounting, off every request's path.
+//!
+//! A request hands the ledger what it decided (its externalized outputs,
+//! each with its stub, whether the store saw it for the first time) and
+//! goes on; the upstream's responses hand it the usage they reported as
+//! they pass ([`super::usage_tap`]). One background task turns that into
+//! metrics (`toolstub_tokens_saved_total`, `toolstub_upstream_tokens_total`)
+//! and ledger rows in the store, written in batches (one commit per
+//! [`FLUSH_ROWS`] rows or [`FLUSH_AFTER`]); the token counts of each new
+//! output are set on its stored row.
+//!
+//! Counting: the o200k_base tokens of each original and of its stub are
+//! counted on the blocking pool as soon as the request has been rewritten,
+//! beside the store's write and the upstream's answer. The response's
+//! `x-toolstub-saved-tokens` header carries the total when the count is
+//! done by the time the response head leaves (an original's count is
+//! remembered by digest, so a repeated output costs only its stub's); the
+//! response never waits for it.
+//!
+//! Nothing here can fail a request: a full queue or a store failure drops
+//! the record and counts it (`toolstub_ledger_dropped_total`).
+
+use crate::metrics::Metrics;
+use crate::protocol::Protocol;
+use crate::store::{AsyncResultStore, LedgerBatch, LedgerEntry, OutputTokens, Tenant};
+use crate::synopsis::Kind;
+use crate::usage::Observed;
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Records waiting for the ledger task; past this, new ones are dropped.
+const QUEUE: usize = 4096;
+/// Rows written per commit at most.
+const FLUSH_ROWS: usize = 256;
+/// How long rows wait for company before they are written.
+const FLUSH_AFTER: Duration = Duration::from_millis(200);
+/// Originals whose token counts are remembered (by digest).
+const REMEMBERED: usize = 65_536;
+
+/// One client request, as the ledger knows it: its usage and recall calls
+/// are filed under the same tenant and session.
+pub struct RequestNote {
+    tenant: Tenant,
+    api: &'static str,
+    session: OnceLock<String>,
+    at: i64,
+}
+
+impl RequestNote {
+    pub fn new(tenant: Tenant, api: &'static str, at: i64) -> Arc<RequestNote> {
+        Arc::new(RequestNote {
+            tenant,
+            api,
+            session: OnceLock::new(),
+            at,
+        })
+    }
+
+    fn session(&self) -> String {
+        self.session.get().cloned().unwrap_or_default()
+    }
+}
+
+/// Where a request's session comes from.
+pub enum SessionOf {
+    /// The session and the model the request names.
+    Known(String, Option<String>),
+    /// Derived in the background from a body the rewrite left unchanged.
+    Derive(&'static dyn Protocol, Bytes),
+    /// Not a conversation the proxy read (forwarded unread).
+    Unknown,
+}
+
+/// Where an output's text is, for counting.
+pub enum TextToCount {
+    /// Its count is remembered.
+    Remembered,
+    Owned(String),
+    /// JSON string literals in the client's body, joined in order.
+    Literals(Bytes, Vec<Range<usize>>),
+}
+
+/// One externalized output, to count.
+pub struct ToCount {
+    pub sha256: String,
+    pub stub: String,
+    pub text: TextToCount,
+}
+
+/// The counts of one output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub original: u64,
+    pub stub: u64,
+}
+
+impl Counted {
+    pub fn saved(&self) -> u64 {
+        self.original.saturating_sub(self.stub)
+    }
+}
+
+/// Counting in progress; [`Counting::saved_now`] is the header's value.
+pub struct Counting {
+    handle: JoinHandle<Vec<Counted>>,
+    saved: Arc<OnceLock<u64>>,
+}
+
+impl Counting {
+    /// Where the tokens saved appear once counted (read it with `get`,
+    /// which never waits).
+    pub fn probe(&self) -> Arc<OnceLock<u64>> {
+        self.saved.clone()
+    }
+}
+
+/// One externalized output, as the request decided it.
+pub struct Tally {
+    pub result_ref: Option<String>,
+    pub tool: Option<String>,
+    pub kind: Kind,
+    /// Stored for the first time by this request.
+    pub first_seen: bool,
+    pub chars_saved: u64,
+}
+
+/// What a request hands the ledger.
+pub struct Turn {
+    pub note: Arc<RequestNote>,
+    pub session: SessionOf,
+    pub tallies: Vec<Tally>,
+    pub counting: Option<Counting>,
+}
+
+enum Job {
+    Turn(Turn),
+    Usage(Arc<RequestNote>, Observed),
+    Recall(Arc<RequestNote>, u64),
+}
+
+/// A cheap handle on the ledger task.
+#[derive(Clone)]
+pub struct Ledger {
+    jobs: mpsc::Sender<Job>,
+    metrics: Arc<Metrics>,
+    remembered: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl Ledger {
+    /// Starts the ledger task on the current runtime, once the encoding's
+    /// tables are loaded (~100 ms, ~65 MB resident for the process's life:
+    /// loaded now, not under the first request that needs them).
+    pub async fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
+        let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(run(rx, store, metrics.clone()));
+        Ledger {
+            jobs,
+            metrics,
+            remembered: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Starts counting outputs' tokens on the blocking pool.
+    pub fn count(&self, items: Vec<ToCount>) -> Counting {
+        let saved = Arc::new(OnceLock::new());
+        let remembered = self.remembered.clone();
+        let done = saved.clone();
+        let handle = tokio::task::spawn_blocking(move || {
+            let counted: Vec<Counted> = items
+                .into_iter()
+                .map(|item| count_one(&remembered, item))
+                .collect();
+            let _ = done.set(counted.iter().map(Counted::saved).sum());
+            counted
+        });
+        Counting { handle, saved }
+    }
+
+    /// Whether the count of this original is remembered (then its text is
+    /// not needed).
+    pub fn remembers(&self, sha256: &str) -> bool {
+        lock(&self.remembered).contains_key(sha256)
+    }
+
+    pub fn turn(&self, turn: Turn) {
+        self.submit(Job::Turn(turn));
+    }
+
+    pub fn usage(&self, note: Arc<RequestNote>, observed: Observed) {
+        if observed.seen {
+            self.submit(Job::Usage(note, observed));
+        }
+    }
+
+    pub fn recall_calls(&self, note: Arc<RequestNote>, calls: u64) {
+        if calls > 0 {
+            self.submit(Job::Recall(note, calls));
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        if self.jobs.try_send(job).is_err() {
+            self.metrics.ledger_dropped(1);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn count_one(remembered: &Mutex<HashMap<String, u64>>, item: ToCount) -> Counted {
+    let stub = crate::tokens::count(&item.stub);
+    let known = lock(remembered).get(&item.sha256).copied();
+    let original = match known {
+        Some(n) => n,
+        None => {
+            let n = match &item.text {
+                TextToCount::Remembered => None,
+                TextToCount::Owned(text) => Some(crate::tokens::count(text)),
+                TextToCount::Literals(body, spans) => {
+                    let mut joined = String::new();
+                    for span in spans {
+                        let decoded = body
+                            .get(span.clone())
+                            .and_then(|raw| std::str::from_utf8(raw).ok())
+                            .and_then(crate::protocol::json_text::decode);
+                        if let Some(d) = decoded {
+                            joined.push_str(&d);
+                        }
+                    }
+                    Some(crate::tokens::count(&joined))
+                }
+            };
+            match n {
+                Some(n) => {
+                    let mut map = lock(remembered);
+                    if map.len() >= REMEMBERED {
+                        map.clear();
+                    }
+                    map.insert(item.sha256, n);
+                    n
+                }
+                // Forgotten between the request's check and now: the stub
+                // alone is known, so nothing is claimed saved.
+                None => stub,
+            }
+        }
+    };
+    Counted { original, stub }
+}
+
+/// The ledger task: files each job, writes rows in batches.
+async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<Metrics>) {
+    let mut batch = LedgerBatch::default();
+    loop {
+        let job = if batch.is_empty() {
+            match rx.recv().await {
+                Some(job) => Some(job),
+                None => break,
+            }
+        } else {
+            match tokio::time::timeout(FLUSH_AFTER, rx.recv()).await {
+                Ok(Some(job)) => Some(job),
+                Ok(None) => break,
+                Err(_) => None,
+            }
+        };
+        match job {
+            Some(job) => {
+                file(job, &metrics, &mut batch).await;
+                if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
+                    flush(&store, &metrics, &mut batch).await;
+                }
+            }
+            None => flush(&store, &metrics, &mut batch).await,
+        }
+    }
+    flush(&store, &metrics, &mut batch).await;
+}
+
+async fn flush(store: &AsyncResultStore, metrics: &Metrics, batch: &mut LedgerBatch) {
+    let taken = std::mem::take(batch);
+    let rows = (taken.entries.len() + taken.tokens.len()) as u64;
+    if rows == 0 {
+        return;
+    }
+    if let Err(e) = store.record(taken).await {
+        metrics.store_error("ledger");
+        metrics.ledger_dropped(rows);
+        tracing::warn!(error = %e, rows, "writing the token ledger failed");
+    }
+}
+
+async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
+    match job {
+        Job::Turn(turn) => file_turn(turn, metrics, batch).await,
+        Job::Usage(note, observed) => {
+            metrics.upstream_tokens(note.api, &observed.usage);
+            batch.entries.push((
+                note.tenant.clone(),
+                LedgerEntry {
+                    session_id: note.session(),
+                    at: note.at,
+                    model: observed.model,
+                    rounds: 1,
+                    usage: observed.usage,
+                    ..LedgerEntry::default()
+                },
+            ));
+        }
+        Job::Recall(note, calls) => batch.entries.push((
+            note.tenant.clone(),
+            LedgerEntry {
+                session_id: note.session(),
+                at: note.at,
+                recall_calls: calls,
+                ..LedgerEntry::default()
+            },
+        )),
+    }
+}
+
+/// A turn's outputs are summed per (tool, kind, first seen) ...
+type GroupKey = (Option<String>, &'static str, bool);
+/// ... into (outputs, characters saved, tokens saved, kind).
+type GroupSums = (u64, u64, u64, Kind);
+
+async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
+    let Turn {
+        note,
+        session,
+        tallies,
+        counting,
+    } = turn;
+    let (session, model) = match session {
+        SessionOf::Known(s, model) => (s, model),
+        SessionOf::Unknown => (String::new(), None),
+        SessionOf::Derive(protocol, body) => {
+            let tenant = note.tenant.clone();
+            tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))
+                .await
+                .unwrap_or_default()
+        }
+    };
+    let _ = note.session.set(session.clone());
+    let counted = match counting {
+        Some(c) => c.handle.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    // One row per (tool, kind, first seen), in a fixed order.
+    let mut groups: BTreeMap<GroupKey, GroupSums> = BTreeMap::new();
+    for (i, tally) in tallies.iter().enumerate() {
+        let c = counted.get(i).copied().unwrap_or_default();
+        metrics.tokens_saved(
+            tally.kind.as_str(),
+            tally.tool.as_deref(),
+            tally.first_seen,
+            c.saved(),
+        );
+        let g = groups
+            .entry((tally.tool.clone(), tally.kind.as_str(), tally.first_seen))
+            .or_insert((0, 0, 0, tally.kind));
+        g.0 += 1;
+        g.1 += tally.chars_saved;
+        g.2 += c.saved();
+        if let (Some(r), Some(_), true) = (&tally.result_ref, counted.get(i), tally.first_seen) {
+            batch.tokens.push((
+                note.tenant.clone(),
+                OutputTokens {
+                    result_ref: r.clone(),
+                    original_tokens: c.original,
+                    stub_tokens: c.stub,
+                },
+            ));
+        }
+    }
+    // The request itself: one turn of its session.
+    batch.entries.push((
+        note.tenant.clone(),
+        LedgerEntry {
+            session_id: session.clone(),
+            at: note.at,
+            model: model.clone(),
+            requests: 1,
+            ..LedgerEntry::default()
+        },
+    ));
+    for ((tool, _, first_seen), (outputs, chars, tokens, kind)) in groups {
+        batch.entries.push((
+            note.tenant.clone(),
+            LedgerEntry {
+                session_id: session.clone(),
+                at: note.at,
+                model: model.clone(),
+                tool,
+                kind: Some(kind),
+                first_seen,
+                outputs,
+                chars_saved: chars,
+                tokens_saved: tokens,
+                ..LedgerEntry::default()
+            },
+        ));
+    }
+}
+
+/// The session (and model) of a body the rewrite left unchanged.
+fn derive(protocol: &dyn Protocol, tenant: &Tenant, body: &[u8]) -> (String, Option<String>) {
+    let Some(parsed) = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| protocol.parse(text))
+    else {
+        return (String::new(), None);
+    };
+    (
+        crate::rewrite::derive_session(tenant.as_str(), &parsed.opening),
+        parsed.model,
+    )
+}

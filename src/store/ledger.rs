@@ -1,0 +1,195 @@
+//! The ledger's queries, shared by both backends: the same SQL (SQLite's
+//! `?N` placeholders; PostgreSQL gets `$N` through [`postgres_sql`]) and
+//! the same assembly of rows into a [`Report`]. A backend only runs them.
+//!
+//! Every sum is cast to BIGINT (PostgreSQL sums BIGINT to NUMERIC), and a
+//! grouped query returns its key as column 0 and [`SUM_COLUMNS`] after it.
+
+use super::types::{Report, ReportQuery, Sums};
+use crate::pricing::ModelSavings;
+
+/// The number of sum columns after a query's key.
+pub const SUM_COLUMNS: usize = 15;
+
+/// Series points a report holds at most (the newest).
+pub const MAX_SERIES: i64 = 500;
+
+const SUMS: &str = "CAST(COALESCE(SUM(requests), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(rounds), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(outputs), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(CASE WHEN first_seen = 1 THEN outputs ELSE 0 END), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(chars_saved), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(tokens_saved), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(CASE WHEN first_seen = 1 THEN tokens_saved ELSE 0 END), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(CASE WHEN first_seen = 1 THEN 0 ELSE tokens_saved END), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(recall_calls), 0) AS BIGINT), \
+     CAST(COALESCE(MIN(at), 0) AS BIGINT), \
+     CAST(COALESCE(MAX(at), 0) AS BIGINT)";
+
+/// Rows of one tenant (every tenant's when `?1` is NULL: the CLI over the
+/// whole store), of one session when `?2` is not NULL.
+const SCOPE: &str = "FROM ledger WHERE (CAST(?1 AS TEXT) IS NULL OR tenant = ?1) \
+     AND (CAST(?2 AS TEXT) IS NULL OR session_id = ?2)";
+
+/// The inserted columns, in the order [`insert_values`] gives them.
+pub const INSERT: &str = "INSERT INTO ledger (tenant, session_id, at, model, tool, kind, \
+     first_seen, requests, rounds, outputs, chars_saved, tokens_saved, input_tokens, \
+     cache_read_tokens, cache_write_tokens, output_tokens, recall_calls) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+
+/// Sets an output's token counts, once.
+pub const SET_TOKENS: &str = "UPDATE outputs SET original_tokens = ?3, stub_tokens = ?4 \
+     WHERE tenant = ?1 AND ref = ?2 AND original_tokens IS NULL";
+
+/// The report's queries: (what, SQL, the value of `?3`). Parameters:
+/// `?1` tenant, `?2` session or NULL, `?3` the bucket width (series) or
+/// the session limit (sessions), absent elsewhere.
+pub fn queries(query: &ReportQuery) -> Vec<(Part, String, Option<i64>)> {
+    let bucket = query.bucket_ms.max(1);
+    let sessions = i64::try_from(query.sessions).unwrap_or(i64::MAX);
+    vec![
+        (
+            Part::Totals,
+            format!("SELECT '' AS k, {SUMS} {SCOPE}"),
+            None,
+        ),
+        (
+            Part::Tool,
+            format!("SELECT tool, {SUMS} {SCOPE} AND tool IS NOT NULL GROUP BY tool"),
+            None,
+        ),
+        (
+            Part::Kind,
+            format!("SELECT kind, {SUMS} {SCOPE} AND kind IS NOT NULL GROUP BY kind"),
+            None,
+        ),
+        (
+            Part::Series,
+            format!(
+                "SELECT CAST((at / ?3) * ?3 AS TEXT), {SUMS} {SCOPE} \
+                 GROUP BY (at / ?3) ORDER BY (at / ?3) DESC LIMIT {MAX_SERIES}"
+            ),
+            Some(bucket),
+        ),
+        (
+            Part::Session,
+            format!(
+                "SELECT session_id, {SUMS} {SCOPE} GROUP BY session_id \
+                 ORDER BY MAX(at) DESC, session_id LIMIT ?3"
+            ),
+            Some(sessions),
+        ),
+        (
+            Part::Model,
+            format!("SELECT COALESCE(model, ''), {SUMS} {SCOPE} GROUP BY model"),
+            None,
+        ),
+    ]
+}
+
+/// Which part of a report a query fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Totals,
+    Tool,
+    Kind,
+    Series,
+    Session,
+    Model,
+}
+
+/// `sql` with PostgreSQL's placeholders (`?N` becomes `$N`).
+pub fn postgres_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Sums from a row's [`SUM_COLUMNS`] columns.
+pub fn sums(columns: [i64; SUM_COLUMNS]) -> Sums {
+    let n = |i: usize| u64::try_from(columns[i]).unwrap_or(0);
+    Sums {
+        requests: n(0),
+        rounds: n(1),
+        outputs: n(2),
+        outputs_first_seen: n(3),
+        chars_saved: n(4),
+        tokens_saved: n(5),
+        tokens_saved_first_seen: n(6),
+        tokens_saved_repeated: n(7),
+        input_tokens: n(8),
+        cache_read_tokens: n(9),
+        cache_write_tokens: n(10),
+        output_tokens: n(11),
+        recall_calls: n(12),
+        first_at: columns[13],
+        last_at: columns[14],
+    }
+}
+
+/// Files one query's rows into the report.
+pub fn file(report: &mut Report, part: Part, rows: Vec<(String, Sums)>) {
+    match part {
+        Part::Totals => {
+            if let Some((_, totals)) = rows.into_iter().next() {
+                report.totals = totals;
+            }
+        }
+        Part::Tool => report.by_tool = by_saving(rows),
+        Part::Kind => report.by_kind = by_saving(rows),
+        Part::Series => {
+            let mut series: Vec<(i64, Sums)> = rows
+                .into_iter()
+                .filter_map(|(k, s)| Some((k.parse().ok()?, s)))
+                .collect();
+            series.sort_by_key(|(at, _)| *at);
+            report.series = series;
+        }
+        Part::Session => report.sessions = rows,
+        Part::Model => {
+            report.by_model = rows
+                .into_iter()
+                .map(|(model, s)| ModelSavings {
+                    model: (!model.is_empty()).then_some(model),
+                    first_seen_tokens: s.tokens_saved_first_seen,
+                    repeated_tokens: s.tokens_saved_repeated,
+                })
+                .collect();
+        }
+    }
+}
+
+/// Largest saving first; ties by name (deterministic).
+fn by_saving(mut rows: Vec<(String, Sums)>) -> Vec<(String, Sums)> {
+    rows.sort_by(|a, b| {
+        b.1.tokens_saved
+            .cmp(&a.1.tokens_saved)
+            .then(b.1.chars_saved.cmp(&a.1.chars_saved))
+            .then(a.0.cmp(&b.0))
+    });
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_outside_words() {
+        assert_eq!(
+            postgres_sql("a = ?1 AND b = ?12 AND c = '?' AND d = ?"),
+            "a = $1 AND b = $12 AND c = '?' AND d = ?"
+        );
+    }
+}

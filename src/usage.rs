@@ -1,0 +1,252 @@
+//! The upstream's own token usage, read from its responses.
+//!
+//! Each protocol reports usage in its own fields (the adapters map them,
+//! [`crate::protocol::Protocol::usage`]); here they meet as one [`Usage`]
+//! whose four parts are billed differently: uncached input, input read
+//! from the prompt cache, input written to it, and output. A response is
+//! whole JSON or a stream of server-sent events; [`UsageScanner`] reads
+//! either as it passes, parsing only what can hold usage, and never holds
+//! more than one event (or a bounded whole body).
+//!
+//! Architecture invariant: pure; no I/O, and nothing here changes a byte
+//! of what the client gets.
+
+use crate::recall::sse::SseParser;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Token usage, in the parts that are priced apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Input tokens neither read from nor written to the prompt cache.
+    pub input: u64,
+    /// Input tokens read from the prompt cache (OpenAI's `cached_tokens`,
+    /// Anthropic's `cache_read_input_tokens`).
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`; OpenAI reports none).
+    pub cache_write: u64,
+    pub output: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input += other.input;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.output += other.output;
+    }
+
+    /// Every input token, cached or not: the context the model read.
+    pub fn context(&self) -> u64 {
+        self.input + self.cache_read + self.cache_write
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+}
+
+/// What one response object or event says of usage; a field it does not
+/// give is `None`, so that a later event can complete an earlier one
+/// (Anthropic's `message_start` gives the input, `message_delta` the
+/// output, each cumulative).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reported {
+    pub input: Option<u64>,
+    pub cache_read: Option<u64>,
+    pub cache_write: Option<u64>,
+    pub output: Option<u64>,
+    pub model: Option<String>,
+}
+
+impl Reported {
+    /// The members of `object` named `name`, as a count.
+    pub fn field(object: &Value, name: &str) -> Option<u64> {
+        object.get(name).and_then(Value::as_u64)
+    }
+}
+
+/// Usage accumulated over one response: the last value of each field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub usage: Usage,
+    pub model: Option<String>,
+    /// Whether any event or body reported usage at all.
+    pub seen: bool,
+}
+
+impl Observed {
+    pub fn apply(&mut self, reported: Reported) {
+        let set = |slot: &mut u64, v: Option<u64>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut self.usage.input, reported.input);
+        set(&mut self.usage.cache_read, reported.cache_read);
+        set(&mut self.usage.cache_write, reported.cache_write);
+        set(&mut self.usage.output, reported.output);
+        if reported.model.is_some() {
+            self.model = reported.model;
+        }
+        self.seen = true;
+    }
+}
+
+/// Reads one protocol's usage out of a JSON value (a whole response or one
+/// event's data).
+pub type Extract = Box<dyn Fn(&Value) -> Option<Reported> + Send + Sync>;
+
+/// A whole JSON body is kept for its usage up to this size; a larger one
+/// is passed through unread (responses carry usage at their end, and no
+/// chat response is near this).
+const MAX_JSON_BODY: usize = 8 << 20;
+/// One event larger than this is skipped (Responses' `response.completed`
+/// repeats the whole output; a larger one is not read for its usage).
+const MAX_EVENT: usize = 16 << 20;
+
+/// Watches a response's bytes go by and keeps what they say of usage.
+pub struct UsageScanner {
+    extract: Extract,
+    mode: Mode,
+    observed: Observed,
+}
+
+enum Mode {
+    Sse(SseParser),
+    Json(Vec<u8>),
+    /// Too large, not parseable, or not a kind of body that has usage.
+    Off,
+}
+
+impl UsageScanner {
+    /// A scanner for a body of this content type.
+    pub fn new(
+        content_type: Option<&str>,
+        extract: impl Fn(&Value) -> Option<Reported> + Send + Sync + 'static,
+    ) -> UsageScanner {
+        let extract: Extract = Box::new(extract);
+        let content_type = content_type.unwrap_or("").to_ascii_lowercase();
+        let mode = if content_type.starts_with("text/event-stream") {
+            Mode::Sse(SseParser::new(MAX_EVENT))
+        } else if content_type.contains("json") {
+            Mode::Json(Vec::new())
+        } else {
+            Mode::Off
+        };
+        UsageScanner {
+            extract,
+            mode,
+            observed: Observed::default(),
+        }
+    }
+
+    /// Feeds the next chunk of the body.
+    pub fn push(&mut self, chunk: &[u8]) {
+        match &mut self.mode {
+            Mode::Sse(parser) => match parser.push(chunk) {
+                Ok(events) => {
+                    for event in events {
+                        if let Some(data) = event.data {
+                            read_into(&mut self.observed, &self.extract, data.as_bytes());
+                        }
+                    }
+                }
+                Err(_) => self.mode = Mode::Off,
+            },
+            Mode::Json(body) => {
+                if body.len() + chunk.len() > MAX_JSON_BODY {
+                    self.mode = Mode::Off;
+                } else {
+                    body.extend_from_slice(chunk);
+                }
+            }
+            Mode::Off => {}
+        }
+    }
+
+    /// The body ended (or stopped): what it reported.
+    pub fn finish(mut self) -> Observed {
+        match &mut self.mode {
+            Mode::Sse(parser) => {
+                if let Some(data) = parser.finish().and_then(|e| e.data) {
+                    read_into(&mut self.observed, &self.extract, data.as_bytes());
+                }
+            }
+            Mode::Json(body) => read_into(&mut self.observed, &self.extract, body),
+            Mode::Off => {}
+        }
+        self.observed
+    }
+}
+
+/// Parses `data` only if it can hold usage.
+fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
+    if memchr::memmem::find(data, b"\"usage\"").is_none() {
+        return;
+    }
+    if let Ok(value) = serde_json::from_slice::<Value>(data) {
+        if let Some(reported) = extract(&value) {
+            observed.apply(reported);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy(value: &Value) -> Option<Reported> {
+        let usage = value.get("usage")?;
+        Some(Reported {
+            input: Reported::field(usage, "in"),
+            output: Reported::field(usage, "out"),
+            model: value
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            ..Reported::default()
+        })
+    }
+
+    #[test]
+    fn a_stream_keeps_the_last_value_of_each_field() {
+        let mut s = UsageScanner::new(Some("text/event-stream; charset=utf-8"), toy);
+        let body = "data: {\"model\":\"m\",\"usage\":{\"in\":10,\"out\":1}}\n\n\
+                    data: {\"x\":1}\n\ndata: {\"usage\":{\"out\":7}}\n\n";
+        // Cut anywhere: the parser joins the pieces.
+        for piece in body.as_bytes().chunks(5) {
+            s.push(piece);
+        }
+        let seen = s.finish();
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 10,
+                output: 7,
+                ..Usage::default()
+            }
+        );
+        assert_eq!(seen.model.as_deref(), Some("m"));
+        assert!(seen.seen);
+    }
+
+    #[test]
+    fn a_json_body_is_read_at_its_end() {
+        let mut s = UsageScanner::new(Some("application/json"), toy);
+        s.push(b"{\"usage\":{\"in\":3,");
+        s.push(b"\"out\":4}}");
+        assert_eq!(s.finish().usage.output, 4);
+    }
+
+    #[test]
+    fn other_bodies_and_broken_json_report_nothing() {
+        let mut s = UsageScanner::new(Some("text/plain"), toy);
+        s.push(b"{\"usage\":{\"in\":3}}");
+        assert!(!s.finish().seen);
+        let mut s = UsageScanner::new(Some("application/json"), toy);
+        s.push(b"{\"usage\":{\"in\":3");
+        assert!(!s.finish().seen);
+    }
+}

@@ -1,0 +1,158 @@
+//! Token accounting through the real server: the saved-tokens header, the
+//! ledger behind `GET /toolstub/v1/stats`, and the metrics, against the
+//! upstream's own usage (Chat Completions here; the Anthropic and Responses
+//! streams in their own modules).
+
+use super::mock::{client, send, Recorded, Reply, Script};
+use super::{big_json, chat_body, sample, setup, stats_once, KEY};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A completion reporting 1,000 prompt tokens, 600 of them cached, after a
+/// delay (a real model takes far longer to its first byte than counting
+/// takes).
+fn cached_completion() -> Script {
+    Arc::new(|_: &Recorded| {
+        let body = json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 7, "total_tokens": 1007,
+                      "prompt_tokens_details": {"cached_tokens": 600}}
+        });
+        Reply::After(
+            Duration::from_millis(300),
+            Box::new(Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                body.to_string(),
+            )),
+        )
+    })
+}
+
+#[tokio::test]
+async fn saved_tokens_are_counted_split_by_first_seen_and_match_the_metrics() {
+    let s = setup(cached_completion()).await;
+    let original = big_json(3000);
+    let body = chat_body(std::slice::from_ref(&original), "");
+    let headers = [("authorization", KEY), ("x-toolstub-session", "acct-1")];
+    let mut header_values = Vec::new();
+    for _ in 0..2 {
+        let (status, h, _) = send(
+            &client(),
+            "POST",
+            s.url("/v1/chat/completions"),
+            &headers,
+            body.clone(),
+        )
+        .await;
+        assert_eq!(status, 200);
+        header_values.push(
+            h.get("x-toolstub-saved-tokens")
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok()),
+        );
+    }
+    let upstream: Value = serde_json::from_slice(&s.mock.last().body).expect("json");
+    let stub = upstream["messages"][2]["content"].as_str().expect("stub");
+    let expected = toolstub::tokens::count(&original) - toolstub::tokens::count(stub);
+    assert!(expected > 10_000, "{expected}");
+    assert_eq!(header_values, vec![Some(expected), Some(expected)]);
+
+    let stats = stats_once(&s, ("authorization", KEY), "", 2, 2).await;
+    let t = &stats["totals"];
+    assert_eq!(stats["tokenizer"], "o200k_base");
+    assert_eq!(t["requests"], 2, "{stats}");
+    assert_eq!(t["outputs"], 2);
+    assert_eq!(t["outputs_first_seen"], 1);
+    assert_eq!(t["tokens_saved"], 2 * expected);
+    assert_eq!(t["tokens_saved_first_seen"], expected);
+    assert_eq!(t["tokens_saved_repeated"], expected);
+    assert_eq!(t["input_tokens"], 800);
+    assert_eq!(t["cache_read_tokens"], 1200);
+    assert_eq!(t["cache_write_tokens"], 0);
+    assert_eq!(t["output_tokens"], 14);
+    assert!(
+        stats["pricing"].is_null(),
+        "no price table: no money figure"
+    );
+    assert_eq!(stats["by_tool"][0]["tool"], "fetch");
+    assert_eq!(stats["by_tool"][0]["tokens_saved"], 2 * expected);
+    assert_eq!(stats["by_kind"][0]["kind"], "json");
+    assert_eq!(stats["sessions"][0]["session_id"], "acct-1");
+    assert_eq!(stats["sessions"][0]["turns"], 2);
+    let points: u64 = stats["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|p| p["tokens_saved"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(points, 2 * expected);
+
+    let (_, _, metrics) = send(&client(), "GET", s.url("/metrics"), &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let saved = |first: &str| {
+        sample(
+            &metrics,
+            &format!(
+                "toolstub_tokens_saved_total{{kind=\"json\",tool=\"fetch\",first_seen=\"{first}\"}}"
+            ),
+        )
+    };
+    assert_eq!((saved("true"), saved("false")), (expected, expected));
+    let usage = |part: &str| {
+        sample(
+            &metrics,
+            &format!("toolstub_upstream_tokens_total{{api=\"chat_completions\",type=\"{part}\"}}"),
+        )
+    };
+    assert_eq!((usage("input"), usage("cache_read")), (800, 1200));
+
+    // Another credential is another tenant: nothing of this one's.
+    let other = stats_once(&s, ("authorization", "Bearer sk-other"), "", 0, 0).await;
+    assert_eq!(other["totals"]["requests"], 0);
+    assert_eq!(other["sessions"], json!([]));
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_price_table_prices_first_seen_at_cache_write_and_repeats_at_cache_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolstub.toml");
+    std::fs::write(
+        &config,
+        "[[pricing]]\nmatch = \"gpt-*\"\ninput = 2.0\ncache_read = 0.5\noutput = 8.0\n",
+    )
+    .expect("config");
+    let s = super::setup_with_file(cached_completion(), &config).await;
+    let original = big_json(3000);
+    let body = chat_body(std::slice::from_ref(&original), "");
+    for _ in 0..3 {
+        send(
+            &client(),
+            "POST",
+            s.url("/v1/chat/completions"),
+            &[("authorization", KEY)],
+            body.clone(),
+        )
+        .await;
+    }
+    let stats = stats_once(&s, ("authorization", KEY), "", 3, 3).await;
+    let first = stats["totals"]["tokens_saved_first_seen"]
+        .as_u64()
+        .expect("n") as f64;
+    let repeated = stats["totals"]["tokens_saved_repeated"]
+        .as_u64()
+        .expect("n") as f64;
+    assert_eq!(repeated, 2.0 * first, "{stats}");
+    let usd = stats["pricing"]["estimated_saving_usd"]
+        .as_f64()
+        .expect("usd");
+    // No cache-write price: first-seen tokens at the input price.
+    let want = (first * 2.0 + repeated * 0.5) / 1e6;
+    assert!((usd - want).abs() < 1e-12, "{usd} vs {want}");
+    assert!(stats["pricing"]["method"]
+        .as_str()
+        .is_some_and(|m| m.contains("cache-read price")));
+    s.proxy.shutdown().await;
+}

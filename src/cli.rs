@@ -39,6 +39,8 @@ enum Command {
     Synopsis(SynopsisArgs),
     /// The operator's view of the result store: list, read and search stored originals.
     Results(results::ResultsArgs),
+    /// What toolstub saved, from the store's ledger: totals, per tool and per session (every tenant's unless --tenant).
+    Stats(results::StatsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -144,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Synopsis(args) => synopsis(args),
         Command::Results(args) => results::run(args),
+        Command::Stats(args) => results::stats(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -326,6 +329,191 @@ mod results {
             #[arg(long, default_value_t = 300)]
             context_chars: usize,
         },
+    }
+
+    #[derive(Args, Debug)]
+    pub struct StatsArgs {
+        /// The store file (default: ./toolstub.db if it exists, else the store `toolstub wrap` uses).
+        #[arg(long, value_name = "FILE")]
+        db: Option<PathBuf>,
+        /// A PostgreSQL store instead of the file (as `serve --store-url`).
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "TOOLSTUB_STORE_URL",
+            hide_env_values = true
+        )]
+        store_url: Option<String>,
+        /// A configuration file whose [[pricing]] table prices the saving.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Only this tenant (16 hex digits of the credential's SHA-256, or `anonymous`).
+        #[arg(long, value_name = "ID")]
+        tenant: Option<String>,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many sessions, most recently active first.
+        #[arg(long, default_value_t = 20)]
+        sessions: usize,
+        /// Print the JSON of the operator API's GET /toolstub/v1/stats instead of tables.
+        #[arg(long)]
+        json: bool,
+    }
+
+    /// `toolstub stats`.
+    pub fn stats(args: StatsArgs) -> Result<()> {
+        let db = match (&args.db, &args.store_url) {
+            (Some(db), _) => Some(db.clone()),
+            (None, Some(_)) => None,
+            (None, None) => {
+                let here = PathBuf::from("./toolstub.db");
+                match crate::wrap::default_store() {
+                    Some(wrapped) if !here.exists() && wrapped.exists() => Some(wrapped),
+                    _ => Some(here),
+                }
+            }
+        };
+        let store = open_store(db.as_ref(), args.store_url.as_deref())?;
+        let tenant = args
+            .tenant
+            .as_deref()
+            .map(|t| Tenant::new(t.to_string()).context("invalid --tenant"))
+            .transpose()?;
+        let prices = match &args.config {
+            Some(file) => {
+                crate::config::load(Some(file), Vec::new(), &crate::config::Overrides::default())?
+                    .pricing
+            }
+            None => crate::pricing::PriceTable::default(),
+        };
+        let query = crate::store::ReportQuery {
+            session: args.session.clone(),
+            bucket_ms: 3_600_000,
+            sessions: args.sessions,
+        };
+        let report = store
+            .rt
+            .block_on(store.store.report(tenant.as_ref(), query))?;
+        let response = crate::stats::StatsResponse::of(&report, &prices);
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            return print_json(&mut out, &response);
+        }
+        let scope = match (&tenant, &args.session) {
+            (Some(t), Some(s)) => format!("tenant {t}, session {s}"),
+            (Some(t), None) => format!("tenant {t}"),
+            (None, Some(s)) => format!("session {s}, every tenant"),
+            (None, None) => "every tenant".to_string(),
+        };
+        let place = match &db {
+            Some(db) if args.store_url.is_none() => db.display().to_string(),
+            _ => "the PostgreSQL store".to_string(),
+        };
+        write!(out, "{}", crate::stats::summary(&response, &scope, &place))
+            .context("writing to standard output")?;
+        let n = |v: u64| crate::stats::grouped(v);
+        if !report.by_tool.is_empty() {
+            writeln!(out, "\nBy tool").context("writing to standard output")?;
+            let rows: Vec<Vec<String>> = report
+                .by_tool
+                .iter()
+                .map(|(tool, s)| {
+                    vec![
+                        tool.clone(),
+                        n(s.outputs),
+                        n(s.tokens_saved),
+                        n(s.tokens_saved_first_seen),
+                        n(s.tokens_saved_repeated),
+                        n(s.chars_saved),
+                    ]
+                })
+                .collect();
+            print_table(
+                &mut out,
+                &[
+                    "TOOL",
+                    "OUTPUTS",
+                    "TOKENS SAVED",
+                    "FIRST SEEN",
+                    "SENT AGAIN",
+                    "CHARS SAVED",
+                ],
+                &[false, true, true, true, true, true],
+                &rows,
+            )?;
+        }
+        if !report.sessions.is_empty() {
+            writeln!(out, "\nBy session (most recently active first)")
+                .context("writing to standard output")?;
+            let rows: Vec<Vec<String>> = report
+                .sessions
+                .iter()
+                .map(|(id, s)| {
+                    vec![
+                        if id.is_empty() {
+                            "-".to_string()
+                        } else {
+                            id.clone()
+                        },
+                        n(s.requests),
+                        n(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens),
+                        n(s.tokens_saved),
+                        n(s.recall_calls),
+                        utc(s.last_at),
+                    ]
+                })
+                .collect();
+            print_table(
+                &mut out,
+                &[
+                    "SESSION",
+                    "TURNS",
+                    "TOKENS SENT",
+                    "TOKENS SAVED",
+                    "RECALL CALLS",
+                    "LAST (UTC)",
+                ],
+                &[false, true, true, true, true, false],
+                &rows,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A store opened for the command line, with its runtime.
+    struct Opened {
+        store: AsyncResultStore,
+        rt: tokio::runtime::Runtime,
+    }
+
+    fn open_store(db: Option<&PathBuf>, store_url: Option<&str>) -> Result<Opened> {
+        let backend = match (store_url, db) {
+            (Some(url), _) => Backend::Postgres(PostgresOptions {
+                url: url.to_string(),
+                pool_size: 1,
+                connect_timeout: std::time::Duration::from_secs(5),
+                ca_file: None,
+            }),
+            (None, Some(db)) if db.exists() => Backend::Sqlite(db.clone()),
+            (None, db) => bail!(
+                "no store at {} (pass --db FILE or --store-url URL)",
+                db.map_or_else(|| "./toolstub.db".to_string(), |d| d.display().to_string())
+            ),
+        };
+        let config = StoreConfig {
+            sweep_interval: None,
+            readers: 1,
+            ..StoreConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let store = rt
+            .block_on(AsyncResultStore::open(backend, config))
+            .context("opening the store")?;
+        Ok(Opened { store, rt })
     }
 
     pub fn run(args: ResultsArgs) -> Result<()> {

@@ -782,6 +782,47 @@ mod tests {
     }
 
     #[test]
+    fn the_pricing_example_parses_and_bad_prices_name_their_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
+        let shipped = std::fs::read_to_string(path).expect("config file");
+        let start = shipped.find("# [[pricing]]").expect("a pricing example");
+        let example: String = shipped[start..]
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, &example).expect("write");
+        let c = load(Some(&file), no_env(), &Overrides::default()).expect("the example");
+        assert_eq!(c.pricing.0.len(), 2);
+        let sonnet = c.pricing.price("claude-sonnet-4-5").expect("priced");
+        assert_eq!((sonnet.cache_read, sonnet.cache_write), (0.30, Some(3.75)));
+        assert!(c
+            .pricing
+            .price("gpt-5-codex")
+            .is_some_and(|p| p.cache_write.is_none()));
+        std::fs::write(
+            &file,
+            "[[pricing]]\nmatch = \"x\"\ninput = 1\ncache_read = -1\noutput = 1\n",
+        )
+        .expect("write");
+        let err = load(Some(&file), no_env(), &Overrides::default()).expect_err("negative");
+        assert!(
+            format!("{err:#}").contains("pricing[0].cache_read"),
+            "{err:#}"
+        );
+        std::fs::write(
+            &file,
+            "[[pricing]]\nmatch = \"[\"\ninput = 1\ncache_read = 1\noutput = 1\n",
+        )
+        .expect("write");
+        let err = load(Some(&file), no_env(), &Overrides::default()).expect_err("bad glob");
+        assert!(format!("{err:#}").contains("pricing[0].match"), "{err:#}");
+    }
+
+    #[test]
     fn precedence_is_file_then_env_then_flags() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.toml");

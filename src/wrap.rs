@@ -396,7 +396,7 @@ fn split_base_url(url: &str) -> Result<(String, String)> {
 /// data directory (`$XDG_DATA_HOME/toolstub`, else
 /// `~/.local/share/toolstub`), so running an agent leaves no file in the
 /// project it works on; `./toolstub.db` when there is no home.
-fn default_store() -> Option<PathBuf> {
+pub(crate) fn default_store() -> Option<PathBuf> {
     let dir = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -680,6 +680,8 @@ pub struct Summary {
     pub requests: u64,
     pub externalized: u64,
     pub chars_saved: u64,
+    /// o200k_base tokens saved (originals minus stubs).
+    pub tokens_saved: u64,
     pub recall_calls: u64,
     pub store_errors: u64,
 }
@@ -700,6 +702,7 @@ impl Summary {
                 "toolstub_requests_total" if !is_own_route(labels) => &mut s.requests,
                 "toolstub_outputs_externalized_total" => &mut s.externalized,
                 "toolstub_chars_saved_total" => &mut s.chars_saved,
+                "toolstub_tokens_saved_total" => &mut s.tokens_saved,
                 "toolstub_recall_calls_total" => &mut s.recall_calls,
                 "toolstub_store_errors_total" => &mut s.store_errors,
                 _ => continue,
@@ -715,6 +718,7 @@ impl Summary {
             requests: self.requests.saturating_sub(before.requests),
             externalized: self.externalized.saturating_sub(before.externalized),
             chars_saved: self.chars_saved.saturating_sub(before.chars_saved),
+            tokens_saved: self.tokens_saved.saturating_sub(before.tokens_saved),
             recall_calls: self.recall_calls.saturating_sub(before.recall_calls),
             store_errors: self.store_errors.saturating_sub(before.store_errors),
         }
@@ -724,10 +728,11 @@ impl Summary {
     /// proxy's SQLite file); whose traffic it is (a running proxy's).
     pub fn lines(&self, store: Option<&Path>, remote: Option<&str>) -> Vec<String> {
         let mut figures = format!(
-            "{}, {} externalized, {} saved, {} answered",
+            "{}, {} externalized, {} ({}) saved, {} answered",
             counted(self.requests, "request", "requests"),
             counted(self.externalized, "tool output", "tool outputs"),
             counted(self.chars_saved, "character", "characters"),
+            counted(self.tokens_saved, "token", "tokens"),
             counted(self.recall_calls, "recall call", "recall calls"),
         );
         if self.store_errors > 0 {
@@ -745,7 +750,7 @@ impl Summary {
         if let Some(path) = store.filter(|_| self.externalized > 0) {
             let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
             lines.push(format!(
-                "originals kept in {0} (toolstub results --db {0} list)",
+                "originals kept in {0} (toolstub stats --db {0}; toolstub results --db {0} list)",
                 path.display()
             ));
         }
@@ -799,6 +804,8 @@ mod tests {
         m.externalized("json", "single_threshold");
         m.externalized("text", "turn_budget");
         m.chars_saved(123_456);
+        m.tokens_saved("json", Some("Read"), true, 30_000);
+        m.tokens_saved("text", None, false, 1_000);
         m.recall_call("tool_result_read");
         m.recall_call("tool_result_search");
         m.recall_call("tool_result_read");
@@ -810,6 +817,7 @@ mod tests {
                 requests: 2,
                 externalized: 2,
                 chars_saved: 123_456,
+                tokens_saved: 31_000,
                 recall_calls: 3,
                 store_errors: 1,
             }
@@ -817,24 +825,25 @@ mod tests {
         assert_eq!(
             s.lines(Some(Path::new("/data/t.db")), None),
             [
-                "2 requests, 2 tool outputs externalized, 123,456 characters saved, 3 recall calls answered, 1 store error (see the log)",
-                "originals kept in /data/t.db (toolstub results --db /data/t.db list)",
+                "2 requests, 2 tool outputs externalized, 123,456 characters (31,000 tokens) saved, 3 recall calls answered, 1 store error (see the log)",
+                "originals kept in /data/t.db (toolstub stats --db /data/t.db; toolstub results --db /data/t.db list)",
             ]
         );
         let before = Summary {
             requests: 1,
             externalized: 1,
             chars_saved: 456,
+            tokens_saved: 1_000,
             recall_calls: 3,
             store_errors: 1,
         };
         assert_eq!(
             s.since(&before).lines(None, Some("http://p")),
-            ["1 request, 1 tool output externalized, 123,000 characters saved, 0 recall calls answered (by http://p while the command ran, every client's)"]
+            ["1 request, 1 tool output externalized, 123,000 characters (30,000 tokens) saved, 0 recall calls answered (by http://p while the command ran, every client's)"]
         );
         assert_eq!(
             Summary::default().lines(Some(Path::new("/x.db")), None),
-            ["0 requests, 0 tool outputs externalized, 0 characters saved, 0 recall calls answered"],
+            ["0 requests, 0 tool outputs externalized, 0 characters (0 tokens) saved, 0 recall calls answered"],
             "no store line when nothing was stored"
         );
     }

@@ -129,6 +129,18 @@ fn grouped(n: u64) -> String {
     s
 }
 
+/// The tokens [`CHAT_CHILD`]'s output saves: its original (as Python's
+/// `json.dumps` writes it) minus the stub the upstream got.
+fn tokens_saved(post: &Recorded) -> u64 {
+    let users: Vec<String> = (0..1500)
+        .map(|i| format!("{{\"id\": {i}, \"name\": \"user {i}\", \"active\": true}}"))
+        .collect();
+    let original = format!("{{\"users\": [{}]}}", users.join(", "));
+    let body: serde_json::Value = serde_json::from_slice(&post.body).expect("json");
+    let stub = body["messages"][2]["content"].as_str().expect("the stub");
+    toolstub::tokens::count(&original) - toolstub::tokens::count(stub)
+}
+
 /// The `saved=N externalized=M` line of [`CHAT_CHILD`].
 fn saved_by_child(stdout: &str) -> (u64, u64) {
     let line = stdout
@@ -192,12 +204,15 @@ async fn a_childs_request_goes_through_the_proxy_and_the_summary_counts_it() {
         describe(&out)
     );
     let db_shown = db.display().to_string();
+    let tokens = tokens_saved(&post);
+    assert!(tokens > 10_000, "{tokens}");
     assert_eq!(
         stderr,
         format!(
-            "toolstub: 1 request, 1 tool output externalized, {} characters saved, 0 recall calls answered\n\
-             toolstub: originals kept in {db_shown} (toolstub results --db {db_shown} list)\n",
+            "toolstub: 1 request, 1 tool output externalized, {} characters ({} tokens) saved, 0 recall calls answered\n\
+             toolstub: originals kept in {db_shown} (toolstub stats --db {db_shown}; toolstub results --db {db_shown} list)\n",
             grouped(saved),
+            grouped(tokens),
         ),
         "the summary, and nothing else on stderr: the proxy logs nowhere"
     );
@@ -719,12 +734,17 @@ async fn a_running_proxy_is_used_and_its_counts_over_the_run_are_summarized() {
         .expect("join");
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let (saved, _) = saved_by_child(&text(&out.stdout));
-    assert_stubbed(chat_posts(&mock).last().expect("a request"));
+    let post = chat_posts(&mock).last().cloned().expect("a request");
+    assert_stubbed(&post);
+    // The running proxy counts tokens in the background: by the time the
+    // command has exited and wrap reads /metrics, the count is in (it takes
+    // about a millisecond; wrap's read, several).
     assert_eq!(
         text(&out.stderr),
         format!(
-            "toolstub: 1 request, 1 tool output externalized, {} characters saved, 0 recall calls answered (by {proxy} while the command ran, every client's)\n",
-            grouped(saved)
+            "toolstub: 1 request, 1 tool output externalized, {} characters ({} tokens) saved, 0 recall calls answered (by {proxy} while the command ran, every client's)\n",
+            grouped(saved),
+            grouped(tokens_saved(&post)),
         )
     );
     assert!(

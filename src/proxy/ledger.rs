@@ -141,6 +141,8 @@ enum Job {
     Turn(Turn),
     Usage(Arc<RequestNote>, Observed),
     Recall(Arc<RequestNote>, u64),
+    /// Write what is filed, then say so.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A cheap handle on the ledger task.
@@ -195,6 +197,15 @@ impl Ledger {
     pub fn usage(&self, note: Arc<RequestNote>, observed: Observed) {
         if observed.seen {
             self.submit(Job::Usage(note, observed));
+        }
+    }
+
+    /// Returns once every record sent before it is written (shutdown:
+    /// requests have drained; at most a few seconds).
+    pub async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
         }
     }
 
@@ -276,6 +287,10 @@ async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<
             }
         };
         match job {
+            Some(Job::Flush(done)) => {
+                flush(&store, &metrics, &mut batch).await;
+                let _ = done.send(());
+            }
             Some(job) => {
                 file(job, &metrics, &mut batch).await;
                 if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
@@ -317,6 +332,9 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
                     ..LedgerEntry::default()
                 },
             ));
+        }
+        Job::Flush(done) => {
+            let _ = done.send(());
         }
         Job::Recall(note, calls) => batch.entries.push((
             note.tenant.clone(),

@@ -275,6 +275,7 @@ impl Server {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.app.ledger.flush().await;
     }
 }
 
@@ -625,6 +626,7 @@ pub async fn serve(config: Config) -> Result<()> {
     for task in tasks {
         let _ = task.await;
     }
+    app.ledger.flush().await;
     tracing::info!("toolstub stopped");
     Ok(())
 }

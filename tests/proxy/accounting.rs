@@ -156,3 +156,110 @@ async fn a_price_table_prices_first_seen_at_cache_write_and_repeats_at_cache_rea
         .is_some_and(|m| m.contains("cache-read price")));
     s.proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_left_unchanged_still_counts_its_turn_and_streamed_usage() {
+    let chunks = vec![
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-test\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n".to_string(),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-test\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":3,\"total_tokens\":43,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n".to_string(),
+        "data: [DONE]\n\n".to_string(),
+    ];
+    let s = setup(Arc::new(move |_: &Recorded| Reply::Stream {
+        chunks: chunks.clone(),
+        gap: Duration::from_millis(1),
+        sent: Arc::default(),
+    }))
+    .await;
+    let body = r#"{"model":"gpt-test","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, headers, response) = send(
+        &client(),
+        "POST",
+        s.url("/v1/chat/completions"),
+        &[("authorization", KEY)],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(headers.get("x-toolstub-saved-tokens").is_none());
+    assert!(String::from_utf8_lossy(&response).ends_with("data: [DONE]\n\n"));
+    assert_eq!(
+        s.mock.last().body,
+        body.as_bytes(),
+        "forwarded byte for byte"
+    );
+    let stats = stats_once(&s, ("authorization", KEY), "", 1, 1).await;
+    let t = &stats["totals"];
+    assert_eq!(
+        (t["input_tokens"].as_u64(), t["cache_read_tokens"].as_u64()),
+        (Some(8), Some(32)),
+        "{stats}"
+    );
+    assert_eq!(t["output_tokens"], 3);
+    assert_eq!(t["tokens_saved"], 0);
+    let session = stats["sessions"][0]["session_id"].as_str().unwrap_or("");
+    assert!(
+        session.starts_with("s_"),
+        "derived from the opening: {stats}"
+    );
+    assert_eq!(stats["sessions"][0]["turns"], 1);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn toolstub_stats_reads_the_same_figures_from_the_store() {
+    let s = setup(cached_completion()).await;
+    let original = big_json(2000);
+    let body = chat_body(std::slice::from_ref(&original), "");
+    for _ in 0..2 {
+        send(
+            &client(),
+            "POST",
+            s.url("/v1/chat/completions"),
+            &[("authorization", KEY), ("x-toolstub-session", "cli-1")],
+            body.clone(),
+        )
+        .await;
+    }
+    let api = stats_once(&s, ("authorization", KEY), "", 2, 2).await;
+    let db = s.db_path();
+    s.proxy.shutdown().await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"))
+            .arg("stats")
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .expect("toolstub stats");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let json: Value = serde_json::from_str(&run(&["--json"])).expect("json");
+    assert_eq!(
+        json["totals"], api["totals"],
+        "every tenant's: this one's alone"
+    );
+    assert_eq!(json["by_tool"], api["by_tool"]);
+    let tenant = toolstub::store::Tenant::from_credential(KEY);
+    let mine: Value =
+        serde_json::from_str(&run(&["--json", "--tenant", tenant.as_str()])).expect("json");
+    assert_eq!(mine["sessions"][0]["session_id"], "cli-1");
+    let nobody: Value =
+        serde_json::from_str(&run(&["--json", "--tenant", "0000000000000000"])).expect("json");
+    assert_eq!(nobody["totals"]["requests"], 0);
+    let text = run(&[]);
+    let saved = api["totals"]["tokens_saved"].as_u64().expect("n");
+    assert!(
+        text.contains(&format!(
+            "saved: {} tokens",
+            toolstub::stats::grouped(saved)
+        )),
+        "{text}"
+    );
+    assert!(text.contains("cli-1"), "{text}");
+    assert!(text.contains("fetch"), "{text}");
+}

@@ -553,6 +553,19 @@ async fn a_streamed_recall_round_is_one_well_formed_message() {
         messages[messages.len() - 2]["content"][0],
         json!({"type": "thinking", "thinking": "I need the file.", "signature": "sig-1"})
     );
+    // The ledger has both rounds' own usage, read from the stream.
+    let stats = super::stats_once(&s, ("x-api-key", API_KEY), "", 1, 2).await;
+    let t = &stats["totals"];
+    assert_eq!(
+        (t["requests"].as_u64(), t["rounds"].as_u64()),
+        (Some(1), Some(2)),
+        "{stats}"
+    );
+    assert_eq!(t["input_tokens"], 250);
+    assert_eq!(t["output_tokens"], 29, "message_delta's count, per round");
+    assert_eq!(t["recall_calls"], 1);
+    assert_eq!(t["outputs_first_seen"], 1);
+    assert!(t["tokens_saved"].as_u64().unwrap_or(0) > 10_000, "{stats}");
     s.proxy.shutdown().await;
 }
 

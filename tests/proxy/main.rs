@@ -36,6 +36,11 @@ impl Setup {
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.proxy.addr)
     }
+
+    /// The proxy's SQLite file.
+    pub(crate) fn db_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("toolstub.db")
+    }
 }
 
 fn config_for(upstream: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> Config {

@@ -360,6 +360,20 @@ async fn a_streamed_recall_round_is_one_well_formed_response() {
     assert!(events
         .iter()
         .all(|(_, d)| !d.to_string().contains("tool_result_read")));
+    // The ledger has both rounds' usage, from their response.completed.
+    let stats = super::stats_once(&s, ("authorization", KEY), "", 1, 2).await;
+    let t = &stats["totals"];
+    assert_eq!(
+        (t["requests"].as_u64(), t["rounds"].as_u64()),
+        (Some(1), Some(2)),
+        "{stats}"
+    );
+    assert_eq!(
+        (t["input_tokens"].as_u64(), t["output_tokens"].as_u64()),
+        (Some(250), Some(29))
+    );
+    assert_eq!(t["recall_calls"], 1);
+    assert_eq!(stats["by_tool"][0]["tool"], "exec_command");
     s.proxy.shutdown().await;
 }
 

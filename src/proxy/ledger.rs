@@ -10,8 +10,9 @@
 //! output are set on its stored row.
 //!
 //! Counting: the o200k_base tokens of each original and of its stub are
-//! counted on the blocking pool as soon as the request has been rewritten,
-//! beside the store's write and the upstream's answer. The response's
+//! counted as soon as the request has been rewritten, beside the store's
+//! write and the upstream's answer, on one thread at the lowest CPU
+//! priority (nice 19: on a busy machine the count waits, requests do not). The response's
 //! `x-toolstub-saved-tokens` header carries the total when the count is
 //! done by the time the response head leaves (an original's count is
 //! remembered by digest, so a repeated output costs only its stub's); the
@@ -31,7 +32,6 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 /// Records waiting for the ledger task; past this, new ones are dropped.
 const QUEUE: usize = 4096;
@@ -107,7 +107,7 @@ impl Counted {
 
 /// Counting in progress; [`Counting::saved_now`] is the header's value.
 pub struct Counting {
-    handle: JoinHandle<Vec<Counted>>,
+    counted: tokio::sync::oneshot::Receiver<Vec<Counted>>,
     saved: Arc<OnceLock<u64>>,
 }
 
@@ -149,39 +149,72 @@ enum Job {
 #[derive(Clone)]
 pub struct Ledger {
     jobs: mpsc::Sender<Job>,
+    counter: std::sync::mpsc::Sender<CountJob>,
     metrics: Arc<Metrics>,
     remembered: Arc<Mutex<HashMap<String, u64>>>,
 }
 
+/// One request's outputs for the counting thread.
+struct CountJob {
+    items: Vec<ToCount>,
+    saved: Arc<OnceLock<u64>>,
+    reply: tokio::sync::oneshot::Sender<Vec<Counted>>,
+}
+
 impl Ledger {
-    /// Starts the ledger task on the current runtime, once the encoding's
-    /// tables are loaded (~100 ms, ~65 MB resident for the process's life:
-    /// loaded now, not under the first request that needs them).
+    /// Starts the ledger task on the current runtime and the counting
+    /// thread, once the encoding's tables are loaded (~100 ms, ~65 MB
+    /// resident for the process's life: loaded now, not under the first
+    /// request that needs them).
     pub async fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
         let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
         let (jobs, rx) = mpsc::channel(QUEUE);
         tokio::spawn(run(rx, store, metrics.clone()));
+        let remembered = Arc::new(Mutex::new(HashMap::new()));
+        let (counter, counts) = std::sync::mpsc::channel::<CountJob>();
+        let memory = remembered.clone();
+        let started = std::thread::Builder::new()
+            .name("toolstub-tokens".to_string())
+            .spawn(move || {
+                lowest_priority();
+                for job in counts {
+                    let counted: Vec<Counted> = job
+                        .items
+                        .into_iter()
+                        .map(|item| count_one(&memory, item))
+                        .collect();
+                    let _ = job.saved.set(counted.iter().map(Counted::saved).sum());
+                    let _ = job.reply.send(counted);
+                }
+            });
+        if let Err(e) = started {
+            // Counting then never happens: requests flow, the ledger has
+            // usage but no saved tokens.
+            tracing::error!(error = %e, "cannot start the token counting thread");
+        }
         Ledger {
             jobs,
+            counter,
             metrics,
-            remembered: Arc::new(Mutex::new(HashMap::new())),
+            remembered,
         }
     }
 
-    /// Starts counting outputs' tokens on the blocking pool.
+    /// Hands outputs to the counting thread. It runs at the lowest CPU
+    /// priority, so on a busy machine counting waits for requests, never
+    /// the other way round.
     pub fn count(&self, items: Vec<ToCount>) -> Counting {
         let saved = Arc::new(OnceLock::new());
-        let remembered = self.remembered.clone();
-        let done = saved.clone();
-        let handle = tokio::task::spawn_blocking(move || {
-            let counted: Vec<Counted> = items
-                .into_iter()
-                .map(|item| count_one(&remembered, item))
-                .collect();
-            let _ = done.set(counted.iter().map(Counted::saved).sum());
-            counted
-        });
-        Counting { handle, saved }
+        let (reply, counted) = tokio::sync::oneshot::channel();
+        let job = CountJob {
+            items,
+            saved: saved.clone(),
+            reply,
+        };
+        if self.counter.send(job).is_err() {
+            self.metrics.ledger_dropped(1);
+        }
+        Counting { counted, saved }
     }
 
     /// Whether the count of this original is remembered (then its text is
@@ -226,6 +259,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Makes the calling thread the machine's last claim on a CPU (nice 19).
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes no arguments and cannot fail; setpriority on
+        // the calling thread's id only changes that thread's niceness, and
+        // its failure (reported by the return value) is harmless.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
     }
 }
 
@@ -372,7 +419,7 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
     };
     let _ = note.session.set(session.clone());
     let counted = match counting {
-        Some(c) => c.handle.await.unwrap_or_default(),
+        Some(c) => c.counted.await.unwrap_or_default(),
         None => Vec::new(),
     };
     // One row per (tool, kind, first seen), in a fixed order.

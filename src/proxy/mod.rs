@@ -16,6 +16,7 @@
 
 mod api;
 mod body;
+mod dashboard;
 mod error;
 pub mod large_buffers;
 mod ledger;
@@ -124,6 +125,8 @@ enum Route {
     /// One Responses API response by id (`GET /v1/responses/{id}`, ...).
     ResponseById,
     Operator,
+    /// The dashboard's page and files (`/toolstub/`), beside the operator API.
+    Dashboard,
     Passthrough,
 }
 
@@ -133,6 +136,7 @@ impl Route {
             (&Method::GET, "/healthz") => Route::Healthz,
             (&Method::GET, "/metrics") => Route::Metrics,
             (_, p) if p.starts_with("/toolstub/v1/") => Route::Operator,
+            (_, p) if dashboard::serves(p) => Route::Dashboard,
             (&Method::POST, p) if p.ends_with("/chat/completions") => {
                 Route::Api(api::Api::ChatCompletions)
             }
@@ -156,6 +160,7 @@ impl Route {
             Route::Api(api::Api::Responses) => "responses",
             Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
+            Route::Dashboard => "dashboard",
             Route::Passthrough => "passthrough",
         }
     }
@@ -166,7 +171,7 @@ impl Route {
     fn flavor(self, headers: &HeaderMap) -> Flavor {
         match self {
             Route::Api(api) => api.protocol().flavor(),
-            Route::Operator | Route::ResponseById => Flavor::OpenAi,
+            Route::Operator | Route::Dashboard | Route::ResponseById => Flavor::OpenAi,
             _ if headers.contains_key("anthropic-version") => Flavor::Anthropic,
             _ => Flavor::OpenAi,
         }
@@ -179,8 +184,8 @@ pub enum Role {
     /// The proxy: every route, the operator API too unless it has its own
     /// listener (`operator_api.listen`), in which case it answers 404 here.
     Main,
-    /// The operator API's own listener: `/toolstub/v1/` only, 404 for
-    /// anything else (it never forwards upstream).
+    /// The operator API's own listener: `/toolstub/v1/` and the dashboard
+    /// (`/toolstub/`) only, 404 for anything else (it never forwards upstream).
     Operator,
 }
 
@@ -353,10 +358,14 @@ async fn handle(
     let separate_operator =
         app.config.operator_api.enabled && app.config.operator_api.listen.is_some();
     let result = match route {
-        Route::Operator if role == Role::Main && separate_operator => Err(ProxyError::NotFound(
-            "the operator API is not served on this address (see operator_api.listen)".to_string(),
-        )),
+        Route::Operator | Route::Dashboard if role == Role::Main && separate_operator => {
+            Err(ProxyError::NotFound(
+                "the operator API is not served on this address (see operator_api.listen)"
+                    .to_string(),
+            ))
+        }
         Route::Operator => operator::handle(&app, req).await,
+        Route::Dashboard => dashboard::handle(&app, &method, &path),
         _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
             "this address serves the operator API only (/toolstub/v1/...), not {path}"
         ))),

@@ -4,6 +4,7 @@
 
 mod accounting;
 mod anthropic;
+mod dashboard;
 mod faults;
 mod hostile;
 mod mock;

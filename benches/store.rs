@@ -84,6 +84,7 @@ fn output(session: &str, call: &str, text: String) -> NewOutput {
         ),
         text,
         sha256: None,
+        stub: None,
     }
 }
 

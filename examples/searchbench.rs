@@ -448,6 +448,7 @@ fn output(session: &str, call: &str, tool: &str, mime: &str, text: String) -> Ne
         synopsis: synopsize(&head, hints),
         text,
         sha256: None,
+        stub: None,
     }
 }
 

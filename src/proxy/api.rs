@@ -562,8 +562,14 @@ async fn store_outputs(
                 joined
             }
         };
+        let names = &rewritten.recall_names;
         news.push(NewOutput {
             text,
+            // What the stub was rendered with, so it can be shown again.
+            stub: Some(crate::store::StubFacts {
+                reason: output.reason.clone(),
+                tools: [names.read.clone(), names.search.clone(), names.list.clone()],
+            }),
             ..output.new.clone()
         });
     }
@@ -665,6 +671,7 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
                         synopsis: o.synopsis,
                         text: String::new(),
                         sha256: Some(o.sha256),
+                        stub: None,
                     },
                 })
                 .collect(),

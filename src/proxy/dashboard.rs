@@ -20,6 +20,8 @@
 use super::body::full;
 use super::error::ProxyError;
 use super::{App, BoxBody};
+use crate::store::OutputMeta;
+use crate::stub::{render, RecallToolNames, StubHeader};
 use http::{header, HeaderValue, Method, Response, StatusCode};
 
 /// The page's path.
@@ -92,6 +94,28 @@ pub(super) fn handle(
             "no dashboard file at {path}; the dashboard is at {PAGE}"
         ))),
     }
+}
+
+/// The stub of a stored output exactly as the rewrite rendered it: its
+/// synopsis and header fields as stored (the header shows min(original,
+/// preview budget), which is the stored `preview_chars`), with the reason
+/// and recall tool names the rewrite used. `None` when those are unknown.
+pub(super) fn stub_of(result_ref: &str, meta: &OutputMeta) -> Option<String> {
+    let facts = meta.stub.as_ref()?;
+    let [read, search, list] = facts.tools.clone();
+    let header = StubHeader {
+        tool_name: meta.tool_name.as_deref(),
+        original_chars: usize::try_from(meta.original_chars).ok()?,
+        preview_budget: usize::try_from(meta.preview_chars).ok()?,
+        result_ref: Some(result_ref),
+        sha256: Some(&meta.sha256),
+        reason: Some(&facts.reason),
+    };
+    Some(render(
+        &meta.synopsis,
+        &header,
+        &RecallToolNames { read, search, list },
+    ))
 }
 
 fn page(

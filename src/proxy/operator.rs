@@ -10,7 +10,9 @@
 //!   `session` the list spans all the tenant's sessions.
 //! - `results/{ref}?offset=&limit=` (0, 20000; `limit=-1` reads to the end):
 //!   a window of the original plus its metadata (with `original_tokens` and
-//!   `stub_tokens` once counted, else null).
+//!   `stub_tokens` once counted, else null), the stub the model saw among
+//!   it (`metadata.stub`; `null` when the store does not know how it was
+//!   rendered, as for outputs stored before it kept that).
 //! - `results/{ref}/search?q=&limit=&context_chars=` (20, 300): exact,
 //!   case-sensitive matches in one original.
 //! - `search?q=&session=&limit=&context_chars=` (20, 300): ranked search
@@ -336,6 +338,9 @@ struct Metadata<'a> {
     synopsis: &'a Synopsis,
     original_tokens: Option<u64>,
     stub_tokens: Option<u64>,
+    /// The stub the model saw, rendered again from the stored synopsis and
+    /// metadata; `null` when the store does not know how it was rendered.
+    stub: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -453,6 +458,7 @@ async fn read(
             synopsis: &meta.synopsis,
             original_tokens: meta.original_tokens,
             stub_tokens: meta.stub_tokens,
+            stub: super::dashboard::stub_of(result_ref, &meta),
         },
     })
 }

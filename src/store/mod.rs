@@ -33,7 +33,7 @@ pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};
 pub use types::{
     Answer, Exchange, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta, OutputSummary,
     OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit, StoreStats,
-    Stored, Sums, SweepReport, Tenant, OFFSET_UNIT,
+    Stored, StubFacts, Sums, SweepReport, Tenant, OFFSET_UNIT,
 };
 
 use std::fmt;
@@ -136,4 +136,15 @@ impl Default for StoreConfig {
 fn age_cutoff(config: &StoreConfig, now_ms: i64) -> Option<i64> {
     (config.retention_days > 0)
         .then(|| now_ms.saturating_sub(i64::from(config.retention_days) * DAY_MS))
+}
+
+/// The `stub_facts` column's value: [`StubFacts`] as JSON, or NULL.
+pub(crate) fn stub_facts_json(facts: Option<&StubFacts>) -> Option<String> {
+    facts.and_then(|f| serde_json::to_string(f).ok())
+}
+
+/// [`StubFacts`] from the `stub_facts` column; `None` for NULL, and for a
+/// value this build cannot read (the stub is then reported as unknown).
+pub(crate) fn stub_facts_parse(column: Option<&str>) -> Option<StubFacts> {
+    column.and_then(|c| serde_json::from_str(c).ok())
 }

@@ -75,6 +75,20 @@ pub struct NewOutput {
     /// already (the proxy's rewrite does), so a 1 MB output is not hashed
     /// twice; `None` to have the store compute it. Verified in debug builds.
     pub sha256: Option<String>,
+    /// What the stub was rendered from besides the synopsis and the fields
+    /// above, so it can be rendered again exactly (`None`: not known, as for
+    /// outputs stored by other means than a rewrite).
+    pub stub: Option<StubFacts>,
+}
+
+/// The parts of an output's stub that are neither its synopsis nor its
+/// metadata: the header's reason line and the recall tool names the stub
+/// points to (configured, or renamed on a clash with the client's tools).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StubFacts {
+    pub reason: String,
+    /// The read, search and list tools' names, in that order.
+    pub tools: [String; 3],
 }
 
 /// A hidden recall exchange, kept for history restoration.
@@ -153,6 +167,10 @@ pub struct OutputMeta {
     /// proxy's ledger has counted them (in the background).
     pub original_tokens: Option<u64>,
     pub stub_tokens: Option<u64>,
+    /// How its stub was rendered, when known (outputs stored before schema
+    /// version 5 (SQLite) / 4 (PostgreSQL), or not by a rewrite, have none).
+    #[serde(skip)]
+    pub stub: Option<StubFacts>,
 }
 
 /// A window of an original: characters `[offset, offset + limit)`.

@@ -144,3 +144,102 @@ async fn the_dashboard_follows_the_operator_api() {
     assert_eq!(status, 200);
     s.proxy.shutdown().await;
 }
+
+/// The stubs in the body the upstream received, by ref (the `ref:` line).
+fn stubs_received(body: &[u8]) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_slice(body).expect("json");
+    v["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .filter_map(|c| {
+            let r = c.lines().find_map(|l| l.strip_prefix("ref: "))?;
+            Some((r.to_string(), c.to_string()))
+        })
+        .collect()
+}
+
+async fn stub_reported(s: &super::Setup, r: &str, key: &str) -> (u16, Value) {
+    let (status, _, body) = get(
+        s.url(&format!("/toolstub/v1/results/{r}?limit=10")),
+        &[("authorization", key)],
+    )
+    .await;
+    let v = serde_json::from_str(&body).expect("json");
+    (status, v)
+}
+
+#[tokio::test]
+async fn the_reported_stub_is_the_one_the_upstream_received() {
+    let s = setup_with(Arc::new(|_: &Recorded| ok_json("ok")), &[]).await;
+    let mut checked = 0;
+    // Six outputs under the threshold, over the turn budget together: one
+    // stub, reason turn_budget, a smaller preview.
+    let outputs: Vec<String> = (0..6)
+        .map(|i| format!("line {i}\n{}", "word ".repeat(3_798)))
+        .collect();
+    // Twelve large outputs sharing the preview budget, and a client tool
+    // named like a recall tool (the stubs name the renamed one).
+    let large: Vec<String> = (0..12).map(|i| big_json(1000 + 10 * i)).collect();
+    let clash = r#","tools":[{"type":"function","function":{"name":"tool_result_read","parameters":{"type":"object"}}}]"#;
+    for (body, expect) in [
+        (chat_body(&outputs, ""), "reason: turn_budget"),
+        (
+            chat_body(&large, clash),
+            "Use toolstub_tool_result_read with ref=",
+        ),
+    ] {
+        let (status, _, _) = send(
+            &client(),
+            "POST",
+            s.url("/v1/chat/completions"),
+            &[("authorization", KEY)],
+            body,
+        )
+        .await;
+        assert_eq!(status, 200);
+        let received = stubs_received(&s.mock.last().body);
+        assert!(!received.is_empty());
+        for (r, stub) in received {
+            assert!(stub.contains(expect), "{stub}");
+            let (status, v) = stub_reported(&s, &r, KEY).await;
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["metadata"]["stub"].as_str(), Some(stub.as_str()), "{r}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 13);
+    // Another tenant gets a 404, not the stub.
+    let first = stubs_received(&s.mock.last().body).remove(0).0;
+    let (status, v) = stub_reported(&s, &first, "Bearer sk-someone-else").await;
+    assert_eq!(status, 404, "{v}");
+    assert!(v.get("metadata").is_none());
+    // An output stored by other means than a rewrite: the stub is unknown.
+    let text = big_json(2000);
+    let tenant = toolstub::store::Tenant::from_credential(KEY);
+    let stored = s
+        .proxy
+        .app
+        .store
+        .put(
+            &tenant,
+            vec![toolstub::store::NewOutput {
+                session_id: "by-hand".to_string(),
+                tool_call_id: Some("call_by_hand".to_string()),
+                tool_name: None,
+                mime_type: None,
+                preview_chars: 100,
+                synopsis: toolstub::synopsis::synopsize(&text, Default::default()),
+                text,
+                sha256: None,
+                stub: None,
+            }],
+        )
+        .await
+        .expect("put");
+    let (status, v) = stub_reported(&s, &stored[0].result_ref, KEY).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["metadata"]["stub"].is_null(), "{v}");
+    s.proxy.shutdown().await;
+}

@@ -51,6 +51,7 @@ fn output(session: &str, call: &str, tool: &str, text: &str) -> NewOutput {
         ),
         text: text.to_string(),
         sha256: None,
+        stub: None,
     }
 }
 

@@ -176,7 +176,7 @@ pub async fn meta(
         .query_opt(
             "SELECT blob_id, expired_at, original_chars, session_id, tool_call_id, tool_name, \
              created_at, preview_chars, sha256, mime_type, synopsis_kind, synopsis, \
-             original_tokens, stub_tokens FROM outputs WHERE tenant = $1 AND ref = $2",
+             original_tokens, stub_tokens, stub_facts FROM outputs WHERE tenant = $1 AND ref = $2",
             &[&tenant.as_str(), &result_ref],
         )
         .await
@@ -211,6 +211,9 @@ pub async fn meta(
         stub_tokens: row
             .get::<_, Option<i64>>("stub_tokens")
             .and_then(|n| u64::try_from(n).ok()),
+        stub: crate::store::stub_facts_parse(
+            row.try_get::<_, Option<&str>>("stub_facts").ok().flatten(),
+        ),
     })
 }
 

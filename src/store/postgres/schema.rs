@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_inline_tsv.sql"),
     include_str!("migrations/0003_ledger.sql"),
+    include_str!("migrations/0004_stub_facts.sql"),
 ];
 
 /// The schema version this build writes.

@@ -158,8 +158,9 @@ async fn put_item(
     let preview = i64::try_from(o.preview_chars).unwrap_or(i64::MAX);
     let kind = o.synopsis.kind.as_str();
     let tenant = tenant.as_str();
-    // $1..$13 of both statements below.
-    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+    let stub = crate::store::stub_facts_json(o.stub.as_ref());
+    // $1..$14 of both statements below.
+    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
         &tenant,
         &item.result_ref,
         &o.session_id,
@@ -173,6 +174,7 @@ async fn put_item(
         &kind,
         &item.synopsis_json,
         &blob_id,
+        &stub,
     ];
     if tombstone {
         let revive = tx
@@ -180,7 +182,7 @@ async fn put_item(
                 "UPDATE outputs SET session_id = $3, tool_call_id = $4, tool_name = $5, \
                  created_at = $6, original_chars = $7, preview_chars = $8, sha256 = $9, \
                  mime_type = $10, synopsis_kind = $11, synopsis = $12, blob_id = $13, \
-                 expired_at = NULL WHERE tenant = $1 AND ref = $2",
+                 stub_facts = $14, expired_at = NULL WHERE tenant = $1 AND ref = $2",
             )
             .await
             .pg("preparing the output revival")?;
@@ -192,8 +194,8 @@ async fn put_item(
     let insert = tx
         .prepare_cached(
             "INSERT INTO outputs (tenant, ref, session_id, tool_call_id, tool_name, created_at, \
-             original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id, \
+             stub_facts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (tenant, ref) DO NOTHING",
         )
         .await

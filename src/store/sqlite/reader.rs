@@ -179,7 +179,7 @@ pub(crate) fn meta(
     live(&tx, tenant, result_ref)?;
     tx.query_row(
         "SELECT session_id, tool_call_id, tool_name, created_at, original_chars, preview_chars, \
-         sha256, mime_type, synopsis_kind, synopsis, original_tokens, stub_tokens \
+         sha256, mime_type, synopsis_kind, synopsis, original_tokens, stub_tokens, stub_facts \
          FROM outputs WHERE tenant = ?1 AND ref = ?2",
         params![tenant.as_str(), result_ref],
         |r| {
@@ -193,11 +193,12 @@ pub(crate) fn meta(
                 ),
                 (r.get::<_, String>(8)?, r.get::<_, String>(9)?),
                 (r.get::<_, Option<i64>>(10)?, r.get::<_, Option<i64>>(11)?),
+                r.get::<_, Option<String>>(12)?,
             ))
         },
     )
     .ctx("reading an output's metadata")
-    .and_then(|(a, b, (kind, synopsis), tokens)| {
+    .and_then(|(a, b, (kind, synopsis), tokens, stub)| {
         let synopsis: Synopsis =
             serde_json::from_str(&synopsis).map_err(|source| StoreError::Synopsis {
                 result_ref: result_ref.to_string(),
@@ -218,6 +219,7 @@ pub(crate) fn meta(
             offset_unit: OFFSET_UNIT,
             original_tokens: tokens.0.and_then(|n| u64::try_from(n).ok()),
             stub_tokens: tokens.1.and_then(|n| u64::try_from(n).ok()),
+            stub: crate::store::stub_facts_parse(stub.as_deref()),
         })
     })
 }

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_exchanges.sql"),
     include_str!("migrations/0003_response_ids.sql"),
     include_str!("migrations/0004_ledger.sql"),
+    include_str!("migrations/0005_stub_facts.sql"),
 ];
 
 /// The schema version this build writes.

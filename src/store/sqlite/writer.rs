@@ -641,16 +641,17 @@ fn put_item(
         o.synopsis.kind.as_str(),
         item.synopsis_json,
         blob_id,
+        crate::store::stub_facts_json(o.stub.as_ref()),
     ];
     let sql = if tombstone {
         "UPDATE outputs SET session_id = ?3, tool_call_id = ?4, tool_name = ?5, created_at = ?6, \
          original_chars = ?7, preview_chars = ?8, sha256 = ?9, mime_type = ?10, \
-         synopsis_kind = ?11, synopsis = ?12, blob_id = ?13, expired_at = NULL \
+         synopsis_kind = ?11, synopsis = ?12, blob_id = ?13, stub_facts = ?14, expired_at = NULL \
          WHERE tenant = ?1 AND ref = ?2"
     } else {
         "INSERT INTO outputs (tenant, ref, session_id, tool_call_id, tool_name, created_at, \
-         original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+         original_chars, preview_chars, sha256, mime_type, synopsis_kind, synopsis, blob_id, \
+         stub_facts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
     };
     conn.prepare_cached(sql)
         .and_then(|mut s| s.execute(values))
@@ -783,6 +784,7 @@ mod tests {
             synopsis: synopsize(text, Hints::default()),
             text: text.to_string(),
             sha256: None,
+            stub: None,
         };
         let (reply, answer) = oneshot::channel();
         let items = prepare(vec![output])?;

@@ -457,6 +457,17 @@
       forgetCredential();
       state.credential = null;
       state.session = null;
+      state.stats = null;
+      state.page = 0;
+      // Nothing of this tenant's stays on the page.
+      for (const id of ["totals", "series-chart", "by-tool", "by-kind", "sessions", "outputs",
+        "output-title", "output-meta", "output-stub", "output-original", "window-range",
+        "outputs-page", "saving-usd", "pricing-method", "scope", "who", "session-filter"]) {
+        clear($(id));
+      }
+      $("pricing").hidden = true;
+      $("session-filter").hidden = true;
+      $("clear-session").hidden = true;
       $("output-view").hidden = true;
       showSignIn("");
       probeAdminToken();

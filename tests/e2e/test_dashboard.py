@@ -343,3 +343,29 @@ def test_totals_and_chart_are_the_proxys_figures(traffic, browser, tmp_path):
     wait(browser, lambda d: d.find_elements(By.ID, "total-tokens-saved"), "the other tenant's totals")
     assert total("tokens-saved") == 0 and total("chars-saved") == 0
     assert browser.find_elements(By.CSS_SELECTOR, "#series-chart rect.point") == []
+
+
+def test_a_server_with_an_admin_token_asks_for_it(mock, browser, tmp_path):
+    token = "dash-admin-token-e2e"
+    proxy = start_proxy(mock.url, tmp_path, {"TOOLSTUB_OPERATOR_API_ADMIN_TOKEN": token})
+    try:
+        browser.get(proxy.url + "/toolstub/")
+        # The page asks for the token (it learnt the server wants one from a
+        # request that carries no credential and reads nothing).
+        wait(browser, lambda d: d.find_element(By.ID, "admin-token-row").is_displayed(), "the admin token field")
+        for given in ("", "not-the-token"):
+            browser.find_element(By.ID, "admin-token").send_keys(given)
+            browser.find_element(By.ID, "api-key").send_keys(API_KEY)
+            browser.find_element(By.ID, "sign-in-button").click()
+            wait(browser, lambda d: d.find_element(By.ID, "sign-in-error").is_displayed(), "the sign-in error")
+            assert "admin token" in text_of(browser, "sign-in-error")
+            assert browser.execute_script("return window.sessionStorage.length") == 0
+        browser.find_element(By.ID, "admin-token").send_keys(token)
+        sign_in(browser, API_KEY)
+        assert "No externalized outputs yet." in text_of(browser, "outputs")
+        assert "admin token" in text_of(browser, "who")
+        assert token not in browser.current_url and API_KEY not in browser.current_url
+        assert browser.current_url == proxy.url + "/toolstub/"
+    finally:
+        code = stop_proxy(proxy)
+        assert code == 0, proxy.log_tail()

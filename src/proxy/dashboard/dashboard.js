@@ -400,6 +400,8 @@
   // A 401 means the admin token is missing or wrong: back to the form.
   function handleAuth(e) {
     if (e instanceof ApiError && e.status === 401) {
+      forgetCredential();
+      state.credential = null;
       $("admin-token-row").hidden = false;
       showSignIn("This server requires its admin token (or the one given was wrong).");
       return true;
@@ -444,6 +446,7 @@
   function init() {
     $("sign-in-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
+      $("sign-in-error").hidden = true;
       const key = $("api-key").value.trim();
       if (!key) return;
       state.credential = { key, header: $("key-header").value, admin: $("admin-token").value };

@@ -242,17 +242,17 @@
       return;
     }
     const max = Math.max(1, ...rows.map((r) => n(r.tokens_saved)));
-    const bar = (r) => {
-      const s = svg("svg", { viewBox: "0 0 100 10", class: "hbar", preserveAspectRatio: "none" });
-      s.append(svg("rect", { x: 0, y: 0, width: (100 * n(r.tokens_saved)) / max, height: 10, class: "bar" }));
-      return s;
+    // The name, with a bar of its share of the tokens saved under it.
+    const named = (r) => {
+      const s = svg("svg", { viewBox: "0 0 100 4", class: "hbar", preserveAspectRatio: "none" });
+      s.append(svg("rect", { x: 0, y: 0, width: (100 * n(r.tokens_saved)) / max, height: 4, class: "bar" }));
+      return el("div", {}, el("span", { text: r[key] || "(none)" }), s);
     };
     box.append(
       table(
         [
-          { title: key, value: (r) => r[key] || "(none)" },
+          { title: key, value: named },
           { title: "tokens saved", value: (r) => fmt(r.tokens_saved), num: true },
-          { title: "", value: bar },
           { title: "first seen", value: (r) => fmt(r.tokens_saved_first_seen), num: true },
           { title: "repeated", value: (r) => fmt(r.tokens_saved_repeated), num: true },
           { title: "chars saved", value: (r) => fmt(r.chars_saved), num: true },

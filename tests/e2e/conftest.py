@@ -75,7 +75,8 @@ class Proxy:
             return "(no log)"
 
 
-def start_proxy(upstream: str, workdir: Path, extra_env: dict[str, str] | None = None) -> Proxy:
+def start_proxy(upstream: str, workdir: Path, extra_env: dict[str, str] | None = None,
+                extra_args: list[str] | None = None) -> Proxy:
     binary = toolstub_bin()
     if not binary.is_file():
         pytest.fail(f"no toolstub binary at {binary}: run scripts/e2e, or set TOOLSTUB_BIN")
@@ -95,7 +96,8 @@ def start_proxy(upstream: str, workdir: Path, extra_env: dict[str, str] | None =
         url = f"http://127.0.0.1:{port}"
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--db", str(db)],
+                [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--db", str(db),
+                 *(extra_args or [])],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

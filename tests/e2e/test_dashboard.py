@@ -221,7 +221,11 @@ class Traffic:
 def traffic(mock, tmp_path_factory) -> Traffic:
     """One proxy of its own (its counters are this traffic's alone), after
     the traffic; the stubs the upstream received, by ref."""
-    proxy = start_proxy(mock.url, tmp_path_factory.mktemp("toolstub-dashboard"))
+    home = tmp_path_factory.mktemp("toolstub-dashboard")
+    # A price table, so the page shows the estimate and how it was made.
+    config = home / "toolstub.toml"
+    config.write_text('[[pricing]]\nmatch = "*"\ninput = 3.0\ncache_read = 0.3\ncache_write = 3.75\noutput = 15.0\n')
+    proxy = start_proxy(mock.url, home, extra_args=["--config", str(config)])
     mock.reset()
     send_traffic(proxy.url, mock)
     upstream_stubs = stubs_upstream(mock)
@@ -310,6 +314,12 @@ def test_totals_and_chart_are_the_proxys_figures(traffic, browser, tmp_path):
     assert total("outputs") == reported["totals"]["outputs"]
     assert total("recall-calls") == reported["totals"]["recall_calls"] >= 1
     assert total("requests") == reported["totals"]["requests"]
+    # The estimate, with the sentence saying how it was priced beside it.
+    pricing = reported["pricing"]
+    assert pricing is not None and pricing["estimated_saving_usd"] > 0 and pricing["method"]
+    assert browser.find_element(By.ID, "pricing").is_displayed()
+    assert text_of(browser, "saving-usd") == f"≈ ${pricing['estimated_saving_usd']:.2f} saved"
+    assert text_of(browser, "pricing-method") == pricing["method"]
     # Two sessions; every tool.
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")) == 2, "two sessions")
     assert len(reported["sessions"]) == 2

@@ -33,7 +33,7 @@ from pathlib import Path
 import openai
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -186,7 +186,10 @@ def browser(tmp_path):
 
 def wait(driver, condition, what: str):
     try:
-        return WebDriverWait(driver, WAIT).until(lambda d: condition(d))
+        # The page re-renders as answers arrive: an element found a moment
+        # ago may be gone, so try again.
+        return WebDriverWait(driver, WAIT, ignored_exceptions=[NoSuchElementException, StaleElementReferenceException]
+                             ).until(lambda d: condition(d))
     except TimeoutException:
         pytest.fail(f"the dashboard did not show {what} within {WAIT}s; page text:\n{driver.find_element(By.TAG_NAME, 'body').text[:2000]}")
 
@@ -326,6 +329,24 @@ def test_totals_and_chart_are_the_proxys_figures(traffic, browser, tmp_path):
     tools = {r.find_element(By.CSS_SELECTOR, "td span").text
              for r in browser.find_elements(By.CSS_SELECTOR, "#by-tool tbody tr")}
     assert tools == {name for name, _ in OUTPUTS.values()}
+
+    # A session's row narrows the outputs (and the figures) to that session.
+    status, body = http_get(f"{url}/toolstub/v1/results", {"Authorization": f"Bearer {API_KEY}"})
+    assert status == 200
+    session_b = next(r["session_id"] for r in json.loads(body)["results"] if r["ref"] == ref_of("call_listing"))
+    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
+               if r.find_element(By.CSS_SELECTOR, "code").text == session_b)
+    row.click()
+    wait(browser, lambda d: [c.text for c in d.find_elements(By.CSS_SELECTOR, "#outputs code.ref")]
+         == [ref_of("call_listing")], "session B's one output")
+    one = stats(url, API_KEY, session=session_b)
+    wait(browser, lambda d: d.find_elements(By.ID, "total-tokens-saved")
+         and total("tokens-saved") == one["totals"]["tokens_saved"] < tokens_saved, "session B's figures")
+    browser.find_element(By.ID, "clear-session").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#outputs code.ref")) == len(OUTPUTS),
+         "every output again")
+    wait(browser, lambda d: d.find_elements(By.ID, "total-tokens-saved") and total("tokens-saved") == tokens_saved,
+         "every session's figures again")
 
     # The chart: one point per bucket of the series, at its time, its value.
     Select(browser.find_element(By.ID, "bucket")).select_by_value("1000")

@@ -315,6 +315,7 @@ def test_totals_and_chart_are_the_proxys_figures(traffic, browser, tmp_path):
     assert total("chars-saved") == chars_saved
     assert total("tokens-saved") == tokens_saved > 0
     assert total("outputs") == reported["totals"]["outputs"]
+    assert total("outputs-first-seen") == reported["totals"]["outputs_first_seen"] == len(OUTPUTS)
     assert total("recall-calls") == reported["totals"]["recall_calls"] >= 1
     assert total("requests") == reported["totals"]["requests"]
     # The estimate, with the sentence saying how it was priced beside it.

@@ -162,6 +162,7 @@
     ["tokens_saved_repeated", "of which repeated"],
     ["chars_saved", "characters saved"],
     ["outputs", "outputs externalized"],
+    ["outputs_first_seen", "of which first seen"],
     ["requests", "requests"],
     ["recall_calls", "recall calls"],
     ["input_tokens", "input tokens"],

@@ -11,7 +11,6 @@
 //! Architecture invariant: pure; no I/O, and nothing here changes a byte
 //! of what the client gets.
 
-use crate::recall::sse::SseParser;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -102,8 +101,9 @@ pub type Extract = Box<dyn Fn(&Value) -> Option<Reported> + Send + Sync>;
 /// is passed through unread (responses carry usage at their end, and no
 /// chat response is near this).
 const MAX_JSON_BODY: usize = 8 << 20;
-/// One event larger than this is skipped (Responses' `response.completed`
-/// repeats the whole output; a larger one is not read for its usage).
+/// One event line longer than this is skipped (Responses'
+/// `response.completed` repeats the whole output; a larger one is not read
+/// for its usage).
 const MAX_EVENT: usize = 16 << 20;
 
 /// Watches a response's bytes go by and keeps what they say of usage.
@@ -114,7 +114,10 @@ pub struct UsageScanner {
 }
 
 enum Mode {
-    Sse(SseParser),
+    /// Server-sent events: only the unfinished last line is kept; a
+    /// `data:` line that mentions usage is parsed (every API sends an
+    /// event's JSON on one data line).
+    Sse(Vec<u8>),
     Json(Vec<u8>),
     /// Too large, not parseable, or not a kind of body that has usage.
     Off,
@@ -129,7 +132,7 @@ impl UsageScanner {
         let extract: Extract = Box::new(extract);
         let content_type = content_type.unwrap_or("").to_ascii_lowercase();
         let mode = if content_type.starts_with("text/event-stream") {
-            Mode::Sse(SseParser::new(MAX_EVENT))
+            Mode::Sse(Vec::new())
         } else if content_type.contains("json") {
             Mode::Json(Vec::new())
         } else {
@@ -145,16 +148,26 @@ impl UsageScanner {
     /// Feeds the next chunk of the body.
     pub fn push(&mut self, chunk: &[u8]) {
         match &mut self.mode {
-            Mode::Sse(parser) => match parser.push(chunk) {
-                Ok(events) => {
-                    for event in events {
-                        if let Some(data) = event.data {
-                            read_into(&mut self.observed, &self.extract, data.as_bytes());
-                        }
+            Mode::Sse(partial) => {
+                let mut rest = chunk;
+                while let Some(end) = memchr::memchr(b'\n', rest) {
+                    let line = &rest[..end];
+                    if partial.is_empty() {
+                        read_line(&mut self.observed, &self.extract, line);
+                    } else {
+                        partial.extend_from_slice(line);
+                        let whole = std::mem::take(partial);
+                        read_line(&mut self.observed, &self.extract, &whole);
                     }
+                    rest = &rest[end + 1..];
                 }
-                Err(_) => self.mode = Mode::Off,
-            },
+                if partial.len() + rest.len() > MAX_EVENT {
+                    // One line this long is not an event to read usage from.
+                    partial.clear();
+                } else {
+                    partial.extend_from_slice(rest);
+                }
+            }
             Mode::Json(body) => {
                 if body.len() + chunk.len() > MAX_JSON_BODY {
                     self.mode = Mode::Off;
@@ -169,10 +182,9 @@ impl UsageScanner {
     /// The body ended (or stopped): what it reported.
     pub fn finish(mut self) -> Observed {
         match &mut self.mode {
-            Mode::Sse(parser) => {
-                if let Some(data) = parser.finish().and_then(|e| e.data) {
-                    read_into(&mut self.observed, &self.extract, data.as_bytes());
-                }
+            Mode::Sse(partial) => {
+                let last = std::mem::take(partial);
+                read_line(&mut self.observed, &self.extract, &last);
             }
             Mode::Json(body) => read_into(&mut self.observed, &self.extract, body),
             Mode::Off => {}
@@ -181,15 +193,50 @@ impl UsageScanner {
     }
 }
 
+/// One SSE line: the data of a `data:` line (CR and one space trimmed).
+fn read_line(observed: &mut Observed, extract: &Extract, line: &[u8]) {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if let Some(data) = line.strip_prefix(b"data:") {
+        read_into(observed, extract, data.strip_prefix(b" ").unwrap_or(data));
+    }
+}
+
 /// Parses `data` only if it can hold usage.
 fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
     if memchr::memmem::find(data, b"\"usage\"").is_none() {
         return;
     }
-    if let Ok(value) = serde_json::from_slice::<Value>(data) {
-        if let Some(reported) = extract(&value) {
+    if let Ok(slim) = serde_json::from_slice::<Slim>(data) {
+        if let Some(reported) = extract(&slim.into_value()) {
             observed.apply(reported);
         }
+    }
+}
+
+/// The members of a response or event where usage and the model can be,
+/// everything else skipped unbuilt (a whole response's content is most of
+/// its bytes).
+#[derive(serde::Deserialize)]
+struct Slim {
+    usage: Option<Value>,
+    model: Option<Value>,
+    message: Option<Box<Slim>>,
+    response: Option<Box<Slim>>,
+}
+
+impl Slim {
+    fn into_value(self) -> Value {
+        let mut object = serde_json::Map::new();
+        let mut put = |key: &str, value: Option<Value>| {
+            if let Some(v) = value {
+                object.insert(key.to_string(), v);
+            }
+        };
+        put("usage", self.usage);
+        put("model", self.model);
+        put("message", self.message.map(|m| m.into_value()));
+        put("response", self.response.map(|r| r.into_value()));
+        Value::Object(object)
     }
 }
 

@@ -39,6 +39,11 @@ const QUEUE: usize = 4096;
 const FLUSH_ROWS: usize = 256;
 /// How long rows wait for company before they are written.
 const FLUSH_AFTER: Duration = Duration::from_millis(200);
+/// Bytes of originals held for the counting thread at most.
+const MAX_BACKLOG: usize = 64 << 20;
+/// Unchanged bodies up to this size are read for their session on the
+/// ledger task itself.
+const INLINE_DERIVE_BYTES: usize = 64 * 1024;
 /// Originals whose token counts are remembered (by digest).
 const REMEMBERED: usize = 65_536;
 
@@ -83,6 +88,16 @@ pub enum TextToCount {
     Owned(String),
     /// JSON string literals in the client's body, joined in order.
     Literals(Bytes, Vec<Range<usize>>),
+}
+
+impl TextToCount {
+    fn len(&self) -> usize {
+        match self {
+            TextToCount::Remembered => 0,
+            TextToCount::Owned(text) => text.len(),
+            TextToCount::Literals(_, spans) => spans.iter().map(|s| s.len()).sum(),
+        }
+    }
 }
 
 /// One externalized output, to count.
@@ -150,6 +165,8 @@ enum Job {
 pub struct Ledger {
     jobs: mpsc::Sender<Job>,
     counter: std::sync::mpsc::Sender<CountJob>,
+    /// Bytes of text waiting for the counting thread.
+    backlog: Arc<std::sync::atomic::AtomicUsize>,
     metrics: Arc<Metrics>,
     remembered: Arc<Mutex<HashMap<String, u64>>>,
 }
@@ -157,6 +174,7 @@ pub struct Ledger {
 /// One request's outputs for the counting thread.
 struct CountJob {
     items: Vec<ToCount>,
+    bytes: usize,
     saved: Arc<OnceLock<u64>>,
     reply: tokio::sync::oneshot::Sender<Vec<Counted>>,
 }
@@ -173,6 +191,8 @@ impl Ledger {
         let remembered = Arc::new(Mutex::new(HashMap::new()));
         let (counter, counts) = std::sync::mpsc::channel::<CountJob>();
         let memory = remembered.clone();
+        let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let waiting = backlog.clone();
         let started = std::thread::Builder::new()
             .name("toolstub-tokens".to_string())
             .spawn(move || {
@@ -185,6 +205,7 @@ impl Ledger {
                         .collect();
                     let _ = job.saved.set(counted.iter().map(Counted::saved).sum());
                     let _ = job.reply.send(counted);
+                    waiting.fetch_sub(job.bytes, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         if let Err(e) = started {
@@ -195,6 +216,7 @@ impl Ledger {
         Ledger {
             jobs,
             counter,
+            backlog,
             metrics,
             remembered,
         }
@@ -203,11 +225,25 @@ impl Ledger {
     /// Hands outputs to the counting thread. It runs at the lowest CPU
     /// priority, so on a busy machine counting waits for requests, never
     /// the other way round.
-    pub fn count(&self, items: Vec<ToCount>) -> Counting {
+    /// Texts are held for it up to [`MAX_BACKLOG`] bytes; past that (a
+    /// machine too busy to count), an output's original goes uncounted and
+    /// its saving is recorded as zero (`toolstub_ledger_dropped_total`).
+    pub fn count(&self, mut items: Vec<ToCount>) -> Counting {
+        use std::sync::atomic::Ordering;
+        let mut bytes: usize = items.iter().map(|i| i.text.len()).sum();
+        if self.backlog.load(Ordering::Relaxed) + bytes > MAX_BACKLOG {
+            for item in &mut items {
+                item.text = TextToCount::Remembered;
+            }
+            bytes = 0;
+            self.metrics.ledger_dropped(1);
+        }
+        self.backlog.fetch_add(bytes, Ordering::Relaxed);
         let saved = Arc::new(OnceLock::new());
         let (reply, counted) = tokio::sync::oneshot::channel();
         let job = CountJob {
             items,
+            bytes,
             saved: saved.clone(),
             reply,
         };
@@ -410,6 +446,11 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
     let (session, model) = match session {
         SessionOf::Known(s, model) => (s, model),
         SessionOf::Unknown => (String::new(), None),
+        // A small body is read here (microseconds); a large one off the
+        // runtime.
+        SessionOf::Derive(protocol, body) if body.len() <= INLINE_DERIVE_BYTES => {
+            derive(protocol, &note.tenant, &body)
+        }
         SessionOf::Derive(protocol, body) => {
             let tenant = note.tenant.clone();
             tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))

@@ -127,14 +127,12 @@ pub fn summary(stats: &StatsResponse<'_>, scope: &str, place: &str) -> String {
             }
             out.push('\n');
         }
-        None => out.push_str(
-            "  no money estimate: give a [[pricing]] table (--config FILE; see config/toolstub.toml)\n",
-        ),
+        None => out.push_str(&format!(
+            "  (saved tokens: {} counts of each original minus its stub; no money estimate without a \
+             [[pricing]] table: --config FILE, see config/toolstub.toml)\n",
+            stats.tokenizer
+        )),
     }
-    out.push_str(&format!(
-        "  (saved tokens: {} counts of each original minus its stub)\n",
-        stats.tokenizer
-    ));
     out
 }
 

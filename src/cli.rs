@@ -517,34 +517,8 @@ mod results {
     }
 
     pub fn run(args: ResultsArgs) -> Result<()> {
-        let backend = match &args.store_url {
-            Some(url) => Backend::Postgres(PostgresOptions {
-                url: url.clone(),
-                pool_size: 1,
-                connect_timeout: std::time::Duration::from_secs(5),
-                ca_file: None,
-            }),
-            None if !args.db.exists() => {
-                bail!(
-                    "no store at {} (pass --db FILE or --store-url URL)",
-                    args.db.display()
-                )
-            }
-            None => Backend::Sqlite(args.db.clone()),
-        };
+        let Opened { store, rt } = open_store(Some(&args.db), args.store_url.as_deref())?;
         let tenant = Tenant::new(args.tenant.clone()).context("invalid --tenant")?;
-        let config = StoreConfig {
-            sweep_interval: None,
-            readers: 1,
-            ..StoreConfig::default()
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
-        let store = rt
-            .block_on(AsyncResultStore::open(backend, config))
-            .context("opening the store")?;
         let mut out = std::io::stdout().lock();
         match args.action {
             Action::List {

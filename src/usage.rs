@@ -64,6 +64,33 @@ impl Reported {
     pub fn field(object: &Value, name: &str) -> Option<u64> {
         object.get(name).and_then(Value::as_u64)
     }
+
+    /// OpenAI's shape (Chat Completions and Responses): an input count
+    /// that includes the cached tokens, given under `details.cached_tokens`;
+    /// no cache write. `holder` is the object with the `model`.
+    pub fn openai(
+        holder: &Value,
+        usage: &Value,
+        input: &str,
+        details: &str,
+        output: &str,
+    ) -> Reported {
+        let total = Reported::field(usage, input);
+        let cached = usage
+            .get(details)
+            .and_then(|d| Reported::field(d, "cached_tokens"))
+            .unwrap_or(0);
+        Reported {
+            input: total.map(|t| t.saturating_sub(cached)),
+            cache_read: total.map(|_| cached),
+            cache_write: total.map(|_| 0),
+            output: Reported::field(usage, output),
+            model: holder
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
 }
 
 /// Usage accumulated over one response: the last value of each field.

@@ -736,16 +736,20 @@ async fn a_running_proxy_is_used_and_its_counts_over_the_run_are_summarized() {
     let (saved, _) = saved_by_child(&text(&out.stdout));
     let post = chat_posts(&mock).last().cloned().expect("a request");
     assert_stubbed(&post);
-    // The running proxy counts tokens in the background: by the time the
-    // command has exited and wrap reads /metrics, the count is in (it takes
-    // about a millisecond; wrap's read, several).
-    assert_eq!(
-        text(&out.stderr),
+    // The running proxy counts tokens in the background, at a low priority:
+    // when wrap reads its /metrics the count may not be in yet (then 0; it
+    // is never another figure).
+    let line = |tokens: u64| {
         format!(
             "toolstub: 1 request, 1 tool output externalized, {} characters ({} tokens) saved, 0 recall calls answered (by {proxy} while the command ran, every client's)\n",
             grouped(saved),
-            grouped(tokens_saved(&post)),
+            grouped(tokens),
         )
+    };
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr == line(tokens_saved(&post)) || stderr == line(0),
+        "{stderr}"
     );
     assert!(
         !home.path().join(".local").exists(),

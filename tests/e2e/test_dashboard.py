@@ -294,7 +294,7 @@ def test_totals_and_chart_are_the_proxys_figures(traffic, browser, tmp_path):
         pytest.fail("GET /toolstub/v1/stats answered 404: the totals and the chart need it")
     # The ledger is written beside the requests: wait (bounded) until the
     # stats agree with the counters, then compare the page with both.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         metrics = http_get(url + "/metrics")[1].decode()
         tokens_saved = metric_sum(metrics, "toolstub_tokens_saved_total")

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A completion reporting 1,000 prompt tokens, 600 of them cached, after a
-/// delay (a real model takes far longer to its first byte than counting
-/// takes).
+/// second (a real model takes far longer to its first byte than counting
+/// takes, even on the low-priority thread of a busy machine).
 fn cached_completion() -> Script {
     Arc::new(|_: &Recorded| {
         let body = json!({
@@ -21,7 +21,7 @@ fn cached_completion() -> Script {
                       "prompt_tokens_details": {"cached_tokens": 600}}
         });
         Reply::After(
-            Duration::from_millis(300),
+            Duration::from_millis(1000),
             Box::new(Reply::Full(
                 200,
                 vec![("content-type", "application/json".to_string())],
@@ -38,7 +38,12 @@ async fn saved_tokens_are_counted_split_by_first_seen_and_match_the_metrics() {
     let body = chat_body(std::slice::from_ref(&original), "");
     let headers = [("authorization", KEY), ("x-toolstub-session", "acct-1")];
     let mut header_values = Vec::new();
-    for _ in 0..2 {
+    for turn in 0..2 {
+        if turn == 1 {
+            // Turn 1 is in the ledger, so its original's count is remembered:
+            // turn 2 has only its stub to count.
+            stats_once(&s, ("authorization", KEY), "", 1, 1).await;
+        }
         let (status, h, _) = send(
             &client(),
             "POST",
@@ -57,7 +62,13 @@ async fn saved_tokens_are_counted_split_by_first_seen_and_match_the_metrics() {
     let stub = upstream["messages"][2]["content"].as_str().expect("stub");
     let expected = toolstub::tokens::count(&original) - toolstub::tokens::count(stub);
     assert!(expected > 10_000, "{expected}");
-    assert_eq!(header_values, vec![Some(expected), Some(expected)]);
+    // The first turn's header is there if its ~130 KB were counted within
+    // the upstream's second (never a wrong figure); the second's is.
+    assert!(
+        header_values[0].is_none_or(|n| n == expected),
+        "{header_values:?}"
+    );
+    assert_eq!(header_values[1], Some(expected));
 
     let stats = stats_once(&s, ("authorization", KEY), "", 2, 2).await;
     let t = &stats["totals"];

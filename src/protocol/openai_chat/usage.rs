@@ -8,21 +8,13 @@ use serde_json::Value;
 
 pub(super) fn reported(value: &Value) -> Option<Reported> {
     let usage = value.get("usage").filter(|u| u.is_object())?;
-    let prompt = Reported::field(usage, "prompt_tokens");
-    let cached = usage
-        .get("prompt_tokens_details")
-        .and_then(|d| Reported::field(d, "cached_tokens"))
-        .unwrap_or(0);
-    Some(Reported {
-        input: prompt.map(|p| p.saturating_sub(cached)),
-        cache_read: prompt.map(|_| cached),
-        cache_write: prompt.map(|_| 0),
-        output: Reported::field(usage, "completion_tokens"),
-        model: value
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-    })
+    Some(Reported::openai(
+        value,
+        usage,
+        "prompt_tokens",
+        "prompt_tokens_details",
+        "completion_tokens",
+    ))
 }
 
 #[cfg(test)]

@@ -13,21 +13,13 @@ pub(super) fn reported(value: &Value) -> Option<Reported> {
         None => value,
     };
     let usage = response.get("usage").filter(|u| u.is_object())?;
-    let input = Reported::field(usage, "input_tokens");
-    let cached = usage
-        .get("input_tokens_details")
-        .and_then(|d| Reported::field(d, "cached_tokens"))
-        .unwrap_or(0);
-    Some(Reported {
-        input: input.map(|i| i.saturating_sub(cached)),
-        cache_read: input.map(|_| cached),
-        cache_write: input.map(|_| 0),
-        output: Reported::field(usage, "output_tokens"),
-        model: response
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-    })
+    Some(Reported::openai(
+        response,
+        usage,
+        "input_tokens",
+        "input_tokens_details",
+        "output_tokens",
+    ))
 }
 
 #[cfg(test)]

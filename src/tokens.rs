@@ -21,13 +21,6 @@ pub fn count(text: &str) -> u64 {
     bpe_openai::o200k_base().count(text) as u64
 }
 
-/// Loads the encoding's tables (~100 ms, and ~65 MB resident from then
-/// on: the price of exact counts), so that the first count does not pay
-/// for it.
-pub fn warm() {
-    let _ = count("warm");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,11 +181,11 @@ struct CountJob {
 
 impl Ledger {
     /// Starts the ledger task on the current runtime and the counting
-    /// thread, once the encoding's tables are loaded (~100 ms, ~65 MB
-    /// resident for the process's life: loaded now, not under the first
-    /// request that needs them).
+    /// thread. The encoding's tables (~100 ms to load, ~65 MB resident from
+    /// then on) load on the counting thread when it first counts: a proxy
+    /// that never externalizes never pays for them, and no request waits
+    /// for them.
     pub async fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
-        let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
         let (jobs, rx) = mpsc::channel(QUEUE);
         tokio::spawn(run(rx, store, metrics.clone()));
         let remembered = Arc::new(Mutex::new(HashMap::new()));

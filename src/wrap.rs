@@ -767,15 +767,8 @@ fn is_own_route(labels: &str) -> bool {
 
 /// `n` with thousands separators and the noun that goes with it.
 fn counted(n: u64, one: &str, many: &str) -> String {
-    let digits = n.to_string();
-    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    format!("{grouped} {}", if n == 1 { one } else { many })
+    let noun = if n == 1 { one } else { many };
+    format!("{} {noun}", crate::stats::grouped(n))
 }
 
 async fn remote_summary(url: &str) -> Result<Summary> {

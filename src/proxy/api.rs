@@ -75,11 +75,10 @@ impl Api {
     }
 }
 
-/// A request's accounting: its note in the ledger and the tap its
-/// responses report usage through. `None` for `count_tokens`, which is
+/// A request's accounting: the tap its responses report usage through,
+/// which holds its note in the ledger. `None` for `count_tokens`, which is
 /// no turn of a conversation and reports no usage.
 struct Accounting {
-    note: Arc<RequestNote>,
     tap: Tap,
 }
 
@@ -88,15 +87,14 @@ impl Accounting {
         if api == Api::CountTokens {
             return None;
         }
-        let now = crate::store::Clock::system().now_ms();
+        let now = crate::store::system_now_ms();
         let note = RequestNote::new(tenant.clone(), api.label(), now);
         Some(Accounting {
             tap: Tap {
                 ledger: app.ledger.clone(),
-                note: note.clone(),
+                note,
                 protocol: api.protocol(),
             },
-            note,
         })
     }
 
@@ -108,14 +106,14 @@ impl Accounting {
         session: SessionOf,
         tallies: Vec<Tally>,
         counting: Option<Counting>,
-    ) -> Option<Tap> {
+    ) -> Tap {
         app.ledger.turn(crate::proxy::ledger::Turn {
-            note: self.note.clone(),
+            note: self.tap.note.clone(),
             session,
             tallies,
             counting,
         });
-        Some(self.tap.clone())
+        self.tap.clone()
     }
 }
 
@@ -124,7 +122,7 @@ impl Accounting {
 fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<Tap> {
     accounting
         .as_ref()
-        .and_then(|a| a.turn(app, session, Vec::new(), None))
+        .map(|a| a.turn(app, session, Vec::new(), None))
 }
 
 pub(super) async fn handle(
@@ -212,37 +210,39 @@ pub(super) async fn handle(
         "request rewritten"
     );
     let mut restorations = found;
-    let first_seen = match &stored {
-        Ok(first_seen) => first_seen.clone(),
-        Err(_) => rewritten.outputs.iter().map(|o| o.first_seen).collect(),
-    };
-    if let Err(e) = stored {
-        app.metrics.store_error("put");
-        tracing::error!(error = %e, "storing tool outputs failed");
-        match app.config.failure_mode {
-            FailureMode::PreserveRaw => {
-                let known = SessionOf::Known(session, rewritten.model.clone());
-                let tap = unread(&accounting, app, known);
-                return forward(app, &parts, full(original), tap).await;
-            }
-            FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
-            FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
-                // No recall tools, so no restored recall calls either.
-                Plan::Rewritten(preview_only) => {
-                    rewritten = preview_only;
-                    restorations.clear();
-                    counting = accounting
-                        .as_ref()
-                        .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
-                }
-                Plan::Unchanged(_) => {
+    // Which outputs the store saw first; when storing failed, those the
+    // rewrite met first (the preview-only plan's, if it replaced the plan).
+    let first_seen: Vec<bool> = match stored {
+        Ok(first_seen) => first_seen,
+        Err(e) => {
+            app.metrics.store_error("put");
+            tracing::error!(error = %e, "storing tool outputs failed");
+            match app.config.failure_mode {
+                FailureMode::PreserveRaw => {
                     let known = SessionOf::Known(session, rewritten.model.clone());
                     let tap = unread(&accounting, app, known);
                     return forward(app, &parts, full(original), tap).await;
                 }
-            },
+                FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
+                FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
+                    // No recall tools, so no restored recall calls either.
+                    Plan::Rewritten(preview_only) => {
+                        rewritten = preview_only;
+                        restorations.clear();
+                        counting = accounting
+                            .as_ref()
+                            .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
+                    }
+                    Plan::Unchanged(_) => {
+                        let known = SessionOf::Known(session, rewritten.model.clone());
+                        let tap = unread(&accounting, app, known);
+                        return forward(app, &parts, full(original), tap).await;
+                    }
+                },
+            }
+            rewritten.outputs.iter().map(|o| o.first_seen).collect()
         }
-    }
+    };
     rewritten.restore(&restorations);
     app.metrics.restored(restorations.len() as u64);
     for output in &rewritten.outputs {
@@ -269,7 +269,7 @@ pub(super) async fn handle(
     let tallies = rewritten
         .outputs
         .iter()
-        .zip(first_seen.iter().copied().chain(std::iter::repeat(false)))
+        .zip(first_seen)
         .map(|(o, first_seen)| Tally {
             result_ref: o.result_ref.clone(),
             tool: o.new.tool_name.clone(),
@@ -278,15 +278,10 @@ pub(super) async fn handle(
             chars_saved: o.chars_saved as u64,
         })
         .collect();
-    let tap = match &accounting {
-        Some(a) => a.turn(
-            app,
-            SessionOf::Known(session.clone(), rewritten.model.clone()),
-            tallies,
-            counting,
-        ),
-        None => None,
-    };
+    let tap = accounting.as_ref().map(|a| {
+        let known = SessionOf::Known(session.clone(), rewritten.model.clone());
+        a.turn(app, known, tallies, counting)
+    });
 
     if rewritten.recall_offered && api.answers_recall() {
         let streaming = rewritten.streaming;
@@ -304,7 +299,6 @@ pub(super) async fn handle(
             extra_headers,
             saved_tokens,
             tap,
-            note: accounting.map(|a| a.note),
         };
         return if streaming {
             recall::streaming(app, req).await
@@ -320,17 +314,22 @@ pub(super) async fn handle(
     for (name, value) in extra_headers {
         response.headers_mut().insert(name, value);
     }
-    if let Some(n) = saved_tokens.as_ref().and_then(|p| p.get().copied()) {
-        response
-            .headers_mut()
-            .insert(SAVED_TOKENS_HEADER, HeaderValue::from(n));
-    }
+    saved_tokens_header(&mut response, saved_tokens.as_deref());
     Ok(response)
 }
 
-/// The response header with the tokens a request's stubs saved, when they
-/// were counted before its head left.
-pub(super) const SAVED_TOKENS_HEADER: &str = "x-toolstub-saved-tokens";
+/// Adds `x-toolstub-saved-tokens`, the tokens a request's stubs saved, if
+/// they were counted by the time its response head leaves (never waits).
+pub(super) fn saved_tokens_header(
+    response: &mut Response<BoxBody>,
+    saved: Option<&std::sync::OnceLock<u64>>,
+) {
+    if let Some(n) = saved.and_then(|p| p.get()) {
+        response
+            .headers_mut()
+            .insert("x-toolstub-saved-tokens", HeaderValue::from(*n));
+    }
+}
 
 /// What the ledger counts of a rewrite: each output's stub, and its
 /// original unless its count is remembered.

@@ -185,7 +185,7 @@ impl Ledger {
     /// then on) load on the counting thread when it first counts: a proxy
     /// that never externalizes never pays for them, and no request waits
     /// for them.
-    pub async fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
+    pub fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
         let (jobs, rx) = mpsc::channel(QUEUE);
         tokio::spawn(run(rx, store, metrics.clone()));
         let remembered = Arc::new(Mutex::new(HashMap::new()));

@@ -106,7 +106,7 @@ impl App {
         let metrics = Arc::new(Metrics::default());
         Ok(App {
             config,
-            ledger: ledger::Ledger::start(store.clone(), metrics.clone()).await,
+            ledger: ledger::Ledger::start(store.clone(), metrics.clone()),
             metrics,
             store,
             upstream,

@@ -20,7 +20,6 @@
 use super::api::{exchange_key, plan, Api, Plan};
 use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
 use super::error::ProxyError;
-use super::ledger::RequestNote;
 use super::usage_tap::{Tap, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::{Protocol, RoundsContext};
@@ -66,10 +65,9 @@ pub(super) struct RecallRequest {
     pub extra_headers: Vec<(&'static str, HeaderValue)>,
     /// The tokens saved, once counted (`x-toolstub-saved-tokens`).
     pub saved_tokens: Option<Arc<std::sync::OnceLock<u64>>>,
-    /// Where each round's usage goes.
+    /// Where each round's usage, and the recall calls, go (the request's
+    /// note in the ledger).
     pub tap: Option<Tap>,
-    /// The request in the ledger (its recall calls).
-    pub note: Option<Arc<RequestNote>>,
 }
 
 impl RecallRequest {
@@ -132,8 +130,9 @@ impl RecallRequest {
             tenant: &self.tenant,
             session: &self.session,
         };
-        if let Some(note) = &self.note {
-            app.ledger.recall_calls(note.clone(), calls.len() as u64);
+        if let Some(tap) = &self.tap {
+            app.ledger
+                .recall_calls(tap.note.clone(), calls.len() as u64);
         }
         let mut results = Vec::with_capacity(calls.len());
         for call in calls {
@@ -188,11 +187,7 @@ impl RecallRequest {
         for (name, value) in &self.extra_headers {
             response.headers_mut().insert(*name, value.clone());
         }
-        if let Some(n) = self.saved_tokens.as_ref().and_then(|p| p.get()) {
-            response
-                .headers_mut()
-                .insert(super::api::SAVED_TOKENS_HEADER, HeaderValue::from(*n));
-        }
+        super::api::saved_tokens_header(response, self.saved_tokens.as_deref());
     }
 }
 

@@ -89,7 +89,8 @@ impl fmt::Debug for Clock {
     }
 }
 
-fn system_now_ms() -> i64 {
+/// The system clock in Unix milliseconds (what [`Clock::system`] reads).
+pub fn system_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -999,6 +999,104 @@ def wrapper_samples(corpus, index):
         corpus.add("claude-search", "text", "Claude Code Glob of **/*.py in json/ and email/", found.strip())
 
 
+# ------------------------------------------------- classes that were misjudged
+
+def python_statements(data):
+    """The statements of a Python module other than its docstring, by Python's
+    own parser; None when it does not parse."""
+    import ast
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    return body
+
+
+def has_import_list(data):
+    """A module with `import a, b` (several modules in one statement)."""
+    import ast
+    body = python_statements(data) or []
+    return any(isinstance(node, ast.Import) and len(node.names) > 1 for node in body)
+
+
+def one_comma_lines(data, limit=12):
+    """The first lines of a real document that hold exactly one comma."""
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.count(",") == 1]
+    return ("\n".join(lines[:limit]) + "\n").encode() if len(lines) >= 3 else None
+
+
+def class_samples(corpus, index):
+    """Real outputs of the classes issue 18 found misjudged: short Python
+    modules (`import a, b`, module-level assignments and calls), shell
+    functions without an interpreter line, lines of prose that each hold
+    one comma, rendered documentation (pydoc) and READMEs quoting a little
+    code, and traces (strace, LD_DEBUG) with pid prefixes and tabs."""
+    py_roots = sorted(d for d in ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages", os.path.join(sys.base_prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}")) if os.path.isdir(d))
+    small = lambda p: os.path.getsize(p) <= 3000
+    short = spread([index.files(["py"], under=[r], per_dir=1, where=small) for r in py_roots], 200)
+    add_files(corpus, "code-python-short", "code", short, cap=CODE_LANGUAGE_CAP, check=lambda d: len(python_statements(d) or []) >= 2)
+    lists = spread([index.files(["py"], under=[r], per_dir=3, where=lambda p: os.path.getsize(p) <= 4000) for r in py_roots], 400)
+    add_files(corpus, "code-python-import-list", "code", lists, cap=SMALL_CAP, check=has_import_list)
+
+    # Shell function libraries: no interpreter line, functions only.
+    completions = "/usr/share/bash-completion/completions"
+    libs = [p for p in ("/lib/lsb/init-functions", "/usr/lib/git-core/git-sh-setup", "/usr/share/debconf/confmodule") if os.path.isfile(p)]
+    if os.path.isdir(completions):
+        names = sorted(os.listdir(completions))
+        libs += [os.path.join(completions, n) for n in names[:: max(1, len(names) // 12)]]
+    profile = "/etc/profile.d"
+    if os.path.isdir(profile):
+        libs += [os.path.join(profile, n) for n in sorted(os.listdir(profile)) if n.endswith(".sh")]
+    add_files(corpus, "code-shell-functions", "code", [p for p in libs if not os.path.islink(p)], cap=CODE_LANGUAGE_CAP, check=lambda d: b"() {" in d or b"()\n{" in d or b"() (" in d)
+
+    # Lines of prose that each hold one comma.
+    ack = [os.path.join(r, f) for r, _, fs in os.walk("/usr/share/doc") for f in fs if f.upper().startswith(("ACKNOWLEDG", "THANKS", "AUTHORS", "CREDITS"))] if os.path.isdir("/usr/share/doc") else []
+    for path in sorted(ack):
+        data = read(path)
+        lines = [l for l in (data or b"").decode("utf-8", "replace").splitlines() if l.strip()]
+        if len(lines) >= 3 and sum(1 for l in lines if l.count(",") == 1) * 5 >= len(lines) * 4:
+            corpus.add("prose-commas", "text", path, data, cap=SMALL_CAP)
+    zen = run([sys.executable, "-m", "this"], ok_codes=[0])
+    if zen and one_comma_lines(zen):
+        corpus.add("prose-commas", "text", "python3 -m this | grep ,", one_comma_lines(zen), cap=SMALL_CAP)
+    page = run(["man", "-P", "cat", "ls"], env=clean_env(MANWIDTH="80"), ok_codes=[0])
+    if page and one_comma_lines(page):
+        corpus.add("prose-commas", "text", "man ls | grep (lines with one comma)", one_comma_lines(page), cap=SMALL_CAP)
+    for licence in ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"):
+        data = read(licence)
+        if data and one_comma_lines(data):
+            corpus.add("prose-commas", "text", f"grep (lines with one comma) {licence}", one_comma_lines(data), cap=SMALL_CAP)
+    if corpus.counts.get("prose-commas", 0) == 0:
+        corpus.skip("prose-commas", "no documents on this machine")
+
+    # Rendered documentation: pydoc (man pages are sampled with the text).
+    for module in ("os", "time", "pprint", "gettext", "json", "re", "subprocess", "itertools", "locale", "operator"):
+        data = run([sys.executable, "-m", "pydoc", module], env=clean_env(PAGER="cat"), ok_codes=[0])
+        if data and len(data) >= MIN_FILE_BYTES:
+            corpus.add("pydoc", "text", f"python3 -m pydoc {module}", cap_text(data), cap=CODE_LANGUAGE_CAP)
+
+    # READMEs and reStructuredText documents that quote some code.
+    quotes_code = lambda d: b"::\n\n    " in d or b"\ndef " in d or b".. code-block::" in d or b"\nimport " in d
+    docs = spread([index.files(["rst", "txt"], under=[r], per_dir=1, where=lambda p: p.endswith(".rst") or os.path.basename(p).upper().startswith("README")) for r in py_roots + ["/usr/lib/google-cloud-sdk", "/usr/share/doc"]], 300)
+    add_files(corpus, "readme-code", "text", docs, cap=CODE_LANGUAGE_CAP, check=quotes_code)
+
+    # Traces: strace (pid prefixes with -f) and the dynamic loader's LD_DEBUG.
+    if shutil.which("strace"):
+        for cmd in (["strace", "-f", "sh", "-c", "ls / | wc -l"], ["strace", "-f", "-tt", "sh", "-c", "echo hi; ls /usr >/dev/null"], ["strace", "-c", "ls", "/usr"]):
+            data = run(cmd, stderr=True)
+            if data and data.strip():
+                corpus.add("traces", "text", " ".join(cmd) + " (stderr)", cap_text(data))
+    else:
+        corpus.skip("traces", "strace missing")
+    for what in ("libs", "symbols", "bindings", "files", "versions"):
+        data = run(["sh", "-c", "ls / >/dev/null"], env=clean_env(LD_DEBUG=what), stderr=True)
+        if data and data.strip():
+            corpus.add("traces", "text", f"LD_DEBUG={what} sh -c 'ls /' (stderr)", cap_text(data))
+
+
 def binary_samples(corpus, index):
     paths = ["/usr/bin/ls", "/usr/bin/true", "/usr/bin/cat"]
     paths += list(index.files(["gz"], under=["/usr/share/doc"], per_dir=1))[:3]
@@ -1027,6 +1125,54 @@ def binary_samples(corpus, index):
         corpus.add("empty", "unknown", "find with no match", data)
 
 
+# Languages whose declarations universal-ctags lists, by category: the
+# accuracy test checks the code kind's symbols against them. (Not Java:
+# ctags 5.9 misses the methods of anonymous classes.)
+CTAGS_LANGUAGES = {
+    "code-rust": "Rust",
+    "code-c": "C",
+    "code-go": "Go",
+    "code-shell": "Sh",
+    "code-shell-functions": "Sh",
+    "code-git-show": "Rust",
+}
+
+
+def add_declarations(corpus):
+    """Adds to each sample of CTAGS_LANGUAGES what universal-ctags (an
+    independent parser) finds declared in it: "declared", every tag name, and
+    "functions", the shell functions in line order (tags whose line has the
+    function form: ctags 5.9 also reports `X=(` and words in here-documents
+    as functions). Without ctags nothing is added and the check is skipped."""
+    if shutil.which("ctags") is None:
+        corpus.skip("declarations", "universal-ctags missing")
+        return
+    for sample in corpus.samples:
+        language = CTAGS_LANGUAGES.get(sample["category"])
+        if language is None:
+            continue
+        out = run(["ctags", "--output-format=json", "--fields=+nK", "--kinds-C=+px", f"--language-force={language}", "-f", "-", os.path.join(corpus.out, sample["file"])], ok_codes=[0])
+        if out is None:
+            continue
+        tags = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            try:
+                tag = json.loads(line)
+            except ValueError:
+                continue
+            if tag.get("_type") == "tag" and "name" in tag:
+                tags.append(tag)
+        sample["declared"] = sorted({t["name"] for t in tags})
+        if language == "Sh":
+            shell = []
+            for t in sorted(tags, key=lambda t: t.get("line", 0)):
+                pattern = t.get("pattern", "")
+                name = t["name"]
+                if t.get("kind") == "function" and "=" not in name and (f"{name}()" in pattern or f"{name} ()" in pattern or f"function {name}" in pattern):
+                    shell.append(name)
+            sample["functions"] = shell
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the samples and manifest.json into")
@@ -1042,11 +1188,11 @@ def main():
     for r in roots:
         if r not in seen and os.path.isdir(r):
             seen.append(r)
-    suffixes = {"csv", "tsv", "yml", "yaml", "xml", "svg", "json", "py", "rs", "c", "h", "hpp", "cpp", "cc", "cxx", "hh", "js", "mjs", "cjs", "ts", "tsx", "pm", "pl", "go", "rb", "php", "cs", "sql", "tcl", "lua", "md", "txt", "toml", "gz", "png", "mo", "pyc", "so", "jpg", "jpeg", "ttf", "woff2", "zip", "xz"}
+    suffixes = {"csv", "tsv", "yml", "yaml", "xml", "svg", "json", "py", "rs", "c", "h", "hpp", "cpp", "cc", "cxx", "hh", "js", "mjs", "cjs", "ts", "tsx", "pm", "pl", "go", "rb", "php", "cs", "sql", "tcl", "lua", "md", "rst", "txt", "toml", "gz", "png", "mo", "pyc", "so", "jpg", "jpeg", "ttf", "woff2", "zip", "xz"}
     index = FileIndex(seen, suffixes)
     log(f"indexed files in {time.monotonic() - started:.1f}s")
 
-    for step in (cargo_samples, python_samples, node_samples, table_samples, yaml_samples, xml_samples, code_samples, text_samples, wrapper_samples, binary_samples):
+    for step in (cargo_samples, python_samples, node_samples, table_samples, yaml_samples, xml_samples, code_samples, text_samples, class_samples, wrapper_samples, binary_samples):
         t0 = time.monotonic()
         try:
             if step is cargo_samples:
@@ -1057,6 +1203,7 @@ def main():
             corpus.skip(step.__name__, f"failed: {err!r}")
         log(f"{step.__name__}: {time.monotonic() - t0:.1f}s")
 
+    add_declarations(corpus)
     corpus.write_manifest()
     log(f"{len(corpus.samples)} samples, {len(corpus.skipped)} skipped, {time.monotonic() - started:.1f}s")
 

@@ -80,8 +80,13 @@ pub struct Scan {
     strong: usize,
     /// Lines ending or opening like code (`{`, `}`, `;`, `=>`, `):`, `fi`, `end`).
     syntax: usize,
-    /// Long sentence-like lines.
+    /// Lines of prose (sentences, lines of wrapped paragraphs) outside
+    /// Python's triple-quoted strings.
     prose: usize,
+    /// Lines of prose inside triple-quoted strings (as the part's own
+    /// start saw them): they swap with `prose` when the part turns out to
+    /// start inside a string.
+    prose_in_strings: usize,
     /// Definition or import lines at the left margin (not inside a block).
     strong_unindented: usize,
     /// Non-blank lines looked at (outside code fences and diff headers).
@@ -90,6 +95,8 @@ pub struct Scan {
     script_opening: bool,
     /// troff requests at the left margin (`.TH`, `.SH`, `.B`): a man page source.
     troff_requests: usize,
+    /// Section headings of rendered documentation (`NAME`, `FUNCTIONS`).
+    doc_headings: usize,
     /// Hunk headers and file headers of a unified diff.
     diff_hunks: usize,
     diff_files: usize,
@@ -102,36 +109,52 @@ impl Scan {
         if text.len() >= PARALLEL_BYTES {
             // Two halves on two threads, cut at the line start nearest after
             // the middle; the second half is scanned again (rarely) if the
-            // first ends inside a code fence.
+            // first ends inside a quoted block or a triple-quoted string.
             let bytes = text.as_bytes();
             if let Some(cut) = memchr::memchr(b'\n', bytes.get(text.len() / 2..).unwrap_or(&[]))
                 .map(|i| text.len() / 2 + i + 1)
                 .filter(|&cut| cut < text.len())
             {
                 let (head, tail) = text.split_at(cut);
-                let ((tail_scan, _), (head_scan, head_in_fence)) = crate::parallel::beside(
+                let after_text = split_lines(head)
+                    .last()
+                    .is_some_and(|line| !line.trim_ascii().is_empty());
+                let ((tail_scan, _), (head_scan, head_end)) = crate::parallel::beside(
                     "toolstub-scan",
-                    || Scan::part(tail, false, false),
-                    || Scan::part(head, true, false),
+                    || Scan::part(tail, false, Context::default(), after_text),
+                    || Scan::part(head, true, Context::default(), false),
                 );
-                let tail_scan = if head_in_fence {
-                    Scan::part(tail, false, true).0
+                // A triple-quoted string open at the cut only swaps which of
+                // the tail's prose-like lines count; a quoted block or a
+                // pending function head changes what the tail's lines are.
+                let tail_scan = if head_end.quote.is_some() || head_end.pending.is_some() {
+                    Scan::part(tail, false, head_end, after_text).0
+                } else if head_end.docstring {
+                    tail_scan.with_strings_swapped()
                 } else {
                     tail_scan
                 };
                 return head_scan.followed_by(tail_scan);
             }
         }
-        Scan::part(text, true, false).0
+        Scan::part(text, true, Context::default(), false).0
     }
 
     /// Scans `text`; `at_start` when it opens the output (a `#!` or `<?php`
-    /// first line counts only there), `in_fence` when it starts inside a
-    /// code fence. Also says whether it ends inside one.
-    fn part(text: &str, at_start: bool, mut in_fence: bool) -> (Scan, bool) {
+    /// first line counts only there), `context` where it starts (inside a
+    /// quoted block or a triple-quoted string), `after_text` when the line
+    /// before it is not blank. Also says where it ends.
+    fn part(text: &str, at_start: bool, context: Context, after_text: bool) -> (Scan, Context) {
         let mut scan = Scan::default();
+        let mut above_text = after_text;
+        let Context {
+            mut quote,
+            mut docstring,
+            mut pending,
+        } = context;
         for (n, line) in split_lines(text).enumerate() {
             let trimmed = line.trim_ascii();
+            let under_text = std::mem::replace(&mut above_text, !trimmed.is_empty());
             if trimmed.is_empty() {
                 continue;
             }
@@ -139,11 +162,29 @@ impl Scan {
                 scan.script_opening = true;
                 continue;
             }
-            if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-                in_fence = !in_fence;
+            // A shell function whose brace is on this line, if any.
+            let function_above = pending.take();
+            let indent = line.len() - line.trim_ascii_start().len();
+            if let Some(Quote::Literal(at)) = quote {
+                if indent > at {
+                    continue;
+                }
+                quote = None;
+            }
+            if let Some(marker) = FenceLine::of(trimmed) {
+                quote = match quote {
+                    Some(Quote::Fence(open)) if marker.closes(open) => None,
+                    Some(open) => Some(open),
+                    None if marker.is_underline(under_text) => None,
+                    None => Some(Quote::Fence(marker.fence)),
+                };
                 continue;
             }
-            if in_fence {
+            if quote.is_some() {
+                continue;
+            }
+            // An interactive session quoted in documentation (`>>> f(x)`).
+            if trimmed.starts_with(">>>") {
                 continue;
             }
             if is_troff_request(line) {
@@ -159,9 +200,41 @@ impl Scan {
                 scan.diff_files += 1;
                 continue;
             }
-            scan.line(line, trimmed);
+            if indent == 0 && is_doc_heading(trimmed) {
+                scan.doc_headings += 1;
+            }
+            if let Some(function) = function_above.filter(|_| matches!(trimmed, "{" | "(")) {
+                scan.declared(function);
+                continue;
+            }
+            if let Some(name) = shell_function_head(trimmed) {
+                pending = Some(PendingFunction {
+                    symbol: format!("function {name}"),
+                    at_margin: indent == 0,
+                });
+            }
+            // Python's triple-quoted strings: their lines are documentation
+            // of the code around them, not prose that outweighs it.
+            let quotes = triple_quotes(trimmed);
+            let string = match (quotes, docstring) {
+                (0, false) => Strings::Outside,
+                (0, true) => Strings::Inside,
+                _ => Strings::Delimiter,
+            };
+            scan.line(line, trimmed, string);
+            docstring ^= quotes % 2 == 1;
+            if opens_literal_block(trimmed) {
+                quote = Some(Quote::Literal(indent));
+            }
         }
-        (scan, in_fence)
+        (
+            scan,
+            Context {
+                quote,
+                docstring,
+                pending,
+            },
+        )
     }
 
     /// The scan of a text from the scans of its two parts, as one scan of
@@ -171,9 +244,11 @@ impl Scan {
         self.strong += tail.strong;
         self.syntax += tail.syntax;
         self.prose += tail.prose;
+        self.prose_in_strings += tail.prose_in_strings;
         self.strong_unindented += tail.strong_unindented;
         self.lines += tail.lines;
         self.troff_requests += tail.troff_requests;
+        self.doc_headings += tail.doc_headings;
         self.diff_hunks += tail.diff_hunks;
         self.diff_files += tail.diff_files;
         for module in tail.imports {
@@ -197,6 +272,11 @@ impl Scan {
         if self.script_opening {
             return true;
         }
+        // Rendered documentation (a man page, `pydoc`) whose code is all
+        // indented signatures and examples.
+        if self.doc_headings >= 2 && self.strong_unindented == 0 {
+            return false;
+        }
         let evidence = self.strong >= 2 || (self.strong >= 1 && self.syntax >= 2);
         let code_lines = self.strong + self.syntax;
         // Only indented code (quoted in documentation) must also be dense.
@@ -211,7 +291,37 @@ impl Scan {
         self.is_code() && (self.script_opening || self.strong_unindented > 0)
     }
 
-    fn line(&mut self, line: &str, trimmed: &str) {
+    /// A declaration found over two lines (a shell function's head, then
+    /// its brace): the brace line counts as the definition.
+    fn declared(&mut self, function: PendingFunction) {
+        self.lines += 1;
+        self.strong += 1;
+        if function.at_margin {
+            self.strong_unindented += 1;
+        }
+        if self.symbols.len() < SYMBOL_LIMIT {
+            self.symbols
+                .push(collapse_whitespace(&function.symbol, SYMBOL_CHARS));
+        }
+    }
+
+    fn imported(&mut self, module: &str) {
+        let module = collapse_whitespace(module, IMPORT_CHARS);
+        if self.imports.len() < IMPORT_LIMIT && !self.imports.contains(&module) {
+            self.imports.push(module);
+        }
+    }
+
+    /// The scan of a part that starts inside a triple-quoted string, from
+    /// its scan made as if it did not.
+    fn with_strings_swapped(mut self) -> Scan {
+        std::mem::swap(&mut self.prose, &mut self.prose_in_strings);
+        self
+    }
+
+    /// One non-blank line, and where it stands against triple-quoted strings
+    /// (whose sentences document the code and are not counted as prose).
+    fn line(&mut self, line: &str, trimmed: &str, string: Strings) {
         let indented = line.starts_with([' ', '\t']);
         self.lines += 1;
         let found = classify(trimmed, indented);
@@ -221,9 +331,12 @@ impl Scan {
         match found {
             Some(Found::Import(module)) => {
                 self.strong += 1;
-                let module = collapse_whitespace(module, IMPORT_CHARS);
-                if self.imports.len() < IMPORT_LIMIT && !self.imports.contains(&module) {
-                    self.imports.push(module);
+                self.imported(module);
+            }
+            Some(Found::Imports(list)) => {
+                self.strong += 1;
+                for module in imported_modules(list) {
+                    self.imported(module);
                 }
             }
             Some(Found::Symbol(symbol)) => {
@@ -237,16 +350,175 @@ impl Scan {
             None => {
                 if ends_like_code(trimmed) {
                     self.syntax += 1;
-                } else if reads_like_prose(trimmed) {
-                    self.prose += 1;
+                } else if string != Strings::Delimiter && reads_like_prose(trimmed) {
+                    match string {
+                        Strings::Inside => self.prose_in_strings += 1,
+                        _ => self.prose += 1,
+                    }
                 }
             }
         }
     }
 }
 
+/// A Markdown code fence as opened: its mark (`` ` `` or `~`) and length.
+/// Lines inside one are quoted code, not the text's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fence {
+    mark: u8,
+    len: usize,
+}
+
+/// A line that is a fence mark (three or more `` ` `` or `~`), with or
+/// without an info string after it.
+struct FenceLine {
+    fence: Fence,
+    bare: bool,
+}
+
+impl FenceLine {
+    fn of(trimmed: &str) -> Option<FenceLine> {
+        let mark = *trimmed.as_bytes().first()?;
+        if mark != b'`' && mark != b'~' {
+            return None;
+        }
+        let len = trimmed.bytes().take_while(|&b| b == mark).count();
+        let info = trimmed[len..].trim_ascii();
+        // "```x```" is inline code, not a fence (CommonMark).
+        if len < 3 || (mark == b'`' && info.contains('`')) {
+            return None;
+        }
+        Some(FenceLine {
+            fence: Fence { mark, len },
+            bare: info.is_empty(),
+        })
+    }
+
+    /// Closes `open`: the same mark, at least as many, nothing after them.
+    fn closes(&self, open: Fence) -> bool {
+        self.bare && self.fence.mark == open.mark && self.fence.len >= open.len
+    }
+
+    /// A reStructuredText (or setext) underline, not a fence: a bare row of
+    /// `~` right under a non-blank line. Python docstrings underline their
+    /// titles so (`pygments.styles.vim` over `~~~~~~~`, often a few short),
+    /// and taking that for a fence hid the whole module from the scan. A
+    /// Markdown fence comes after a blank line or carries an info string.
+    fn is_underline(&self, under_text: bool) -> bool {
+        self.bare && self.fence.mark == b'~' && under_text
+    }
+}
+
+/// How many triple-quote delimiters (`"""`, `'''`) a line has at its ends,
+/// where docstrings and multi-line strings open and close (`"""Summary`,
+/// `text."""`, `x = """`, a bare `"""`); a quote mid-line is taken for
+/// part of a one-line string. O(1): most lines hold no such thing.
+fn triple_quotes(line: &str) -> usize {
+    let delimiter = |s: &str| s.starts_with("\"\"\"") || s.starts_with("'''");
+    let body = line.trim_start_matches(['r', 'u', 'b', 'f', 'R', 'U', 'B', 'F']);
+    let opens = delimiter(body);
+    let end = line
+        .as_bytes()
+        .get(line.len().saturating_sub(3)..)
+        .unwrap_or(b"");
+    let closes = line.len() >= 3 && (end == b"\"\"\"" || end == b"'''");
+    match (opens, closes) {
+        // `"""` alone, or `"""x"""`.
+        (true, true) => 1 + usize::from(body.len() >= 6),
+        (true, false) | (false, true) => 1,
+        (false, false) => 0,
+    }
+}
+
+/// Where a line stands against Python's triple-quoted strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strings {
+    Outside,
+    Inside,
+    /// The line holds a `"""` or `'''`: part of a string either way.
+    Delimiter,
+}
+
+/// Where a line of the scan stands, carried from one half of a text to
+/// the next.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Context {
+    quote: Option<Quote>,
+    /// Inside a Python triple-quoted string.
+    docstring: bool,
+    /// The line before was `name()`: a shell function if this one is `{`.
+    pending: Option<PendingFunction>,
+}
+
+/// A shell function's head (`usage()`) waiting for its brace on the next line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PendingFunction {
+    symbol: String,
+    at_margin: bool,
+}
+
+/// A block whose lines are quoted examples, not the text's own code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Quote {
+    /// A Markdown fence.
+    Fence(Fence),
+    /// A reStructuredText literal block, opened by a line indented this
+    /// much: the lines indented more are in it.
+    Literal(usize),
+}
+
+/// A line that opens a reStructuredText literal block: a paragraph ending
+/// in `::` (`For example::`) or a directive (`.. code-block:: python`).
+/// Documentation (and docstrings) quote their example code so.
+fn opens_literal_block(trimmed: &str) -> bool {
+    (trimmed.starts_with(".. ") && trimmed.contains("::"))
+        || (trimmed.len() > 2 && trimmed.ends_with("::") && !trimmed.ends_with(":::"))
+}
+
+/// A section heading of rendered documentation at the left margin: man
+/// pages (`NAME`, `SYNOPSIS`, `DESCRIPTION`) and `pydoc` (`FUNCTIONS`,
+/// `CLASSES`, `DATA`). Their indented signatures read like code.
+fn is_doc_heading(trimmed: &str) -> bool {
+    matches!(
+        trimmed,
+        "NAME"
+            | "SYNOPSIS"
+            | "DESCRIPTION"
+            | "OPTIONS"
+            | "COMMANDS"
+            | "EXIT STATUS"
+            | "RETURN VALUE"
+            | "ERRORS"
+            | "ENVIRONMENT"
+            | "FILES"
+            | "EXAMPLES"
+            | "NOTES"
+            | "BUGS"
+            | "AUTHOR"
+            | "AUTHORS"
+            | "SEE ALSO"
+            | "COPYRIGHT"
+            | "HISTORY"
+            | "STANDARDS"
+            | "CONFORMING TO"
+            | "REPORTING BUGS"
+            | "CLASSES"
+            | "FUNCTIONS"
+            | "DATA"
+            | "FILE"
+            | "PACKAGE CONTENTS"
+            | "SUBMODULES"
+            | "MODULE REFERENCE"
+            | "MODULE DOCS"
+            | "VERSION"
+            | "CREDITS"
+    )
+}
+
 enum Found<'a> {
     Import(&'a str),
+    /// `import a, b.c as d` (Python) or `import a.b.C` (Java): a list.
+    Imports(&'a str),
     Symbol(String),
     /// A binding or declaration that is code but names nothing worth listing.
     Statement,
@@ -324,6 +596,11 @@ fn is_modifier(word: &str) -> bool {
 }
 
 fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
+    // The body of a block comment (` * class Example {` in Javadoc) quotes
+    // code; a statement starting with `*` (a dereference) declares nothing.
+    if line.starts_with('*') {
+        return None;
+    }
     if let Some(found) = preprocessor(line) {
         return Some(found);
     }
@@ -379,7 +656,7 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
         Some(Found::Symbol(label))
     };
     match keyword {
-        "import" if modifiers == 0 => import(after).map(Found::Import),
+        "import" if modifiers == 0 => import(after).map(Found::Imports),
         "sub" if modifiers == 0 => {
             // Perl: `sub name {`, `sub name;`.
             let (name, tail) = split_identifier(after)?;
@@ -488,8 +765,72 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
             let (name, _) = split_identifier(after)?;
             Some(Found::Symbol(format!("macro_rules! {name}")))
         }
-        _ => sql(line).or_else(|| c_like_function(rest, modifiers > 0, indented)),
+        _ => dunder_assignment(line)
+            .or_else(|| shell_function(line))
+            .or_else(|| sql(line))
+            .or_else(|| c_like_function(rest, modifiers > 0, indented)),
     }
+}
+
+/// A shell function: `name() {`, `name () {`, `name() (` (a subshell body),
+/// `name() { body; }` on one line. Shell names may hold `-`, `.` and `:`;
+/// the parentheses are always empty. (`function name {` is the keyword
+/// form, read with the other `function` forms.)
+fn shell_function(line: &str) -> Option<Found<'static>> {
+    let end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+        .unwrap_or(line.len());
+    let name = &line[..end];
+    let body = line[end..].trim_start().strip_prefix("()")?.trim_start();
+    let opens = matches!(body, "{" | "(") || body.starts_with("{ ") || body.starts_with("( ");
+    (is_shell_function_name(name) && opens).then(|| Found::Symbol(format!("function {name}")))
+}
+
+/// A name a shell function may have: `usage`, `_comp_x`, `git-sh-setup`,
+/// `ns::f`; not a keyword of the languages that take the same shape
+/// (`if () {` is no declaration anywhere).
+fn is_shell_function_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && !matches!(
+            name,
+            "if" | "for"
+                | "while"
+                | "until"
+                | "switch"
+                | "case"
+                | "select"
+                | "catch"
+                | "return"
+                | "elif"
+                | "else"
+                | "do"
+                | "function"
+                | "match"
+        )
+}
+
+/// A shell function's head alone on its line (`usage()`, `die ()`), its
+/// brace on the next: the name, if so. A dotted name (`apt_pkg.init()`) is
+/// a method call.
+fn shell_function_head(line: &str) -> Option<&str> {
+    let name = line.strip_suffix("()")?.trim_end();
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'));
+    (plain && is_shell_function_name(name)).then_some(name)
+}
+
+/// Python's module attributes: `__all__ = [`, `__version__ = "1.0"`. Only
+/// Python names things `__so__`, and small package files often hold little
+/// else.
+fn dunder_assignment(line: &str) -> Option<Found<'static>> {
+    if !line.starts_with("__") {
+        return None;
+    }
+    let (name, tail) = split_identifier(line)?;
+    let dunder = name.len() > 4 && name.starts_with("__") && name.ends_with("__");
+    let tail = tail.trim_start();
+    (dunder && tail.starts_with('=') && !tail.starts_with("==")).then_some(Found::Statement)
 }
 
 /// `#include <stdio.h>`, `#define NAME`, `#import`, and the conditionals
@@ -574,13 +915,23 @@ fn import(after: &str) -> Option<&str> {
         return quoted_argument(after[idx + 6..].trim_end_matches(';'));
     }
     let after = after.strip_prefix("static ").unwrap_or(after);
-    let after = after.strip_suffix(';').unwrap_or(after);
-    let first = after.split([',', ' ']).next()?;
-    let tail = after[first.len()..].trim();
-    let tail_ok = tail.is_empty()
-        || tail.starts_with(',')
-        || (tail.starts_with("as ") && is_identifier(tail[3..].trim()));
-    (is_path(first, ".*") && tail_ok).then_some(first)
+    let after = after.strip_suffix(';').unwrap_or(after).trim_end();
+    // Java `a.b.C`, `a.b.*`; Python `a, b.c as d`.
+    let modules_ok = after.split(',').all(|part| {
+        let (module, alias) = part
+            .trim()
+            .split_once(" as ")
+            .map_or((part.trim(), None), |(m, a)| (m, Some(a)));
+        is_path(module, ".*") && alias.is_none_or(|a| is_identifier(a.trim()))
+    });
+    modules_ok.then_some(after)
+}
+
+/// The modules of an import list (`a, b.c as d` gives `a` and `b.c`).
+fn imported_modules(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',')
+        .map(|part| part.split(" as ").next().unwrap_or(part).trim())
+        .filter(|module| !module.is_empty())
 }
 
 /// `from a.b import c` / `from . import x`.
@@ -861,10 +1212,56 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
 
 /// Words that start statements or expressions, never a type or a function name.
 const NOT_TYPES: &[&str] = &[
-    "if", "for", "while", "switch", "return", "else", "new", "throw", "case", "sizeof", "catch",
-    "do", "and", "or", "not", "the", "a", "an", "is", "to", "of", "in", "match", "where", "let",
-    "mut", "await", "yield", "loop", "go", "defer", "unless", "until", "elif", "foreach", "lock",
-    "using", "with", "typeof", "delete", "assert", "echo", "print", "func", "fn", "select",
+    "if",
+    "for",
+    "while",
+    "switch",
+    "return",
+    "else",
+    "new",
+    "throw",
+    "case",
+    "sizeof",
+    "catch",
+    "do",
+    "and",
+    "or",
+    "not",
+    "the",
+    "a",
+    "an",
+    "is",
+    "to",
+    "of",
+    "in",
+    "match",
+    "where",
+    "let",
+    "mut",
+    "await",
+    "yield",
+    "loop",
+    "go",
+    "defer",
+    "unless",
+    "until",
+    "elif",
+    "foreach",
+    "lock",
+    "using",
+    "with",
+    "typeof",
+    "delete",
+    "assert",
+    "echo",
+    "print",
+    "func",
+    "fn",
+    "select",
+    "__attribute__",
+    "__declspec",
+    "decltype",
+    "operator",
 ];
 
 /// The byte index of the `)` that closes the `(` opening `s`, if on this line.
@@ -916,7 +1313,78 @@ fn only_qualifiers(q: &str) -> bool {
 }
 
 fn ends_like_code(line: &str) -> bool {
-    ends_like_c_family(line) || python_block(line) || is_call_statement(line)
+    ends_like_c_family(line)
+        || python_block(line)
+        || is_call_statement(line)
+        || closes_brackets(line)
+        || opens_call(line)
+        || assigns_expression(line)
+}
+
+/// A line that only closes what earlier lines opened: `)`, `])`, `),`, `]`.
+fn closes_brackets(line: &str) -> bool {
+    matches!(line.as_bytes().first(), Some(b')' | b']' | b'}'))
+        && line.len() <= 8
+        && line.bytes().any(|b| matches!(b, b')' | b']'))
+        && line
+            .bytes()
+            .all(|b| matches!(b, b')' | b']' | b'}' | b',' | b';'))
+}
+
+/// A call whose arguments follow on the next lines: `warnings.warn(`,
+/// `setup(`, `parser = argparse.ArgumentParser(`.
+fn opens_call(line: &str) -> bool {
+    let Some(head) = line.strip_suffix('(') else {
+        return false;
+    };
+    let callee = head.rsplit_once(" = ").map_or(head, |(target, callee)| {
+        if is_name_path(target.trim()) {
+            callee
+        } else {
+            ""
+        }
+    });
+    is_name_path(callee.trim())
+}
+
+/// An assignment of a call, a subscript or an opened literal:
+/// `path = os.path.join(a, b)`, `Key = Tuple[str, ...]`, `__all__ = [`.
+/// Configuration files assign strings, numbers and arrays (`name = "x"`,
+/// `members = ["a"]`), never calls or subscripts of a name, and open a
+/// literal only in forms that carry no other code signal.
+fn assigns_expression(line: &str) -> bool {
+    let Some(at) = spaced_equals(line) else {
+        return false;
+    };
+    let (target, value) = (&line[..at - 1], &line[at + 2..]);
+    if !is_name_path(target.trim()) {
+        return false;
+    }
+    let value = value.trim();
+    let value = value.strip_suffix(';').unwrap_or(value);
+    if matches!(value, "[" | "(") {
+        return true;
+    }
+    if is_call_statement(value) {
+        return true;
+    }
+    // A subscript: a name directly followed by `[`, closed at the end.
+    let end = value
+        .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.')))
+        .unwrap_or(value.len());
+    end > 0 && value[end..].starts_with('[') && value.ends_with(']') && is_name_path(&value[..end])
+}
+
+/// Where a line's first ` = ` (an assignment, not `==`) has its `=`.
+fn spaced_equals(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    memchr::memchr_iter(b'=', bytes)
+        .find(|&i| i > 0 && bytes[i - 1] == b' ' && bytes.get(i + 1) == Some(&b' '))
+}
+
+/// Identifiers joined by dots: `x`, `self.items`, `os.path.join`.
+fn is_name_path(s: &str) -> bool {
+    !s.is_empty() && s.split('.').all(is_identifier)
 }
 
 fn ends_like_c_family(line: &str) -> bool {
@@ -993,18 +1461,54 @@ fn is_shebang(line: &str) -> bool {
         .is_some_and(|rest| rest.trim_start().starts_with('/'))
 }
 
-/// A sentence: at least ten words, most of them starting with a letter (a
-/// row of numbers in a data table is not prose), and ending like one.
+/// A line of prose. A sentence: at least ten words, most of them starting
+/// with a letter (a row of numbers in a data table is not prose), ending
+/// like one. Or a line of a wrapped paragraph, which mostly does not end
+/// so: at least eight words, three in four starting with a letter, none of
+/// the punctuation code is made of, and no comment marker opening it
+/// (comments are the code's own prose).
 fn reads_like_prose(line: &str) -> bool {
-    if !line.ends_with(['.', '?', '!', ',']) {
+    // Eight words take at least fifteen bytes.
+    if line.len() < 15 {
+        return false;
+    }
+    let sentence_end = line.ends_with(['.', '?', '!', ',']);
+    // A wrapped line of a paragraph opens with a word (not a timestamp,
+    // a bracket or a comment marker); decided before the byte pass.
+    let paragraph_opening = line
+        .as_bytes()
+        .first()
+        .is_some_and(|&b| b.is_ascii_alphabetic() || b >= 0x80 || b == b'(' || b == b'`');
+    if !sentence_end && !paragraph_opening {
         return false;
     }
     let (mut words, mut lettered) = (0usize, 0usize);
-    for word in line.split_whitespace() {
-        words += 1;
-        lettered += usize::from(word.starts_with(char::is_alphabetic));
+    let mut in_word = false;
+    let mut code_marks = false;
+    for &b in line.as_bytes() {
+        if b.is_ascii_whitespace() {
+            in_word = false;
+            continue;
+        }
+        if !in_word {
+            in_word = true;
+            words += 1;
+            lettered += usize::from(b.is_ascii_alphabetic() || b >= 0x80);
+        }
+        if matches!(
+            b,
+            b'=' | b';' | b'{' | b'}' | b'<' | b'>' | b'$' | b'\\' | b'|'
+        ) {
+            code_marks = true;
+            if !sentence_end {
+                return false;
+            }
+        }
     }
-    words >= 10 && lettered * 2 > words
+    if sentence_end && words >= 10 && lettered * 2 > words {
+        return true;
+    }
+    paragraph_opening && !code_marks && words >= 8 && lettered * 4 >= words * 3
 }
 
 /// The first whitespace-delimited word and the rest (trimmed at its start).
@@ -1086,7 +1590,7 @@ mod tests {
         for text in &texts {
             assert!(text.len() >= PARALLEL_BYTES);
             let split = format!("{:?}", Scan::of(text));
-            let whole = format!("{:?}", Scan::part(text, true, false).0);
+            let whole = format!("{:?}", Scan::part(text, true, Context::default(), false).0);
             assert_eq!(split, whole, "{}", &text[..60]);
         }
     }
@@ -1214,6 +1718,71 @@ mod tests {
                 s.notable_items
             );
         }
+    }
+
+    #[test]
+    fn short_python_with_import_lists_is_code() {
+        let s = code("import subprocess, shlex\nout = subprocess.run(shlex.split(cmd), capture_output=True)\nprint(out.stdout, out.returncode)\n")
+            .expect("code");
+        assert_eq!(s.structure[1], "imports: subprocess, shlex");
+        let s = code("import numpy as np, os.path\nx = np.zeros(3)\nprint(x)\n").expect("code");
+        assert_eq!(s.structure[1], "imports: numpy, os.path");
+        // A package file: an import, a call over several lines, dunders.
+        assert!(code(
+            "import warnings\nwarnings.warn(\n    \"deprecated\",\n    DeprecationWarning,\n)\n"
+        )
+        .is_some());
+        assert!(
+            code("from .base import (\n    Signal,\n)\n__all__ = [\n    \"Signal\",\n]\n")
+                .is_some()
+        );
+        assert!(code("from typing import Any, Callable, Tuple\nParseFloat = Callable[[str], Any]\nKey = Tuple[str, ...]\n").is_some());
+        // Configuration assigns values, not calls: still not code.
+        assert!(
+            code("[package]\nname = \"x\"\nversion = \"1.0\"\nmembers = [\n  \"a\",\n]\n")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_docstring_underline_is_no_fence() {
+        let py = "\"\"\"\n    pygments.styles.vim\n    ~~~~~~~~~~~~~~~~~~~\n\n    A style.\n\"\"\"\nfrom pygments.style import Style\n\nclass VimStyle(Style):\n    pass\n";
+        assert_eq!(code(py).expect("code").notable_items, ["class VimStyle"]);
+    }
+
+    #[test]
+    fn shell_functions_are_symbols() {
+        let sh = "usage() {\n  echo usage\n}\ndie () {\n  exit 1\n}\nsay() { echo \"$@\"; }\nloop() (\n  true\n)\ncleanup()\n{\n  rm -f x\n}\nfunction main {\n  usage\n}\n";
+        assert_eq!(
+            code(sh).expect("code").notable_items,
+            [
+                "function usage",
+                "function die",
+                "function say",
+                "function loop",
+                "function cleanup",
+                "function main"
+            ]
+        );
+        // A call alone on a line is no function head.
+        let py = "import os\nmain()\nprint(os.sep)\n";
+        assert!(code(py).expect("code").notable_items.is_empty());
+    }
+
+    #[test]
+    fn documentation_quoting_code_is_not_code() {
+        let pydoc = "Help on module pprint:\n\nNAME\n    pprint - Support to pretty-print lists.\n\nCLASSES\n    builtins.object\n        PrettyPrinter\n\n    class PrettyPrinter(builtins.object)\n     |  Methods defined here:\n     |  \n     |  __init__(self, indent=1, width=80)\n\nFUNCTIONS\n    isreadable(object)\n        Determine if saferepr(object) is readable by eval().\n\n    pformat(object, indent=1, width=80)\n        Format a Python object into a pretty-printed representation.\n";
+        assert!(code(pydoc).is_none());
+        let rst = "List objects in a bucket\n^^^^^^^^^^^^^^^^^^^^^^^^\n\nThe following example shows how to list the objects in a bucket.\n\n.. code-block:: python\n\n    import boto3\n\n    s3 = boto3.resource('s3')\n    for obj in s3.Bucket('b').objects.all():\n        print(obj.key)\n\nContents of ``job.scala``::\n\n    import com.amazonaws.services.glue.GlueContext\n    import com.amazonaws.services.glue.Job\n";
+        assert!(code(rst).is_none());
+        let readme = "This directory contains test cases that are known to leak references.\nThe idea is that you can import these modules while in the interpreter\nand call the leak function repeatedly.  This will only be helpful if\nthe interpreter was built in debug mode.  If the total ref count\ndoesn't increase, the bug has been fixed and the file should be removed\nfrom the repository.\n\ndef leak():\n    def inner_leak():\n        pass\n    inner_leak()\n\nOnce the leak is fixed, the test case should be moved into an appropriate\ntest (even if it was originally from the test suite).  This ensures the\nregression doesn't happen again.  And if it does, it should be easier\nto track down.\n";
+        assert!(code(readme).is_none());
+        // A module whose docstring is long is still code.
+        let module = format!(
+            "\"\"\"\n{}\"\"\"\nimport os\nimport sys\n\ndef main():\n    pass\n",
+            "A long paragraph of documentation that wraps over many lines here\n".repeat(30)
+        );
+        assert!(code(&module).is_some());
     }
 
     #[test]

@@ -104,6 +104,26 @@ fn plausible_table(rows: &[Vec<String>], delimiter: u8) -> bool {
     if majority(sentence_rows) {
         return false;
     }
+    // A trace whose lines carry a process id (`   12345:<TAB>...`, as
+    // `LD_DEBUG` writes them): a prefix, not a column.
+    let traced = rows.iter().filter(|row| is_pid_prefix(&row[0])).count();
+    if majority(traced) {
+        return false;
+    }
+    // Indented lines (a man page's option list, `-a, --all`): text laid
+    // out for reading, where a table's first cell starts at the margin.
+    let indented = rows
+        .iter()
+        .filter(|row| row[0].starts_with("  ") || row[0].starts_with(" \t"))
+        .count();
+    if majority(indented) {
+        return false;
+    }
+    // A list whose items hold commas (acknowledgements, changelog bullets).
+    let list_items = rows.iter().filter(|row| is_list_item(&row[0])).count();
+    if majority(list_items) {
+        return false;
+    }
     let unbalanced_rows = rows
         .iter()
         .filter(|row| row.iter().any(|cell| !brackets_balance(cell)))
@@ -121,16 +141,48 @@ fn plausible_table(rows: &[Vec<String>], delimiter: u8) -> bool {
     true
 }
 
-/// A row of prose: at least eight words, and every cell after the first
-/// starts with a space (as text after a comma does) or the row is mostly
-/// words of a sentence (more than four words per cell on average).
+/// A row of prose. Long: at least eight words, and every cell after the
+/// first starts with a space (as text after a comma does) or the row is
+/// mostly words of a sentence (more than four words per cell on average).
+/// Short: every cell after the first is a phrase after a comma and a space
+/// (`Yes, that works for me`, `- Google LLC, for patches`); a table's cells
+/// are values (`Ada, 99`, `New York, United States`).
 fn reads_like_prose(row: &[String]) -> bool {
     let words: usize = row.iter().map(|c| c.split_whitespace().count()).sum();
-    if words < 8 {
-        return false;
-    }
     let spaced = row[1..].iter().all(|c| c.starts_with(' '));
-    spaced || words > 4 * row.len()
+    if words >= 8 && (spaced || words > 4 * row.len()) {
+        return true;
+    }
+    spaced && row[1..].iter().all(|c| is_phrase(c))
+}
+
+/// Words of a sentence rather than a value: two or more, one of them in
+/// lower case.
+fn is_phrase(cell: &str) -> bool {
+    let mut words = 0;
+    let mut lower = false;
+    for word in cell.split_whitespace() {
+        words += 1;
+        lower |= word.starts_with(char::is_lowercase);
+    }
+    words >= 2 && lower
+}
+
+/// A process id ending a line's prefix: digits and a colon, padded or not.
+fn is_pid_prefix(cell: &str) -> bool {
+    cell.trim_start()
+        .strip_suffix(':')
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A Markdown or plain-text list item: `- x`, `* x`, `+ x`, `1. x`, `2) x`.
+fn is_list_item(cell: &str) -> bool {
+    let cell = cell.trim_start();
+    if let Some(rest) = cell.strip_prefix(['-', '*', '+', '•']) {
+        return rest.starts_with(' ');
+    }
+    let digits = cell.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && (cell[digits..].starts_with(". ") || cell[digits..].starts_with(") "))
 }
 
 /// Whether (), [] and {} balance within one cell. Quoted CSV cells may hold
@@ -190,6 +242,25 @@ mod tests {
         let prose = "Well, I think the weather will change by the evening, or so they say.\n\
                      Still, nobody in the village believed the old forecast, not even the baker.\n";
         assert!(csv(prose).is_none());
+    }
+
+    #[test]
+    fn short_lines_with_a_comma_are_not_a_table() {
+        let prose = "Yes, that works for me\nThanks, see you soon\nWell, I do not know\n";
+        assert!(csv(prose).is_none());
+        let options = "       -a, --all\n       -A, --almost-all\n       -b, --escape\n";
+        assert!(csv(options).is_none());
+        let list = "- Anand Kumria, for patches\n- Sjoerd Simons, for patches\n- Trent Lloyd, for migrating to GitHub\n";
+        assert!(csv(list).is_none());
+        // Values after a comma and a space are still a table.
+        let spaced = "city, country\nNew York, United States\nParis, France\n";
+        assert_eq!(csv(spaced).expect("csv").structure[1], "rows: 2");
+    }
+
+    #[test]
+    fn a_trace_with_pid_prefixes_is_not_a_table() {
+        let trace = "     11839:\tfind library=libc.so.6 [0]; searching\n     11839:\t search cache=/etc/ld.so.cache\n     11840:\t  trying file=/lib/libc.so.6\n";
+        assert!(summarize_tsv(&Input::new(trace, "", 100)).is_none());
     }
 
     #[test]

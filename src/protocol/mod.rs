@@ -15,7 +15,7 @@
 //!
 //! The rewrite core ([`crate::rewrite`]) and the recall driver
 //! (`proxy::recall`) are written against the trait only; each protocol
-//! lives in its own directory (`openai_chat/`, `anthropic/`).
+//! lives in its own directory (`openai_chat/`, `anthropic/`, `responses/`).
 //!
 //! Architecture invariant: adapters are synchronous and wire-only. They do no
 //! I/O, hold no state across requests, and never re-serialize what they do not

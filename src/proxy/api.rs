@@ -1,4 +1,4 @@
-//! The rewritten API routes (Chat Completions, Anthropic Messages and its
+//! The rewritten API routes (Chat Completions, the Responses API, Anthropic Messages and its
 //! `count_tokens`), phase by phase, the same for every protocol: decide
 //! whether to look at the body at all; read it within the cap; rewrite it
 //! (pure, off the runtime when large); commit the originals to the store

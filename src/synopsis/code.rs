@@ -11,11 +11,17 @@
 //! with an interpreter line (`#!/...`) or `<?php`, or when it has at least two
 //! such definition or import lines, or one plus two lines of code punctuation
 //! (braces, `;`, Python block openers and docstring quotes, bare calls such as
-//! `main()`, comment openers), is not mostly prose, and, when none of those
-//! lines starts at the left margin, is not a long document quoting a few
-//! indented signatures. Unified diffs and man page sources (troff requests
-//! such as `.SH`) are never code, and lines inside Markdown code fences do not
-//! count: a patch, a man page or a README is read as text.
+//! `main()`, assignments of calls, comment openers), is not mostly prose
+//! (sentences and lines of wrapped paragraphs, outside Python's
+//! triple-quoted strings), and, when none of those lines starts at the left
+//! margin, is not a long document quoting a few indented signatures or a
+//! rendered manual (`NAME`, `FUNCTIONS` headings). Unified diffs and man page
+//! sources (troff requests such as `.SH`) are never code, and lines inside
+//! Markdown code fences, reStructuredText literal blocks (`::`,
+//! `.. code-block::`) and `>>>` sessions do not count: a patch, a man page,
+//! `pydoc` output or a README is read as text. Symbols are declarations only
+//! (a statement such as `match plan(app, x) {` is none); `tests/accuracy.rs`
+//! holds them to what universal-ctags finds declared in real files.
 
 use super::lines::{clip, collapse_whitespace, count_lines, split_lines};
 use super::{Input, Kind, Synopsis};
@@ -164,14 +170,22 @@ impl Scan {
             }
             // A shell function whose brace is on this line, if any.
             let function_above = pending.take();
-            let indent = line.len() - line.trim_ascii_start().len();
+            // `trimmed` is a slice of `line`: its offset is the indentation.
+            let indent = trimmed.as_ptr() as usize - line.as_ptr() as usize;
+            // Most lines open with a letter or a blank: the rare forms
+            // below are looked for only when their first or last byte fits.
+            let first = trimmed.as_bytes()[0];
+            let last = trimmed.as_bytes()[trimmed.len() - 1];
             if let Some(Quote::Literal(at)) = quote {
                 if indent > at {
                     continue;
                 }
                 quote = None;
             }
-            if let Some(marker) = FenceLine::of(trimmed) {
+            if let Some(marker) = (first == b'`' || first == b'~')
+                .then(|| FenceLine::of(trimmed))
+                .flatten()
+            {
                 quote = match quote {
                     Some(Quote::Fence(open)) if marker.closes(open) => None,
                     Some(open) => Some(open),
@@ -184,7 +198,7 @@ impl Scan {
                 continue;
             }
             // An interactive session quoted in documentation (`>>> f(x)`).
-            if trimmed.starts_with(">>>") {
+            if first == b'>' && trimmed.starts_with(">>>") {
                 continue;
             }
             if is_troff_request(line) {
@@ -200,14 +214,17 @@ impl Scan {
                 scan.diff_files += 1;
                 continue;
             }
-            if indent == 0 && is_doc_heading(trimmed) {
+            if indent == 0 && first.is_ascii_uppercase() && is_doc_heading(trimmed) {
                 scan.doc_headings += 1;
             }
             if let Some(function) = function_above.filter(|_| matches!(trimmed, "{" | "(")) {
                 scan.declared(function);
                 continue;
             }
-            if let Some(name) = shell_function_head(trimmed) {
+            if let Some(name) = (last == b')')
+                .then(|| shell_function_head(trimmed))
+                .flatten()
+            {
                 pending = Some(PendingFunction {
                     symbol: format!("function {name}"),
                     at_margin: indent == 0,
@@ -223,7 +240,7 @@ impl Scan {
             };
             scan.line(line, trimmed, string);
             docstring ^= quotes % 2 == 1;
-            if opens_literal_block(trimmed) {
+            if (last == b':' || first == b'.') && opens_literal_block(trimmed) {
                 quote = Some(Quote::Literal(indent));
             }
         }
@@ -1353,6 +1370,13 @@ fn opens_call(line: &str) -> bool {
 /// `members = ["a"]`), never calls or subscripts of a name, and open a
 /// literal only in forms that carry no other code signal.
 fn assigns_expression(line: &str) -> bool {
+    // What it assigns ends the line: `)`, `]`, or an opened `[` / `(`.
+    if !matches!(
+        line.as_bytes().last(),
+        Some(b')' | b']' | b'[' | b'(' | b';')
+    ) {
+        return false;
+    }
     let Some(at) = spaced_equals(line) else {
         return false;
     };
@@ -1467,6 +1491,9 @@ fn is_shebang(line: &str) -> bool {
 /// so: at least eight words, three in four starting with a letter, none of
 /// the punctuation code is made of, and no comment marker opening it
 /// (comments are the code's own prose).
+/// The shortest line taken for a line of a wrapped paragraph.
+const PARAGRAPH_LINE_BYTES: usize = 40;
+
 fn reads_like_prose(line: &str) -> bool {
     // Eight words take at least fifteen bytes.
     if line.len() < 15 {
@@ -1475,10 +1502,13 @@ fn reads_like_prose(line: &str) -> bool {
     let sentence_end = line.ends_with(['.', '?', '!', ',']);
     // A wrapped line of a paragraph opens with a word (not a timestamp,
     // a bracket or a comment marker); decided before the byte pass.
-    let paragraph_opening = line
-        .as_bytes()
-        .first()
-        .is_some_and(|&b| b.is_ascii_alphabetic() || b >= 0x80 || b == b'(' || b == b'`');
+    // A wrapped paragraph's line of eight words or more is long; code's
+    // lines mostly are not.
+    let paragraph_opening = line.len() >= PARAGRAPH_LINE_BYTES
+        && line
+            .as_bytes()
+            .first()
+            .is_some_and(|&b| b.is_ascii_alphabetic() || b >= 0x80 || b == b'(' || b == b'`');
     if !sentence_end && !paragraph_opening {
         return false;
     }

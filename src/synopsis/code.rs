@@ -174,18 +174,18 @@ impl Scan {
             let indent = trimmed.as_ptr() as usize - line.as_ptr() as usize;
             // Most lines open with a letter or a blank: the rare forms
             // below are looked for only when their first or last byte fits.
-            let first = trimmed.as_bytes()[0];
-            let last = trimmed.as_bytes()[trimmed.len() - 1];
+            let bytes = trimmed.as_bytes();
+            let (first, last) = (
+                bytes.first().copied().unwrap_or(b' '),
+                bytes.last().copied().unwrap_or(b' '),
+            );
             if let Some(Quote::Literal(at)) = quote {
                 if indent > at {
                     continue;
                 }
                 quote = None;
             }
-            if let Some(marker) = (first == b'`' || first == b'~')
-                .then(|| FenceLine::of(trimmed))
-                .flatten()
-            {
+            if let Some(marker) = FenceLine::of(trimmed) {
                 quote = match quote {
                     Some(Quote::Fence(open)) if marker.closes(open) => None,
                     Some(open) => Some(open),
@@ -221,10 +221,7 @@ impl Scan {
                 scan.declared(function);
                 continue;
             }
-            if let Some(name) = (last == b')')
-                .then(|| shell_function_head(trimmed))
-                .flatten()
-            {
+            if let Some(name) = shell_function_head(trimmed) {
                 pending = Some(PendingFunction {
                     symbol: format!("function {name}"),
                     at_margin: indent == 0,
@@ -316,9 +313,13 @@ impl Scan {
         if function.at_margin {
             self.strong_unindented += 1;
         }
+        self.listed(&function.symbol);
+    }
+
+    /// A symbol for the notable items, within the list's caps.
+    fn listed(&mut self, symbol: &str) {
         if self.symbols.len() < SYMBOL_LIMIT {
-            self.symbols
-                .push(collapse_whitespace(&function.symbol, SYMBOL_CHARS));
+            self.symbols.push(collapse_whitespace(symbol, SYMBOL_CHARS));
         }
     }
 
@@ -358,10 +359,7 @@ impl Scan {
             }
             Some(Found::Symbol(symbol)) => {
                 self.strong += 1;
-                if self.symbols.len() < SYMBOL_LIMIT {
-                    self.symbols
-                        .push(collapse_whitespace(&symbol, SYMBOL_CHARS));
-                }
+                self.listed(&symbol);
             }
             Some(Found::Statement) => self.strong += 1,
             None => {

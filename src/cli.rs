@@ -41,6 +41,30 @@ enum Command {
     Results(results::ResultsArgs),
     /// What toolstub saved, from the store's ledger: totals, per tool and per session (every tenant's unless --tenant).
     Stats(results::StatsArgs),
+    /// What toolstub would save on recorded sessions, offline: each request replayed through the real rewrite and billed at the providers' cache prices, net of the recalls its stubs would cause.
+    #[command(
+        after_help = "PATH: files or folders of mini-swe-agent trajectories (*.traj.json), Claude Code session files (~/.claude/projects/**/*.jsonl) or Codex rollouts (~/.codex/sessions/**/rollout-*.jsonl); with none, your own Claude Code and Codex session folders. Nothing is sent anywhere and nothing is stored.\n\nExamples:\n  toolstub estimate\n  toolstub estimate --json ~/.claude/projects\n  toolstub estimate --config config/toolstub.toml --shape all trajs/"
+    )]
+    Estimate(EstimateArgs),
+}
+
+#[derive(Args, Debug)]
+struct EstimateArgs {
+    /// Print one JSON object (sessions, saved_fraction, totals, per_session) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// The configuration whose policy is replayed and whose [[pricing]] prices the sessions (the defaults otherwise).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The shape trajectories are replayed in: chat, anthropic, responses or all (repeatable; default chat). Claude Code and Codex files are replayed in their own.
+    #[arg(long = "shape", value_name = "SHAPE")]
+    shapes: Vec<String>,
+    /// Sessions listed in the table, the costliest first.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    rows: usize,
+    /// Files or folders to replay.
+    #[arg(value_name = "PATH")]
+    paths: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -147,6 +171,7 @@ pub fn main() -> ExitCode {
         Command::Synopsis(args) => synopsis(args),
         Command::Results(args) => results::run(args),
         Command::Stats(args) => results::stats(args),
+        Command::Estimate(args) => estimate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -189,6 +214,34 @@ fn init_logging(config: &crate::config::Config) {
         crate::config::LogFormat::Json => builder.json().init(),
         crate::config::LogFormat::Text => builder.init(),
     }
+}
+
+fn estimate(args: EstimateArgs) -> Result<()> {
+    use crate::replay::Shape;
+    let mut shapes = Vec::new();
+    for name in &args.shapes {
+        if name == "all" {
+            shapes.extend(Shape::ALL);
+        } else {
+            shapes.push(
+                Shape::parse(name).with_context(|| {
+                    format!("--shape {name:?}: chat, anthropic, responses or all")
+                })?,
+            );
+        }
+    }
+    if shapes.is_empty() {
+        shapes.push(Shape::Chat);
+    }
+    shapes.sort();
+    shapes.dedup();
+    crate::replay::estimate::run(crate::replay::estimate::Options {
+        paths: args.paths,
+        config: args.config,
+        shapes,
+        json: args.json,
+        rows: args.rows,
+    })
 }
 
 fn synopsis(args: SynopsisArgs) -> Result<()> {

@@ -14,6 +14,7 @@ pub mod protocol;
 pub mod proxy;
 pub mod recall;
 pub mod refs;
+pub mod replay;
 pub mod rewrite;
 pub mod stats;
 pub mod store;

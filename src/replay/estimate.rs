@@ -1,0 +1,160 @@
+//! `toolstub estimate`: replays the sessions under the given paths (the
+//! user's own Claude Code and Codex folders when none) and prints what
+//! toolstub would have saved them, offline.
+//!
+//! Files are replayed on every CPU, each session by one thread; the report
+//! lists them in path order whatever thread finished first, so the output
+//! is the same on every run.
+
+use super::report::{table, SessionReport, Totals};
+use super::sources;
+use super::{replay, Prices, Shape};
+use crate::rewrite::Policy;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// What to replay and how to print it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub paths: Vec<PathBuf>,
+    pub config: Option<PathBuf>,
+    /// The shapes trajectories are replayed in (other files have their own).
+    pub shapes: Vec<Shape>,
+    pub json: bool,
+    /// Sessions listed in the table.
+    pub rows: usize,
+}
+
+/// The JSON `toolstub estimate --json` prints.
+#[derive(Serialize)]
+struct Output<'a> {
+    sessions: usize,
+    saved_fraction: f64,
+    totals: &'a Totals,
+    /// Files that held no session of a known format.
+    files_skipped: Vec<String>,
+    per_session: &'a [SessionReport],
+}
+
+pub fn run(options: Options) -> Result<()> {
+    let config = crate::config::load(
+        options.config.as_deref(),
+        std::env::vars(),
+        &crate::config::Overrides::default(),
+    )?;
+    let paths = if options.paths.is_empty() {
+        let defaults = sources::default_paths();
+        if defaults.is_empty() {
+            bail!("no PATH given and no session folder found (~/.claude/projects, ~/.codex/sessions): name the files or folders to replay");
+        }
+        defaults
+    } else {
+        options.paths.clone()
+    };
+    let files = sources::files(&paths)?;
+    let prices = Prices {
+        table: config.pricing.clone(),
+    };
+    let (reports, skipped) = replay_files(&files, &options.shapes, &config.policy, &prices)?;
+    let totals = Totals::of(&reports);
+    let mut stdout = std::io::stdout().lock();
+    if options.json {
+        let out = Output {
+            sessions: totals.sessions,
+            saved_fraction: totals.saved_fraction,
+            totals: &totals,
+            files_skipped: skipped,
+            per_session: &reports,
+        };
+        serde_json::to_writer(&mut stdout, &out).context("writing the report")?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", table(&reports, &totals, options.rows))?;
+        if !skipped.is_empty() {
+            writeln!(
+                stdout,
+                "{} files held no session of a known format",
+                skipped.len()
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Every session of `files` replayed, in file order, and the files that
+/// held none.
+pub fn replay_files(
+    files: &[PathBuf],
+    shapes: &[Shape],
+    policy: &Policy,
+    prices: &Prices,
+) -> Result<(Vec<SessionReport>, Vec<String>)> {
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Result<Vec<SessionReport>>)>> = Mutex::new(Vec::new());
+    let progress = files.len() > 1 && std::io::stderr().is_terminal();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = files.get(i) else {
+                    break;
+                };
+                let reports = sources::read(path, shapes)
+                    .map(|sessions| sessions.iter().map(|s| replay(s, policy, prices)).collect());
+                if let Ok(mut r) = results.lock() {
+                    r.push((i, reports));
+                }
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if progress {
+                    bar(n, files.len());
+                }
+            });
+        }
+    });
+    if progress {
+        eprintln!();
+    }
+    let mut results = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a replay thread panicked"))?;
+    results.sort_by_key(|(i, _)| *i);
+    let mut reports = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, r) in results {
+        let r = r?;
+        if r.is_empty() {
+            skipped.push(files[i].display().to_string());
+        }
+        reports.extend(r);
+    }
+    Ok((reports, skipped))
+}
+
+/// One line of progress on stderr: `[=====>    ] 120/301 files`.
+fn bar(done: usize, total: usize) {
+    const WIDTH: usize = 30;
+    let filled = done * WIDTH / total.max(1);
+    let mut line = String::with_capacity(WIDTH + 32);
+    line.push('\r');
+    line.push('[');
+    for i in 0..WIDTH {
+        line.push(match i.cmp(&filled) {
+            std::cmp::Ordering::Less => '=',
+            std::cmp::Ordering::Equal => '>',
+            std::cmp::Ordering::Greater => ' ',
+        });
+    }
+    line.push_str(&format!("] {done}/{total} files"));
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(line.as_bytes());
+    let _ = err.flush();
+}

@@ -1,0 +1,327 @@
+//! Replaying recorded agent sessions through the real rewrite, billed the
+//! way providers bill: what a session would have cost sent directly and
+//! what it costs through toolstub, net of the recalls toolstub's stubs
+//! would have caused (`toolstub estimate`, BENCHMARKS.md "Savings on real
+//! sessions").
+//!
+//! A session ([`Recorded`]) is the list of requests its agent sent, each as
+//! the body the agent sent (in its protocol's shape, [`Shape`]), when it was
+//! sent, and the model's real answer. [`sources`] reads them from the files
+//! agents keep (mini-swe-agent trajectories, Claude Code session files,
+//! Codex rollouts). For each request, [`replay`]:
+//! 1. runs [`crate::rewrite::rewrite_with`] on the body with the configured
+//!    policy, exactly as `toolstub serve` does (same synopsis, stubs, refs
+//!    and recall-tool offer);
+//! 2. reads both bodies as prompts ([`prompt`]) and bills each with its own
+//!    prompt cache ([`cache`]) at each price model ([`price`]);
+//! 3. charges a recall round where the model's real answer uses what only
+//!    the direct request carried ([`recall`]), and keeps the exchange in
+//!    later requests, as history restoration does.
+//!
+//! Architecture invariant: pure and offline; nothing is sent anywhere and
+//! nothing is stored (refs are computed, never put).
+
+pub mod cache;
+pub mod estimate;
+pub mod price;
+pub mod prompt;
+pub mod recall;
+pub mod report;
+pub mod sources;
+
+use crate::protocol::anthropic::AnthropicMessages;
+use crate::protocol::openai_chat::OpenAiChat;
+use crate::protocol::responses::OpenAiResponses;
+use crate::protocol::Protocol;
+use crate::rewrite::memo::Memo;
+use crate::rewrite::{rewrite_with, Mode, Outcome, Policy};
+use cache::{Cache, CacheKind};
+use price::PriceModel;
+use prompt::{Counter, Prompt};
+use report::{ModelBill, SessionReport};
+use std::collections::BTreeSet;
+
+/// The wire shape a session's requests have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Shape {
+    /// OpenAI Chat Completions.
+    Chat,
+    /// Anthropic Messages.
+    Anthropic,
+    /// OpenAI Responses.
+    Responses,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 3] = [Shape::Chat, Shape::Anthropic, Shape::Responses];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Chat => "chat",
+            Shape::Anthropic => "anthropic",
+            Shape::Responses => "responses",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Shape> {
+        Shape::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The adapter `toolstub serve` uses for requests of this shape.
+    pub fn protocol(self) -> &'static dyn Protocol {
+        match self {
+            Shape::Chat => &OpenAiChat,
+            Shape::Anthropic => &AnthropicMessages,
+            Shape::Responses => &OpenAiResponses,
+        }
+    }
+
+    /// The provider whose cache requests of this shape meet.
+    pub fn provider(self) -> CacheKind {
+        match self {
+            Shape::Anthropic => CacheKind::Anthropic,
+            Shape::Chat | Shape::Responses => CacheKind::OpenAi,
+        }
+    }
+}
+
+/// Which files a session came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A mini-swe-agent trajectory (`*.traj.json`), replayed as a
+    /// tool-calling agent would send it.
+    Trajectory,
+    /// A Claude Code session file (`~/.claude/projects/**/*.jsonl`).
+    ClaudeCode,
+    /// A Codex rollout (`~/.codex/sessions/**/rollout-*.jsonl`).
+    Codex,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Trajectory => "trajectory",
+            Source::ClaudeCode => "claude_code",
+            Source::Codex => "codex",
+        }
+    }
+}
+
+/// One request a session's agent sent.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The body as the agent sent it.
+    pub body: String,
+    /// When (seconds since the epoch), if the file says.
+    pub at: Option<f64>,
+    /// The text of the model's real answer (its text and its tool calls'
+    /// arguments), for the recall charge.
+    pub answer: String,
+}
+
+/// A recorded session, ready to replay.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The file it came from (and which session of it, when several).
+    pub name: String,
+    pub source: Source,
+    pub shape: Shape,
+    /// The model the agent asked for.
+    pub model: Option<String>,
+    /// Blocks of a known size before every request's own, standing for
+    /// what the file does not record (name, tokens).
+    pub placeholders: Vec<(String, u64)>,
+    pub requests: Vec<Request>,
+}
+
+/// The price models a replay bills at: the session's own provider first.
+#[derive(Clone, Debug)]
+pub struct Prices {
+    pub table: crate::pricing::PriceTable,
+}
+
+impl Prices {
+    fn models(&self, shape: Shape, model: Option<&str>) -> Vec<PriceModel> {
+        let anthropic = PriceModel::anthropic();
+        let openai = PriceModel::openai();
+        let (own, other) = match shape.provider() {
+            CacheKind::Anthropic => (anthropic, openai),
+            CacheKind::OpenAi => (openai, anthropic),
+        };
+        vec![own.priced(&self.table, model), other]
+    }
+}
+
+/// Both sides of one price model through a session.
+struct Side {
+    direct: Cache,
+    toolstub: Cache,
+    bill: ModelBill,
+}
+
+/// Replays one session with `policy` and bills it at both price models.
+pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionReport {
+    let protocol = session.shape.protocol();
+    let memo = Memo::new(1 << 16);
+    let mut counter = Counter::default();
+    let models = prices.models(session.shape, session.model.as_deref());
+    let mut sides: Vec<Side> = models
+        .into_iter()
+        .map(|model| Side {
+            direct: Cache::new(model.cache),
+            toolstub: Cache::new(model.cache),
+            bill: ModelBill::new(model),
+        })
+        .collect();
+    let prefix: Vec<cache::Block> = session
+        .placeholders
+        .iter()
+        .map(|(name, tokens)| counter.placeholder(name, *tokens))
+        .collect();
+    let mut report = SessionReport::new(session);
+    let mut refs: BTreeSet<String> = BTreeSet::new();
+    // Recall exchanges restored into later requests: (the number of
+    // conversation blocks before them, the block).
+    let mut restored: Vec<(usize, cache::Block)> = Vec::new();
+    for request in &session.requests {
+        let Some(direct) = counter.prompt(session.shape, &request.body, &prefix) else {
+            report.unreadable += 1;
+            continue;
+        };
+        report.requests += 1;
+        let outcome = rewrite_with(
+            request.body.as_bytes(),
+            policy,
+            protocol,
+            Mode::WithRefs,
+            &memo,
+        );
+        let (mut toolstub, rewritten) = match outcome {
+            Outcome::Rewritten(r) => match counter.prompt(session.shape, &r.body, &prefix) {
+                Some(p) => (p, Some(r)),
+                None => (direct.clone(), None),
+            },
+            Outcome::Unchanged(_) => (direct.clone(), None),
+        };
+        insert_restored(&mut toolstub, &restored);
+        report.direct_tokens += direct.tokens();
+        report.toolstub_tokens += toolstub.tokens();
+        report.peak_direct = report.peak_direct.max(direct.tokens());
+        report.peak_toolstub = report.peak_toolstub.max(toolstub.tokens());
+        for side in &mut sides {
+            let own = side.bill.price_model.cache == session.shape.provider();
+            let d = side.direct.bill(&marked(&direct, own), request.at);
+            let t = side.toolstub.bill(&marked(&toolstub, own), request.at);
+            side.bill.direct.add(d);
+            side.bill.toolstub.add(t);
+        }
+        let Some(rewritten) = rewritten else {
+            continue;
+        };
+        report.externalizations += rewritten.outputs.len();
+        for o in &rewritten.outputs {
+            if let Some(r) = &o.result_ref {
+                if refs.insert(r.clone()) {
+                    report.outputs_externalized += 1;
+                    report.externalized_chars += o.original_chars as u64;
+                }
+            }
+        }
+        // The recall the model's real answer would have needed.
+        let answer = recall::identifiers(&request.answer);
+        let facts = |p: &Prompt| -> Vec<&recall::Identifiers> {
+            p.blocks
+                .iter()
+                .filter_map(|b| counter.facts(b.key).map(|f| &f.ids))
+                .collect()
+        };
+        let (direct_ids, toolstub_ids) = (facts(&direct), facts(&toolstub));
+        let missing = recall::missing(
+            &answer,
+            direct_ids.iter().copied(),
+            toolstub_ids.iter().copied(),
+        );
+        if missing.is_empty() {
+            continue;
+        }
+        let mut read = String::new();
+        for o in &rewritten.outputs {
+            let Some(text) = o.text.clone().or_else(|| o.content.decode()) else {
+                continue;
+            };
+            let ids = recall::identifiers(&text);
+            if missing.iter().any(|&id| ids.contains(id)) {
+                let reference = o.result_ref.as_deref().unwrap_or("");
+                read.push_str(&format!(
+                    "{{\"ref\":\"{reference}\",\"offset\":0,\"content\":"
+                ));
+                read.push_str(recall::read_back(&text));
+                read.push_str("}\n");
+            }
+        }
+        if read.is_empty() {
+            continue;
+        }
+        let exchange = counter.synthetic(&read);
+        let mut round = toolstub.blocks.clone();
+        round.push(exchange);
+        report.recall_rounds += 1;
+        report.recall_tokens += exchange.tokens;
+        report.toolstub_tokens += toolstub.tokens() + exchange.tokens;
+        for side in &mut sides {
+            let own = side.bill.price_model.cache == session.shape.provider();
+            let round = Prompt {
+                blocks: round.clone(),
+                conversation: toolstub.conversation,
+            };
+            let r = side.toolstub.bill(&marked(&round, own), request.at);
+            side.bill.toolstub.add(r);
+            side.bill.recall.add(r);
+        }
+        restored.push((toolstub.blocks.len() - toolstub.conversation, exchange));
+    }
+    report.models = sides
+        .into_iter()
+        .map(|mut s| {
+            s.bill.finish();
+            s.bill
+        })
+        .collect();
+    report.finish();
+    report
+}
+
+/// The prompt's blocks as a provider's cache sees them. A request billed
+/// at another provider's cache than its own shape's carries no
+/// breakpoints of that provider: on Anthropic's, it gets Claude Code's
+/// (the end of the tools and system prompt, and the newest message), as
+/// an Anthropic client of the same conversation would send them.
+fn marked(prompt: &Prompt, own: bool) -> std::borrow::Cow<'_, [cache::Block]> {
+    if own {
+        return std::borrow::Cow::Borrowed(&prompt.blocks);
+    }
+    let mut blocks = prompt.blocks.clone();
+    if let Some(b) = prompt
+        .conversation
+        .checked_sub(1)
+        .and_then(|i| blocks.get_mut(i))
+    {
+        b.breakpoint = true;
+    }
+    if let Some(b) = blocks.last_mut() {
+        b.breakpoint = true;
+    }
+    std::borrow::Cow::Owned(blocks)
+}
+
+/// Puts each restored exchange back after the conversation block it
+/// followed (the client's history only grows, so positions hold).
+fn insert_restored(prompt: &mut Prompt, restored: &[(usize, cache::Block)]) {
+    // Each position was taken with the exchanges before it in place.
+    for (after, block) in restored {
+        let at = prompt.conversation + after;
+        if at <= prompt.blocks.len() {
+            prompt.blocks.insert(at, *block);
+        }
+    }
+}

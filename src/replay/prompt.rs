@@ -1,0 +1,366 @@
+//! A request body as the prompt the provider bills: its blocks in prompt
+//! order (tool definitions, then the system prompt or instructions, then
+//! one block per message or input item), each counted once per content.
+//!
+//! Tokens are `o200k_base` counts ([`crate::tokens`]) of what the model
+//! reads of a block: the text of its string values for a message, the JSON
+//! of a tool definition. A block's key is a hash of its bytes with the
+//! Anthropic `cache_control` markers taken out (a marker is not part of the
+//! prompt: Claude Code moves it to the newest message on every request, and
+//! the provider still reads the older message from its cache).
+
+use super::cache::Block;
+use super::recall::{identifiers, Identifiers};
+use super::Shape;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// Tokens added per message for its role and framing.
+const MESSAGE_OVERHEAD: u64 = 4;
+
+/// What is known of one block's content.
+#[derive(Debug)]
+pub struct Facts {
+    pub tokens: u64,
+    /// The identifiers, paths and numbers it carries (for recall charges).
+    pub ids: Identifiers,
+}
+
+/// One session's memo of block facts, by key.
+#[derive(Debug, Default)]
+pub struct Counter {
+    facts: HashMap<u128, Facts>,
+}
+
+/// A prompt: its blocks, and for each the key into the [`Counter`].
+#[derive(Clone, Debug, Default)]
+pub struct Prompt {
+    pub blocks: Vec<Block>,
+    /// Index of the first conversation block (after tools and system).
+    pub conversation: usize,
+}
+
+impl Prompt {
+    pub fn tokens(&self) -> u64 {
+        self.blocks.iter().map(|b| b.tokens).sum()
+    }
+}
+
+impl Counter {
+    pub fn facts(&self, key: u128) -> Option<&Facts> {
+        self.facts.get(&key)
+    }
+
+    /// A block for `raw` (a JSON value), counted the first time its key is seen.
+    fn block(&mut self, raw: &str, kind: Part) -> Block {
+        let breakpoint = raw.contains("\"cache_control\"");
+        let key = if breakpoint {
+            xxh(&without_cache_control(raw))
+        } else {
+            xxh(raw)
+        };
+        let facts = self.facts.entry(key).or_insert_with(|| {
+            let text = match kind {
+                Part::Tool => raw.to_string(),
+                Part::Message => text_of(raw),
+            };
+            Facts {
+                tokens: crate::tokens::count(&text)
+                    + if kind == Part::Message {
+                        MESSAGE_OVERHEAD
+                    } else {
+                        0
+                    },
+                ids: identifiers(&text),
+            }
+        });
+        Block {
+            key,
+            tokens: facts.tokens,
+            breakpoint,
+        }
+    }
+
+    /// A block made by the replay itself (a recall exchange restored in a
+    /// later request), keyed by its text.
+    pub fn synthetic(&mut self, text: &str) -> Block {
+        let key = xxh(text) ^ 0x5eed;
+        let facts = self.facts.entry(key).or_insert_with(|| Facts {
+            tokens: crate::tokens::count(text) + MESSAGE_OVERHEAD,
+            ids: identifiers(text),
+        });
+        Block {
+            key,
+            tokens: facts.tokens,
+            breakpoint: false,
+        }
+    }
+
+    /// A block of a known size standing for what a session file does not
+    /// record (a client's own system prompt and tool definitions).
+    pub fn placeholder(&mut self, name: &str, tokens: u64) -> Block {
+        let key = xxh(name) ^ 0x91ace;
+        self.facts.entry(key).or_insert_with(|| Facts {
+            tokens,
+            ids: Identifiers::default(),
+        });
+        Block {
+            key,
+            tokens,
+            breakpoint: false,
+        }
+    }
+
+    /// The prompt of a request body in `shape`, with `prefix` blocks before
+    /// everything (placeholders); `None` when the body is not a request of
+    /// that shape.
+    pub fn prompt(&mut self, shape: Shape, body: &str, prefix: &[Block]) -> Option<Prompt> {
+        let mut blocks = prefix.to_vec();
+        let conversation;
+        match shape {
+            Shape::Chat => {
+                let b: ChatBody<'_> = serde_json::from_str(body).ok()?;
+                for t in b.tools.unwrap_or_default() {
+                    blocks.push(self.block(t.get(), Part::Tool));
+                }
+                conversation = blocks.len();
+                for m in b.messages {
+                    blocks.push(self.block(m.get(), Part::Message));
+                }
+            }
+            Shape::Anthropic => {
+                let b: AnthropicBody<'_> = serde_json::from_str(body).ok()?;
+                for t in b.tools.unwrap_or_default() {
+                    blocks.push(self.block(t.get(), Part::Tool));
+                }
+                if let Some(system) = b.system {
+                    match serde_json::from_str::<Vec<&RawValue>>(system.get()) {
+                        Ok(parts) => {
+                            for p in parts {
+                                blocks.push(self.block(p.get(), Part::Message));
+                            }
+                        }
+                        Err(_) => blocks.push(self.block(system.get(), Part::Message)),
+                    }
+                }
+                conversation = blocks.len();
+                for m in b.messages {
+                    blocks.push(self.block(m.get(), Part::Message));
+                }
+            }
+            Shape::Responses => {
+                let b: ResponsesBody<'_> = serde_json::from_str(body).ok()?;
+                for t in b.tools.unwrap_or_default() {
+                    blocks.push(self.block(t.get(), Part::Tool));
+                }
+                if let Some(i) = b.instructions {
+                    blocks.push(self.block(i.get(), Part::Message));
+                }
+                conversation = blocks.len();
+                match serde_json::from_str::<Vec<&RawValue>>(b.input.get()) {
+                    Ok(items) => {
+                        for item in items {
+                            blocks.push(self.block(item.get(), Part::Message));
+                        }
+                    }
+                    Err(_) => blocks.push(self.block(b.input.get(), Part::Message)),
+                }
+            }
+        }
+        Some(Prompt {
+            blocks,
+            conversation,
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Tool,
+    Message,
+}
+
+#[derive(Deserialize)]
+struct ChatBody<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicBody<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesBody<'a> {
+    #[serde(borrow)]
+    input: &'a RawValue,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+}
+
+fn xxh(s: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(s.as_bytes())
+}
+
+/// `raw` without its `cache_control` members, cut out of the text with
+/// the comma that joined each to its neighbour, so that a block with a
+/// marker and the same block without one (as the client serialized it)
+/// have the same bytes. A marker's value is a small object without
+/// nested braces or braces in strings (`{"type":"ephemeral","ttl":"1h"}`).
+fn without_cache_control(raw: &str) -> String {
+    const KEY: &str = "\"cache_control\"";
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find(KEY) {
+        let after_key = &rest[at + KEY.len()..];
+        let value = after_key.trim_start();
+        let Some(value) = value.strip_prefix(':') else {
+            out.push_str(&rest[..at + KEY.len()]);
+            rest = after_key;
+            continue;
+        };
+        let value = value.trim_start();
+        let end = match value.strip_prefix('{').and_then(|v| v.find('}')) {
+            Some(close) => value.len() - (close + 2),
+            None => {
+                out.push_str(&rest[..at + KEY.len()]);
+                rest = after_key;
+                continue;
+            }
+        };
+        // `end` counts the bytes after the value's closing brace.
+        let tail = &rest[rest.len() - end..];
+        let before = rest[..at].trim_end();
+        match before.strip_suffix(',') {
+            Some(before) => {
+                out.push_str(before);
+                rest = tail;
+            }
+            None => {
+                out.push_str(before);
+                rest = tail.trim_start().strip_prefix(',').unwrap_or(tail);
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The text a model reads of a message: its string values, in order, one
+/// per line (keys and punctuation are framing the provider renders in a
+/// few tokens, counted by [`MESSAGE_OVERHEAD`]). A tool call's arguments
+/// are a JSON string and count as written.
+fn text_of(raw: &str) -> String {
+    fn walk(v: &Value, key: Option<&str>, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                // Type tags, roles and ids are framing, not text.
+                if !matches!(key, Some("type" | "role" | "id" | "status")) {
+                    if !out.is_empty() {
+                        out.push('\n');
+                    }
+                    out.push_str(s);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, key, out)),
+            Value::Object(map) => {
+                for (k, v) in map {
+                    if k != "cache_control" {
+                        walk(v, Some(k), out);
+                    }
+                }
+            }
+            Value::Number(n) => {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&n.to_string());
+            }
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(v) => {
+            let mut out = String::new();
+            walk(&v, None, &mut out);
+            out
+        }
+        Err(_) => raw.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_moved_cache_marker_keeps_the_block_key() {
+        let mut c = Counter::default();
+        let marked = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hello there","cache_control":{"type":"ephemeral"}}]}]}"#;
+        let plain = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hello there"}]}]}"#;
+        let a = c.prompt(Shape::Anthropic, marked, &[]).unwrap_or_default();
+        let b = c.prompt(Shape::Anthropic, plain, &[]).unwrap_or_default();
+        assert_eq!(a.blocks.len(), 1);
+        assert!(a.blocks[0].breakpoint);
+        assert!(!b.blocks[0].breakpoint);
+        assert_eq!(a.blocks[0].key, b.blocks[0].key);
+        assert_eq!(a.blocks[0].tokens, b.blocks[0].tokens);
+    }
+
+    #[test]
+    fn markers_are_cut_with_their_comma() {
+        assert_eq!(
+            without_cache_control(
+                r#"{"cache_control":{"type":"ephemeral"},"text":"a","type":"text"}"#
+            ),
+            r#"{"text":"a","type":"text"}"#
+        );
+        assert_eq!(
+            without_cache_control(
+                r#"{"type":"text","text":"a", "cache_control": {"type":"ephemeral","ttl":"1h"}}"#
+            ),
+            r#"{"type":"text","text":"a"}"#
+        );
+        let text = r#"{"text":"say \"cache_control\" twice"}"#;
+        assert_eq!(without_cache_control(text), text);
+    }
+
+    #[test]
+    fn blocks_come_in_prompt_order() {
+        let mut c = Counter::default();
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"bash"}}],"model":"m"}"#;
+        let p = c.prompt(Shape::Chat, body, &[]).unwrap_or_default();
+        assert_eq!(p.blocks.len(), 2);
+        assert_eq!(p.conversation, 1);
+        let responses = r#"{"instructions":"be brief","input":[{"type":"message","role":"user","content":"hi"},{"type":"function_call_output","call_id":"c","output":"x y z"}],"tools":[]}"#;
+        let p = c
+            .prompt(Shape::Responses, responses, &[])
+            .unwrap_or_default();
+        assert_eq!(p.blocks.len(), 3);
+        assert_eq!(p.conversation, 1);
+        assert!(c.prompt(Shape::Chat, "not json", &[]).is_none());
+    }
+
+    #[test]
+    fn message_tokens_count_the_text_not_the_framing() {
+        let mut c = Counter::default();
+        let body =
+            r#"{"messages":[{"role":"tool","tool_call_id":"call_1","content":"hello world"}]}"#;
+        let p = c.prompt(Shape::Chat, body, &[]).unwrap_or_default();
+        // "call_1" and "hello world" (and the overhead); not "role"/"tool".
+        let expected = crate::tokens::count("call_1\nhello world") + MESSAGE_OVERHEAD;
+        assert_eq!(p.blocks[0].tokens, expected);
+    }
+}

@@ -1,0 +1,391 @@
+//! What a replay found, per session and in total, as `toolstub estimate`
+//! prints it (a table, or one JSON object).
+
+use super::cache::Bill;
+use super::price::PriceModel;
+use super::Recorded;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One price model's bills of a session (or of many).
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelBill {
+    pub price_model: PriceModel,
+    /// The session sent directly.
+    pub direct: Bill,
+    /// The session through toolstub, recall rounds included.
+    pub toolstub: Bill,
+    /// Of `toolstub`, the recall rounds.
+    pub recall: Bill,
+    pub direct_usd: f64,
+    pub toolstub_usd: f64,
+    pub recall_usd: f64,
+    /// `direct_usd - toolstub_usd`.
+    pub saved_usd: f64,
+    /// `saved_usd / direct_usd` (0 when nothing was billed).
+    pub saved_fraction: f64,
+}
+
+impl ModelBill {
+    pub fn new(price_model: PriceModel) -> ModelBill {
+        ModelBill {
+            price_model,
+            direct: Bill::default(),
+            toolstub: Bill::default(),
+            recall: Bill::default(),
+            direct_usd: 0.0,
+            toolstub_usd: 0.0,
+            recall_usd: 0.0,
+            saved_usd: 0.0,
+            saved_fraction: 0.0,
+        }
+    }
+
+    /// Prices the bills.
+    pub fn finish(&mut self) {
+        let m = &self.price_model;
+        self.direct_usd = m.dollars(&self.direct);
+        self.toolstub_usd = m.dollars(&self.toolstub);
+        self.recall_usd = m.dollars(&self.recall);
+        self.saved_usd = self.direct_usd - self.toolstub_usd;
+        self.saved_fraction = if self.direct_usd > 0.0 {
+            self.saved_usd / self.direct_usd
+        } else {
+            0.0
+        };
+    }
+
+    fn absorb(&mut self, other: &ModelBill) {
+        self.direct.add(other.direct);
+        self.toolstub.add(other.toolstub);
+        self.recall.add(other.recall);
+        self.direct_usd += other.direct_usd;
+        self.toolstub_usd += other.toolstub_usd;
+        self.recall_usd += other.recall_usd;
+        self.saved_usd = self.direct_usd - self.toolstub_usd;
+        self.saved_fraction = if self.direct_usd > 0.0 {
+            self.saved_usd / self.direct_usd
+        } else {
+            0.0
+        };
+    }
+}
+
+/// Direct and through toolstub.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Pair {
+    pub direct: u64,
+    pub toolstub: u64,
+}
+
+/// One session replayed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionReport {
+    pub name: String,
+    pub source: &'static str,
+    pub shape: &'static str,
+    pub model: Option<String>,
+    pub requests: usize,
+    /// Requests whose body could not be read as its shape (not billed).
+    pub unreadable: usize,
+    /// Distinct outputs externalized at least once.
+    pub outputs_externalized: usize,
+    /// Their original characters.
+    pub externalized_chars: u64,
+    /// Outputs externalized, summed over requests.
+    pub externalizations: usize,
+    /// Input tokens, summed over requests (recall rounds included).
+    pub input_tokens: Pair,
+    /// The largest request.
+    pub peak_context: Pair,
+    pub recall_rounds: usize,
+    /// Tokens read back by those rounds.
+    pub recall_read_tokens: u64,
+    /// The session's own provider first (the default price model).
+    pub models: Vec<ModelBill>,
+    /// At the default price model.
+    pub saved_fraction: f64,
+    #[serde(skip)]
+    pub direct_tokens: u64,
+    #[serde(skip)]
+    pub toolstub_tokens: u64,
+    #[serde(skip)]
+    pub peak_direct: u64,
+    #[serde(skip)]
+    pub peak_toolstub: u64,
+    #[serde(skip)]
+    pub recall_tokens: u64,
+}
+
+impl SessionReport {
+    pub fn new(session: &Recorded) -> SessionReport {
+        SessionReport {
+            name: session.name.clone(),
+            source: session.source.name(),
+            shape: session.shape.name(),
+            model: session.model.clone(),
+            requests: 0,
+            unreadable: 0,
+            outputs_externalized: 0,
+            externalized_chars: 0,
+            externalizations: 0,
+            input_tokens: Pair::default(),
+            peak_context: Pair::default(),
+            recall_rounds: 0,
+            recall_read_tokens: 0,
+            models: Vec::new(),
+            saved_fraction: 0.0,
+            direct_tokens: 0,
+            toolstub_tokens: 0,
+            peak_direct: 0,
+            peak_toolstub: 0,
+            recall_tokens: 0,
+        }
+    }
+
+    /// Moves the running sums into the reported fields.
+    pub fn finish(&mut self) {
+        self.input_tokens = Pair {
+            direct: self.direct_tokens,
+            toolstub: self.toolstub_tokens,
+        };
+        self.peak_context = Pair {
+            direct: self.peak_direct,
+            toolstub: self.peak_toolstub,
+        };
+        self.recall_read_tokens = self.recall_tokens;
+        self.saved_fraction = self.models.first().map_or(0.0, |m| m.saved_fraction);
+    }
+}
+
+/// Every session together.
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    pub sessions: usize,
+    pub requests: usize,
+    pub unreadable: usize,
+    pub outputs_externalized: usize,
+    pub externalizations: usize,
+    pub input_tokens: Pair,
+    /// The largest request of any session.
+    pub peak_context: Pair,
+    pub recall_rounds: usize,
+    pub recall_read_tokens: u64,
+    /// Billed input saved, each session at its own provider's price model
+    /// (the default), net of recalls.
+    pub saved_fraction: f64,
+    pub direct_usd: f64,
+    pub toolstub_usd: f64,
+    /// Each price model over every session.
+    pub by_price_model: Vec<ModelBill>,
+    /// Sessions that cost more through toolstub (default price model).
+    pub sessions_costlier: usize,
+    /// The lowest saved fraction of any session (default price model).
+    pub worst_saved_fraction: f64,
+}
+
+impl Totals {
+    pub fn of(reports: &[SessionReport]) -> Totals {
+        let mut t = Totals {
+            sessions: reports.len(),
+            requests: 0,
+            unreadable: 0,
+            outputs_externalized: 0,
+            externalizations: 0,
+            input_tokens: Pair::default(),
+            peak_context: Pair::default(),
+            recall_rounds: 0,
+            recall_read_tokens: 0,
+            saved_fraction: 0.0,
+            direct_usd: 0.0,
+            toolstub_usd: 0.0,
+            by_price_model: Vec::new(),
+            sessions_costlier: 0,
+            worst_saved_fraction: 0.0,
+        };
+        for r in reports {
+            t.requests += r.requests;
+            t.unreadable += r.unreadable;
+            t.outputs_externalized += r.outputs_externalized;
+            t.externalizations += r.externalizations;
+            t.input_tokens.direct += r.input_tokens.direct;
+            t.input_tokens.toolstub += r.input_tokens.toolstub;
+            t.peak_context.direct = t.peak_context.direct.max(r.peak_context.direct);
+            t.peak_context.toolstub = t.peak_context.toolstub.max(r.peak_context.toolstub);
+            t.recall_rounds += r.recall_rounds;
+            t.recall_read_tokens += r.recall_read_tokens;
+            if let Some(own) = r.models.first() {
+                t.direct_usd += own.direct_usd;
+                t.toolstub_usd += own.toolstub_usd;
+                if own.saved_usd < 0.0 {
+                    t.sessions_costlier += 1;
+                }
+            }
+            t.worst_saved_fraction = t.worst_saved_fraction.min(r.saved_fraction);
+            for m in &r.models {
+                match t
+                    .by_price_model
+                    .iter_mut()
+                    .find(|b| b.price_model.name == m.price_model.name)
+                {
+                    Some(b) => b.absorb(m),
+                    None => {
+                        let mut b = m.clone();
+                        b.price_model.prices_from = m.price_model.prices_from.clone();
+                        t.by_price_model.push(b);
+                    }
+                }
+            }
+        }
+        t.by_price_model
+            .sort_by(|a, b| a.price_model.name.cmp(b.price_model.name));
+        t.saved_fraction = if t.direct_usd > 0.0 {
+            (t.direct_usd - t.toolstub_usd) / t.direct_usd
+        } else {
+            0.0
+        };
+        t
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn percent(f: f64) -> String {
+    format!("{:+.1}%", f * 100.0)
+}
+
+/// The table `toolstub estimate` prints: one line per session (up to
+/// `max_rows`, the costliest first), then the totals.
+pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> String {
+    let mut out = String::new();
+    let mut rows: Vec<&SessionReport> = reports.iter().collect();
+    rows.sort_by(|a, b| {
+        let cost = |r: &SessionReport| r.models.first().map_or(0.0, |m| m.direct_usd);
+        cost(b)
+            .partial_cmp(&cost(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let _ = writeln!(
+        out,
+        "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10} {:>10} {:>8} {:>6} {:>9}",
+        "session",
+        "reqs",
+        "outs",
+        "input tokens",
+        "via toolstub",
+        "billed $",
+        "toolstub $",
+        "saved",
+        "recall",
+        "peak ctx"
+    );
+    for r in rows.iter().take(max_rows) {
+        let own = r.models.first();
+        let name = if r.name.chars().count() > 44 {
+            let tail: String = r
+                .name
+                .chars()
+                .rev()
+                .take(43)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            format!("…{tail}")
+        } else {
+            r.name.clone()
+        };
+        let _ = writeln!(
+            out,
+            "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10.4} {:>10.4} {:>8} {:>6} {:>9}",
+            name,
+            r.requests,
+            r.outputs_externalized,
+            grouped(r.input_tokens.direct),
+            grouped(r.input_tokens.toolstub),
+            own.map_or(0.0, |m| m.direct_usd),
+            own.map_or(0.0, |m| m.toolstub_usd),
+            percent(r.saved_fraction),
+            r.recall_rounds,
+            grouped(r.peak_context.direct)
+        );
+    }
+    if reports.len() > max_rows {
+        let _ = writeln!(
+            out,
+            "({} more sessions; --json lists every one)",
+            reports.len() - max_rows
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{} sessions, {} requests, {} outputs externalized, {} recall rounds charged ({} tokens read back)",
+        totals.sessions,
+        grouped(totals.requests as u64),
+        grouped(totals.outputs_externalized as u64),
+        grouped(totals.recall_rounds as u64),
+        grouped(totals.recall_read_tokens)
+    );
+    let _ = writeln!(
+        out,
+        "input tokens: {} sent directly, {} through toolstub; peak context {} -> {}",
+        grouped(totals.input_tokens.direct),
+        grouped(totals.input_tokens.toolstub),
+        grouped(totals.peak_context.direct),
+        grouped(totals.peak_context.toolstub)
+    );
+    for m in &totals.by_price_model {
+        let p = &m.price_model;
+        let _ = writeln!(
+            out,
+            "{:<9} direct: {} input + {} cache write + {} cache read = ${:.2}; toolstub: {} + {} + {} = ${:.2} (recalls ${:.2}); saved {}",
+            p.name,
+            grouped(m.direct.input),
+            grouped(m.direct.cache_write),
+            grouped(m.direct.cache_read),
+            m.direct_usd,
+            grouped(m.toolstub.input),
+            grouped(m.toolstub.cache_write),
+            grouped(m.toolstub.cache_read),
+            m.toolstub_usd,
+            m.recall_usd,
+            percent(m.saved_fraction)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "saved at each session's own provider: {} (${:.2} of ${:.2}), net of recalls; {} sessions cost more, the worst {}",
+        percent(totals.saved_fraction),
+        totals.direct_usd - totals.toolstub_usd,
+        totals.direct_usd,
+        totals.sessions_costlier,
+        percent(totals.worst_saved_fraction)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+    }
+}

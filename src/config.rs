@@ -164,6 +164,12 @@ pub struct RawExternalization {
     pub conversation_inline_budget_chars: usize,
     /// Under the conversation budget, outputs longer than this are externalized.
     pub conversation_floor_chars: usize,
+    /// The aging rule (`rewrite::aging`): turns before an output seen
+    /// verbatim may become a stub (0: off), its floor, and the share of
+    /// what a change makes the cache write again that it must remove.
+    pub aged_after_turns: usize,
+    pub aged_floor_chars: usize,
+    pub aged_min_share: f64,
     pub failure_mode: FailureMode,
     /// The older form of a MIME hint per tool name, still accepted: each
     /// entry is read as a rule `{ match = <the exact name>, mime = ... }`
@@ -201,6 +207,9 @@ impl Default for RawExternalization {
             min_preview_chars: b.min_preview_chars,
             conversation_inline_budget_chars: b.conversation_inline_budget_chars,
             conversation_floor_chars: b.conversation_floor_chars,
+            aged_after_turns: crate::rewrite::aging::DEFAULT_AFTER_TURNS,
+            aged_floor_chars: crate::rewrite::aging::DEFAULT_FLOOR_CHARS,
+            aged_min_share: f64::from(crate::rewrite::aging::DEFAULT_MIN_SHARE_PERMILLE) / 1000.0,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
             tools: Vec::new(),
@@ -590,6 +599,12 @@ fn validate(raw: RawConfig) -> Result<Config> {
     if e.threshold_chars == 0 {
         bail!("externalization.threshold_chars must be at least 1");
     }
+    if !(0.0..=1.0).contains(&e.aged_min_share) {
+        bail!(
+            "externalization.aged_min_share must be between 0 and 1, got {}",
+            e.aged_min_share
+        );
+    }
     let tools = tool_rules(e)?;
     let names = RecallToolNames {
         read: raw.recall.read_tool.clone(),
@@ -679,6 +694,11 @@ fn validate(raw: RawConfig) -> Result<Config> {
             recall_names: names,
             tools,
             externalize_errors: e.externalize_errors,
+            aging: crate::rewrite::aging::Aging {
+                after_turns: e.aged_after_turns,
+                floor_chars: e.aged_floor_chars,
+                min_share_permille: (e.aged_min_share * 1000.0).round() as u32,
+            },
         },
         recall_max_rounds: raw.recall.max_rounds,
         restore_history: raw.recall.restore_history,

@@ -411,6 +411,8 @@ fn reason_label(reason: &str) -> &'static str {
         "conversation_budget:externalization_failed" => {
             "conversation_budget:externalization_failed"
         }
+        "aged" => "aged",
+        "aged:externalization_failed" => "aged:externalization_failed",
         _ => "other",
     }
 }

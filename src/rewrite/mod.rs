@@ -13,6 +13,7 @@
 //! Outputs that the proxy's own recall tools produced are never seen here:
 //! recall rounds append their results to an already rewritten body.
 
+pub mod aging;
 pub mod memo;
 pub mod select;
 pub mod tool_policy;
@@ -43,6 +44,8 @@ pub struct Policy {
     /// Whether outputs the client flagged as errors may be externalized
     /// (off by default: an agent must see its errors).
     pub externalize_errors: bool,
+    /// Outputs seen verbatim that become stubs once old ([`aging`]).
+    pub aging: aging::Aging,
 }
 
 impl Default for Policy {
@@ -54,6 +57,7 @@ impl Default for Policy {
             recall_names: RecallToolNames::default(),
             tools: ToolRules::default(),
             externalize_errors: false,
+            aging: aging::Aging::default(),
         }
     }
 }
@@ -217,6 +221,19 @@ fn rewrite_parsed<'b>(
         );
         start = end;
     }
+    if policy.aging.after_turns > 0 {
+        age(
+            body,
+            &parsed,
+            policy,
+            &names,
+            mode,
+            protocol,
+            memo,
+            &mut outputs,
+            &mut splices,
+        );
+    }
     if outputs.is_empty() {
         return Outcome::Unchanged(Unchanged::NothingOverBudget);
     }
@@ -329,17 +346,9 @@ fn rewrite_group<'b>(
         let tool = policy
             .tools
             .resolve(o.tool_name.as_deref(), budget.threshold_chars);
-        let recall = o
-            .tool_name
-            .as_deref()
-            .is_some_and(|n| RecallTool::named(names, n).is_some());
-        let kept = recall
-            || (o.is_error && !policy.externalize_errors)
-            || tool.externalize == Externalize::Never;
-        let p = if kept {
-            None
-        } else {
-            Prepared::new(o, tool.mime, budget.preview_chars, memo)
+        let p = match may_externalize(o, policy, names) {
+            Some(t) => Prepared::new(o, t.mime, budget.preview_chars, memo),
+            None => None,
         };
         candidates.push(Candidate {
             len: p.as_ref().map_or_else(|| o.content.char_len(), |p| p.chars),
@@ -360,30 +369,164 @@ fn rewrite_group<'b>(
         let (Some(reason), Some(p)) = (*reason, prepared[i].as_mut()) else {
             continue;
         };
-        let output = &group[i];
-        let stub = p.stub(output, selection.preview, reason, mode, names);
-        let synopsis = p.synopsis_at(&output.content, selection.preview).clone();
-        splices.push((
-            output.content_span.clone(),
-            protocol.encode_content(output.shape, &stub),
-        ));
-        splices.extend(output.removed.iter().map(|r| (r.clone(), String::new())));
-        outputs.push(Externalized {
-            result_ref: (mode == Mode::WithRefs).then(|| p.result_ref.clone()),
-            sha256: p.sha256.clone(),
-            tool_call_id: output.tool_call_id.as_deref().map(str::to_string),
-            tool_name: output.tool_name.as_deref().map(str::to_string),
-            mime: p.mime.clone(),
-            content: output.content.clone(),
-            text: p.text.take(),
-            original_chars: p.chars,
-            preview_chars: p.chars.min(selection.preview),
-            synopsis,
-            reason: reason_text(reason, mode),
-            stub,
-        });
+        externalize(
+            &group[i],
+            p,
+            selection.preview,
+            reason,
+            mode,
+            names,
+            protocol,
+            outputs,
+            splices,
+        );
     }
     selection.held
+}
+
+/// Replaces `output` by its stub: the splices, and what the store keeps.
+#[allow(clippy::too_many_arguments)]
+fn externalize<'b>(
+    output: &ToolOutput<'b>,
+    p: &mut Prepared<'b>,
+    preview: usize,
+    reason: Reason,
+    mode: Mode,
+    names: &RecallToolNames,
+    protocol: &dyn Protocol,
+    outputs: &mut Vec<Externalized<'b>>,
+    splices: &mut Vec<(Range<usize>, String)>,
+) {
+    let stub = p.stub(output, preview, reason, mode, names);
+    let synopsis = p.synopsis_at(&output.content, preview).clone();
+    splices.push((
+        output.content_span.clone(),
+        protocol.encode_content(output.shape, &stub),
+    ));
+    splices.extend(output.removed.iter().map(|r| (r.clone(), String::new())));
+    outputs.push(Externalized {
+        result_ref: (mode == Mode::WithRefs).then(|| p.result_ref.clone()),
+        sha256: p.sha256.clone(),
+        tool_call_id: output.tool_call_id.as_deref().map(str::to_string),
+        tool_name: output.tool_name.as_deref().map(str::to_string),
+        mime: p.mime.clone(),
+        content: output.content.clone(),
+        text: p.text.take(),
+        original_chars: p.chars,
+        preview_chars: p.chars.min(preview),
+        synopsis,
+        reason: reason_text(reason, mode),
+        stub,
+    });
+}
+
+/// Whether an output may be externalized at all: not a recall result,
+/// not an error the client flagged (unless configured), not a tool whose
+/// rule says `never`. Returns its resolved tool policy.
+fn may_externalize(
+    o: &ToolOutput<'_>,
+    policy: &Policy,
+    names: &RecallToolNames,
+) -> Option<tool_policy::ToolPolicy> {
+    let tool = policy
+        .tools
+        .resolve(o.tool_name.as_deref(), policy.budget.threshold_chars);
+    let recall = o
+        .tool_name
+        .as_deref()
+        .is_some_and(|n| RecallTool::named(names, n).is_some());
+    let kept = recall
+        || (o.is_error && !policy.externalize_errors)
+        || tool.externalize == Externalize::Never;
+    (!kept).then_some(tool)
+}
+
+/// The aging rule over the outputs the other rules kept inline
+/// ([`aging`]): each old enough, over the floor, is measured by what its
+/// stub would save, and those the rule picks become stubs (reason `aged`).
+#[allow(clippy::too_many_arguments)]
+fn age<'b>(
+    body: &'b str,
+    parsed: &ParsedRequest<'b>,
+    policy: &Policy,
+    names: &RecallToolNames,
+    mode: Mode,
+    protocol: &dyn Protocol,
+    memo: &Memo,
+    outputs: &mut Vec<Externalized<'b>>,
+    splices: &mut Vec<(Range<usize>, String)>,
+) {
+    let preview = policy
+        .budget
+        .min_preview_chars
+        .min(policy.budget.preview_chars);
+    let stubbed: std::collections::BTreeSet<usize> = splices.iter().map(|(r, _)| r.start).collect();
+    // Turn ordinals, the end of each turn's outputs, and the first turn
+    // holding a stub of another rule.
+    let mut ends: Vec<usize> = Vec::new();
+    let mut turn_of = Vec::with_capacity(parsed.outputs.len());
+    let mut first_stub = None;
+    for (i, o) in parsed.outputs.iter().enumerate() {
+        if i == 0 || parsed.outputs[i - 1].group != o.group {
+            ends.push(0);
+        }
+        let t = ends.len() - 1;
+        ends[t] = ends[t].max(o.content_span.end);
+        turn_of.push(t);
+        if first_stub.is_none() && stubbed.contains(&o.content_span.start) {
+            first_stub = Some(t);
+        }
+    }
+    let conversation = match (parsed.messages.first(), parsed.messages.last()) {
+        (Some(a), Some(b)) => b.span.end.saturating_sub(a.span.start),
+        _ => 0,
+    };
+    let turns = aging::Turns {
+        ends,
+        outside: body.len().saturating_sub(conversation),
+        first_stub,
+    };
+    let newest = turns.ends.len().saturating_sub(1);
+    let mut seen = Vec::new();
+    let mut prepared = Vec::new();
+    for (i, o) in parsed.outputs.iter().enumerate() {
+        if stubbed.contains(&o.content_span.start)
+            || turn_of[i] + policy.aging.after_turns > newest
+            || o.content.char_len() <= policy.aging.floor_chars
+        {
+            continue;
+        }
+        let Some(tool) = may_externalize(o, policy, names) else {
+            continue;
+        };
+        let Some(mut p) = Prepared::new(o, tool.mime, preview, memo) else {
+            continue;
+        };
+        let stub = p.stub(o, preview, Reason::Aged, mode, names);
+        let encoded = protocol.encode_content(o.shape, &stub).len();
+        seen.push(aging::Seen {
+            turn: turn_of[i],
+            start: o.content_span.start,
+            saving: o.content_span.len().saturating_sub(encoded),
+        });
+        prepared.push((i, p));
+    }
+    let picked = aging::aged(&policy.aging, &seen, &turns);
+    for ((i, mut p), aged) in prepared.into_iter().zip(picked) {
+        if aged {
+            externalize(
+                &parsed.outputs[i],
+                &mut p,
+                preview,
+                Reason::Aged,
+                mode,
+                names,
+                protocol,
+                outputs,
+                splices,
+            );
+        }
+    }
 }
 
 fn reason_text(reason: Reason, mode: Mode) -> String {

@@ -67,6 +67,8 @@ pub enum Reason {
     SingleThreshold,
     TurnBudget,
     ConversationBudget,
+    /// Seen verbatim, then old (the aging rule, [`super::aging`]).
+    Aged,
 }
 
 impl Reason {
@@ -75,6 +77,7 @@ impl Reason {
             Reason::SingleThreshold => "single_threshold",
             Reason::TurnBudget => "turn_budget",
             Reason::ConversationBudget => "conversation_budget",
+            Reason::Aged => "aged",
         }
     }
 }

@@ -656,3 +656,133 @@ fn a_mime_hint_comes_from_the_first_rule_that_gives_one() {
     );
     assert_eq!(kind(vec![with_mime("other", "application/json")]).1, None);
 }
+
+/// A chat conversation of one tool call per turn, output `i` answering turn `i`.
+fn conversation(outputs: &[String]) -> String {
+    let mut messages = vec![r#"{"role":"user","content":"go"}"#.to_string()];
+    for (i, o) in outputs.iter().enumerate() {
+        messages.push(format!(
+            r#"{{"role":"assistant","content":"step {i}","tool_calls":[{{"id":"call_{i}","type":"function","function":{{"name":"fetch","arguments":"{{}}"}}}}]}}"#
+        ));
+        messages.push(format!(
+            r#"{{"role":"tool","tool_call_id":"call_{i}","content":{}}}"#,
+            serde_json::to_string(o).unwrap_or_default()
+        ));
+    }
+    format!(
+        r#"{{"model":"gpt-x","messages":[{}],"tools":[{{"type":"function","function":{{"name":"fetch","parameters":{{}}}}}}]}}"#,
+        messages.join(",")
+    )
+}
+
+fn aging_policy(after_turns: usize, min_share_permille: u32) -> Policy {
+    Policy {
+        aging: aging::Aging {
+            after_turns,
+            floor_chars: 4_000,
+            min_share_permille,
+        },
+        ..Policy::default()
+    }
+}
+
+/// The messages of a body, as raw JSON texts.
+fn messages_of(body: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct B<'a> {
+        #[serde(borrow)]
+        messages: Vec<&'a RawValue>,
+    }
+    serde_json::from_str::<B<'_>>(body)
+        .map(|b| b.messages.iter().map(|m| m.get().to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn body_of(outcome: Outcome<'_>, original: &str) -> String {
+    match outcome {
+        Outcome::Rewritten(r) => r.body,
+        Outcome::Unchanged(_) => original.to_string(),
+    }
+}
+
+#[test]
+fn aging_replaces_a_seen_output_where_the_change_pays_and_keeps_it_replaced() {
+    // Turn 0: over the threshold (a stub at first sight: the recall tools
+    // are offered from then on). Turn 1: 19,000 characters, under it.
+    let mid = big_json(650);
+    assert!(mid.len() > 15_000 && mid.len() < 20_000, "{}", mid.len());
+    let outputs = [
+        big_json(3_000),
+        mid.clone(),
+        "ok".into(),
+        "ok".into(),
+        "ok".into(),
+    ];
+    let policy = aging_policy(1, 920);
+    let bodies: Vec<String> = (1..=outputs.len())
+        .map(|n| {
+            let b = conversation(&outputs[..n]);
+            let out = rewrite(b.as_bytes(), &policy, &OpenAiChat, Mode::WithRefs);
+            body_of(out, &b)
+        })
+        .collect();
+    // The request that first carries it sends it verbatim.
+    let first = messages_of(&bodies[1]);
+    assert!(first[4].contains(&serde_json::to_string(&mid).unwrap_or_default()[1..200]));
+    // The next one replaces it (reason aged) and changes nothing before it.
+    let second = messages_of(&bodies[2]);
+    assert!(second[4].contains("reason: aged"), "{}", &second[4][..200]);
+    assert_eq!(first[..4], second[..4]);
+    // Every later request reproduces the previous one's messages.
+    for w in bodies[2..].windows(2) {
+        let (a, b) = (messages_of(&w[0]), messages_of(&w[1]));
+        assert_eq!(a[..], b[..a.len()]);
+    }
+}
+
+#[test]
+fn aging_leaves_an_output_where_the_change_would_not_pay() {
+    let mid = big_json(650);
+    // No stub before it: aging would add the recall tools, at the head of
+    // the prompt, and make the provider write the whole request again.
+    // 3,000 characters before it (under the floor).
+    let outputs = ["a ".repeat(1_500), mid.clone(), "ok".into(), "ok".into()];
+    let b = conversation(&outputs);
+    let out = rewrite(
+        b.as_bytes(),
+        &aging_policy(1, 920),
+        &OpenAiChat,
+        Mode::WithRefs,
+    );
+    assert!(matches!(
+        out,
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+    // Without the price gate, the same output goes at its age.
+    let out = rewrite(
+        b.as_bytes(),
+        &aging_policy(2, 0),
+        &OpenAiChat,
+        Mode::WithRefs,
+    );
+    match out {
+        Outcome::Rewritten(r) => {
+            assert_eq!(r.outputs.len(), 1);
+            assert_eq!(r.outputs[0].reason, "aged");
+            assert_eq!(r.outputs[0].tool_call_id.as_deref(), Some("call_1"));
+        }
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    }
+    // One turn younger, it is not old enough.
+    let b = conversation(&outputs[..3]);
+    let out = rewrite(
+        b.as_bytes(),
+        &aging_policy(2, 0),
+        &OpenAiChat,
+        Mode::WithRefs,
+    );
+    assert!(matches!(
+        out,
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+}

@@ -1,0 +1,188 @@
+//! The aging rule: an output the model has seen verbatim becomes a stub
+//! once it is old, where the change pays under the providers' price model.
+//!
+//! Every output up to its threshold is sent verbatim in the first request
+//! that carries it; the other rules decide at first sight. Aging decides
+//! later, and so changes bytes already sent: replacing an output makes the
+//! provider's cache miss from that output on, so the request that makes
+//! the change writes everything after it again (Anthropic: 1.25x the input
+//! price instead of 0.1x to read it; OpenAI: 1x instead of 0.1x). The rule
+//! therefore changes the prefix only at decision points where the
+//! characters it removes are at least [`Aging::min_share_permille`]
+//! thousandths of the characters it makes the cache write again (from the
+//! first output it replaces to the end of the previous request, or the
+//! whole previous request when the recall tools are not offered yet, since
+//! adding them changes the tool definitions at the head of the prompt).
+//! At the default, 920 = 1 - 0.1/1.25, the request that makes the change
+//! costs no more than the same request without it on either provider, and
+//! every later request saves what was removed.
+//!
+//! Determinism: a decision point is the request whose newest turn is turn
+//! `d` of this conversation; the rule replays every decision point from the
+//! request's own content, oldest first, so each request reproduces the
+//! decisions of every earlier request of the conversation (its history is
+//! theirs plus new turns) and an output, once aged, stays aged.
+
+/// The rule's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aging {
+    /// An output becomes eligible this many assistant turns after the turn
+    /// it answers (0: the rule is off).
+    pub after_turns: usize,
+    /// Only outputs longer than this many characters.
+    pub floor_chars: usize,
+    /// What a change must remove, in thousandths of what it makes the
+    /// cache write again (0: whenever an output is old enough).
+    pub min_share_permille: u32,
+}
+
+impl Default for Aging {
+    fn default() -> Self {
+        Aging {
+            after_turns: DEFAULT_AFTER_TURNS,
+            floor_chars: DEFAULT_FLOOR_CHARS,
+            min_share_permille: DEFAULT_MIN_SHARE_PERMILLE,
+        }
+    }
+}
+
+/// The default (BENCHMARKS.md, "Savings on real sessions").
+pub const DEFAULT_AFTER_TURNS: usize = 0;
+pub const DEFAULT_FLOOR_CHARS: usize = 4_000;
+pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 920;
+
+/// One output the rule may age: its turn (0-based among the request's
+/// turns that carry outputs), its bytes in the body, and the bytes its
+/// stub would save.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub turn: usize,
+    pub start: usize,
+    pub saving: usize,
+}
+
+/// The request as the rule measures it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turns {
+    /// The byte where each turn's last output ends.
+    pub ends: Vec<usize>,
+    /// Bytes of the body outside its conversation (tools, system prompt).
+    pub outside: usize,
+    /// The first turn holding an output another rule externalized (the
+    /// recall tools are offered from the request whose newest turn it is).
+    pub first_stub: Option<usize>,
+}
+
+/// Which of `seen` (in body order) the rule externalizes.
+pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
+    let mut aged = vec![false; seen.len()];
+    if aging.after_turns == 0 {
+        return aged;
+    }
+    let mut offered_from = turns.first_stub;
+    for d in 1..turns.ends.len() {
+        let pending: Vec<usize> = (0..seen.len())
+            .filter(|&i| !aged[i] && seen[i].turn + aging.after_turns <= d)
+            .collect();
+        let Some(&first) = pending.first() else {
+            continue;
+        };
+        let removed: usize = pending.iter().map(|&i| seen[i].saving).sum();
+        let previous_end = turns.ends[d - 1];
+        let rewritten = if offered_from.is_some_and(|t| t < d) {
+            previous_end.saturating_sub(seen[first].start)
+        } else {
+            previous_end + turns.outside
+        };
+        let pays = removed as u128 * 1000 >= aging.min_share_permille as u128 * rewritten as u128;
+        if pays {
+            for i in pending {
+                aged[i] = true;
+            }
+            offered_from.get_or_insert(d);
+        }
+    }
+    aged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aging(after: usize, permille: u32) -> Aging {
+        Aging {
+            after_turns: after,
+            floor_chars: 0,
+            min_share_permille: permille,
+        }
+    }
+
+    /// Turns of 1,000 bytes each; `big` outputs (turn, saving) start at the
+    /// beginning of their turn.
+    fn turns(n: usize, first_stub: Option<usize>) -> Turns {
+        Turns {
+            ends: (1..=n).map(|t| t * 1000).collect(),
+            outside: 500,
+            first_stub,
+        }
+    }
+
+    fn seen(turn: usize, saving: usize) -> Seen {
+        Seen {
+            turn,
+            start: turn * 1000,
+            saving,
+        }
+    }
+
+    #[test]
+    fn off_ages_nothing() {
+        assert_eq!(
+            aged(&aging(0, 0), &[seen(0, 900)], &turns(5, None)),
+            [false]
+        );
+    }
+
+    #[test]
+    fn without_a_price_gate_outputs_age_after_n_turns() {
+        let s = [seen(0, 900), seen(2, 900), seen(3, 900)];
+        // Newest turn 4: turns 0 and 2 are two or more turns old, turn 3 is not.
+        assert_eq!(aged(&aging(2, 0), &s, &turns(5, None)), [true, true, false]);
+        // The request before it (newest turn 3) ages turn 0 only.
+        assert_eq!(
+            aged(&aging(2, 0), &s, &turns(4, None)),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn the_gate_ages_only_where_the_change_pays_at_once() {
+        // Tools already offered (a stub in turn 0): an output filling its
+        // own turn (saving 950 of 1,000 bytes) pays at age 1.
+        let s = [seen(1, 950)];
+        assert_eq!(aged(&aging(1, 920), &s, &turns(3, Some(0))), [true]);
+        // Saving 900 of 1,000 does not.
+        assert_eq!(
+            aged(&aging(1, 920), &[seen(1, 900)], &turns(3, Some(0))),
+            [false]
+        );
+        // Without the recall tools offered, the change rewrites the whole
+        // previous request: it does not pay.
+        assert_eq!(aged(&aging(1, 920), &s, &turns(3, None)), [false]);
+    }
+
+    #[test]
+    fn each_request_reproduces_the_decisions_of_the_earlier_ones() {
+        let s = [seen(0, 300), seen(1, 990), seen(2, 990), seen(4, 100)];
+        let mut before: Vec<bool> = Vec::new();
+        for n in 1..=8 {
+            let now = aged(&aging(1, 600), &s, &turns(n, Some(0)));
+            // An output aged in an earlier request stays aged.
+            for (i, was) in before.iter().enumerate() {
+                assert!(!was || now[i], "request {n}: {before:?} -> {now:?}");
+            }
+            before = now;
+        }
+        assert!(before[1] && before[2]);
+    }
+}

@@ -62,6 +62,9 @@ struct EstimateArgs {
     /// Sessions listed in the table, the costliest first.
     #[arg(long, value_name = "N", default_value_t = 20)]
     rows: usize,
+    /// Print each request as it will be replayed (one JSON object a line: session, shape, index, at, body, answer) instead of replaying.
+    #[arg(long, conflicts_with = "json")]
+    print_requests: bool,
     /// Files or folders to replay.
     #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -240,6 +243,7 @@ fn estimate(args: EstimateArgs) -> Result<()> {
         config: args.config,
         shapes,
         json: args.json,
+        print_requests: args.print_requests,
         rows: args.rows,
     })
 }

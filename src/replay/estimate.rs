@@ -25,6 +25,8 @@ pub struct Options {
     /// The shapes trajectories are replayed in (other files have their own).
     pub shapes: Vec<Shape>,
     pub json: bool,
+    /// Print the requests as read (one JSON line each) instead of replaying.
+    pub print_requests: bool,
     /// Sessions listed in the table.
     pub rows: usize,
 }
@@ -56,6 +58,9 @@ pub fn run(options: Options) -> Result<()> {
         options.paths.clone()
     };
     let files = sources::files(&paths)?;
+    if options.print_requests {
+        return print_requests(&files, &options.shapes);
+    }
     let prices = Prices {
         table: config.pricing.clone(),
     };
@@ -80,6 +85,32 @@ pub fn run(options: Options) -> Result<()> {
                 "{} files held no session of a known format",
                 skipped.len()
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// Each request of each session of `files`, as it will be replayed: one
+/// JSON object a line (`session`, `shape`, `index`, `at`, `body`,
+/// `answer`), for checking what a file was read as.
+fn print_requests(files: &[PathBuf], shapes: &[Shape]) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    for path in files {
+        for session in sources::read(path, shapes)? {
+            for (index, r) in session.requests.iter().enumerate() {
+                let body: serde_json::Value = serde_json::from_str(&r.body)
+                    .with_context(|| format!("{}: request {index}", session.name))?;
+                let line = serde_json::json!({
+                    "session": session.name,
+                    "source": session.source.name(),
+                    "shape": session.shape.name(),
+                    "index": index,
+                    "at": r.at,
+                    "body": body,
+                    "answer": r.answer,
+                });
+                writeln!(stdout, "{line}")?;
+            }
         }
     }
     Ok(())

@@ -32,6 +32,9 @@ pub struct Facts {
 #[derive(Debug, Default)]
 pub struct Counter {
     facts: HashMap<u128, Facts>,
+    /// Anthropic messages: the hash of the bytes -> the key of the message
+    /// as the provider reads it (see [`anthropic_key`]).
+    keys: HashMap<u128, u128>,
 }
 
 /// A prompt: its blocks, and for each the key into the [`Counter`].
@@ -56,22 +59,25 @@ impl Counter {
     /// A block for `raw` (a JSON value), counted the first time its key is seen.
     fn block(&mut self, raw: &str, kind: Part) -> Block {
         let breakpoint = raw.contains("\"cache_control\"");
-        let key = if breakpoint {
-            xxh(&without_cache_control(raw))
-        } else {
-            xxh(raw)
+        let key = match kind {
+            Part::AnthropicMessage => {
+                let bytes = xxh(raw);
+                *self.keys.entry(bytes).or_insert_with(|| anthropic_key(raw))
+            }
+            _ if breakpoint => xxh(&without_cache_control(raw)),
+            _ => xxh(raw),
         };
         let facts = self.facts.entry(key).or_insert_with(|| {
             let text = match kind {
                 Part::Tool => raw.to_string(),
-                Part::Message => text_of(raw),
+                Part::Message | Part::AnthropicMessage => text_of(raw),
             };
             Facts {
                 tokens: crate::tokens::count(&text)
-                    + if kind == Part::Message {
-                        MESSAGE_OVERHEAD
-                    } else {
+                    + if kind == Part::Tool {
                         0
+                    } else {
+                        MESSAGE_OVERHEAD
                     },
                 ids: identifiers(&text),
             }
@@ -139,15 +145,15 @@ impl Counter {
                     match serde_json::from_str::<Vec<&RawValue>>(system.get()) {
                         Ok(parts) => {
                             for p in parts {
-                                blocks.push(self.block(p.get(), Part::Message));
+                                blocks.push(self.block(p.get(), Part::AnthropicMessage));
                             }
                         }
-                        Err(_) => blocks.push(self.block(system.get(), Part::Message)),
+                        Err(_) => blocks.push(self.block(system.get(), Part::AnthropicMessage)),
                     }
                 }
                 conversation = blocks.len();
                 for m in b.messages {
-                    blocks.push(self.block(m.get(), Part::Message));
+                    blocks.push(self.block(m.get(), Part::AnthropicMessage));
                 }
             }
             Shape::Responses => {
@@ -180,6 +186,34 @@ impl Counter {
 enum Part {
     Tool,
     Message,
+    /// A message or system block of Anthropic Messages, keyed as the
+    /// provider reads it.
+    AnthropicMessage,
+}
+
+/// The key of an Anthropic message or system block as the provider reads
+/// it: without `cache_control` markers, and a string `content` read as the
+/// one text block it stands for (Claude Code sends the same message as a
+/// string, and as a block when it carries the newest marker).
+fn anthropic_key(raw: &str) -> u128 {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::from_str::<Value>(raw) else {
+        return xxh(raw);
+    };
+    if let Some(text) = v.get("content").and_then(Value::as_str).map(str::to_string) {
+        v["content"] = serde_json::json!([{"type": "text", "text": text}]);
+    }
+    strip(&mut v);
+    xxh(&super::sources::canonical(&v))
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,186 @@
+"""`toolstub estimate` on the session files the real clients write.
+
+The real Claude Code and Codex CLIs run headless against the mock upstreams
+(no proxy: the mock records exactly what each client sent) and keep their
+own session files in their own HOME. `toolstub estimate` then reads those
+files: each request it rebuilds must be the request the mock received, and
+its replay must find the large output, externalize it and, where the
+model's real answer quotes what only that output held, charge the recall.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import claude_code
+import codex
+import mock_anthropic as ma
+import mock_responses as mr
+from conftest import toolstub_bin
+
+TOOL_ID = "toolu_01E2eEstimateBash"
+CALL_ID = "call_e2e_estimate_exec"
+TURN1, TURN2 = "E2E-ESTIMATE-TURN-1", "E2E-ESTIMATE-TURN-2"
+
+
+def build_log(nonce: str) -> str:
+    """~25 KB of command output (over toolstub's 20,000, under Claude
+    Code's own ~30,000 cut) with one line in its middle that only it holds."""
+    lines = [f"line {i:05d} INFO compiling unit {i} of the e2e build: ok" for i in range(440)]
+    lines[220] = f"line 00220 WARN cache key {nonce}_key rebuilt from scratch"
+    text = "\n".join(lines) + "\n"
+    assert 23_000 < len(text) < 27_000, len(text)
+    return text
+
+
+def estimate(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSTUB_")}
+    p = subprocess.run([str(toolstub_bin()), "estimate", *args], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def report(path: Path) -> dict:
+    out = json.loads(estimate("--json", str(path)).stdout)
+    print(json.dumps({k: out[k] for k in ("sessions", "saved_fraction")}), json.dumps(out["totals"]))
+    return out
+
+
+def rebuilt(path: Path) -> list[dict]:
+    return [json.loads(line) for line in estimate("--print-requests", str(path)).stdout.splitlines()]
+
+
+def as_read(message: dict) -> dict:
+    """A message as the provider reads it: a string content is its one
+    text block (Claude Code sends a message either way)."""
+    m = dict(message)
+    if isinstance(m.get("content"), str):
+        m["content"] = [{"type": "text", "text": m["content"]}]
+    return m
+
+
+def test_estimate_reads_a_claude_code_session(amock, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    quote = f"The build rebuilt {nonce}_key at line 00220."
+
+    def script(r: ma.Recorded):
+        body = r.json
+        if "Bash" not in ma.tool_names(body):
+            return None  # a side call: the default text
+        last = ma.last_tool_results(body)
+        if last and last[0].get("tool_use_id") == TOOL_ID:
+            return ma.message([ma.text(quote)], id="msg_e2e_estimate_2")
+        newest = (ma.user_texts(body) or [""])[-1]
+        if TURN2 in newest:
+            return ma.message([ma.text("Nothing else.")], id="msg_e2e_estimate_3")
+        if TURN1 in newest:
+            return ma.message([ma.text("Reading the log."),
+                               ma.tool_use(TOOL_ID, "Bash", {"command": f"cat {log}", "description": "Show it"})],
+                              "tool_use", id="msg_e2e_estimate_1")
+        return None
+
+    amock.script = script
+    run = claude_code.prompt(f"{TURN1} Show me {log}.", base_url=amock.url, home=home, cwd=work)
+    assert run.returncode == 0 and quote in run.stdout, run.describe()
+    run = claude_code.prompt(f"{TURN2} Anything else?", base_url=amock.url, home=home, cwd=work, cont=True)
+    assert run.returncode == 0 and "Nothing else." in run.stdout, run.describe()
+    sent = [r.json for r in amock.messages_posts()]
+    projects = home / ".claude" / "projects"
+    assert list(projects.rglob("*.jsonl")), "Claude Code wrote no session file"
+
+    # Every request rebuilt as Claude Code sent it.
+    requests = rebuilt(projects)
+    assert [r["source"] for r in requests] == ["claude_code"] * len(sent)
+    assert len(requests) == len(sent) >= 3, (len(requests), len(sent))
+    for got, real in zip(requests, sent):
+        body = got["body"]
+        assert [as_read(m) for m in body["messages"]] == [as_read(m) for m in real["messages"]]
+        assert body["tools"] == real["tools"]
+        # Claude Code puts a billing line of its own before the recorded system prompt.
+        system = [b for b in real["system"] if not b["text"].startswith("x-anthropic-billing-header")]
+        assert body["system"] == system
+        for key in ("model", "max_tokens", "thinking", "stream"):
+            assert body.get(key) == real.get(key), key
+
+    # The replay: the log is externalized and the answer quoting its middle
+    # line is charged a recall round.
+    out = report(projects)
+    assert out["sessions"] == 1 and out["files_skipped"] == []
+    [s] = out["per_session"]
+    assert (s["source"], s["shape"], s["unreadable"]) == ("claude_code", "anthropic", 0)
+    assert "not resolved" not in s["name"]
+    assert s["requests"] == len(sent)
+    assert s["outputs_externalized"] == 1 and s["recall_rounds"] >= 1, s
+    assert s["models"][0]["price_model"]["name"] == "anthropic"
+    assert s["models"][0]["direct"]["cache_read"] > 0, "Claude Code's breakpoints are read back"
+    assert isinstance(out["saved_fraction"], float)
+
+
+def routes_json(nonce: str) -> str:
+    routes = [f"/api/v{i % 3 + 1}/resource_{i:04d} -> handlers.resource_{i:04d}.{['get', 'put', 'list'][i % 3]}"
+              for i in range(650)]
+    return json.dumps({"nonce": nonce, "service": "e2e-routes", "routes": routes}, indent=2)
+
+
+def test_estimate_reads_a_codex_rollout(rmock, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    target = work / "routes.json"
+    target.write_text(routes_json(secrets.token_hex(8)))
+
+    def script(r: mr.Recorded):
+        conv = r.conversation or []
+        if any(o["call_id"] == CALL_ID for o in mr.tool_outputs(conv)):
+            if TURN2 in (mr.user_texts(conv) or [""])[-1]:
+                return [mr.message("Nothing else.", phase="final_answer")]
+            return [mr.reasoning("Seen it."), mr.message("It lists 650 routes.", phase="final_answer")]
+        if TURN1 in (mr.user_texts(conv) or [""])[-1]:
+            return [mr.reasoning("I need to read it."),
+                    mr.function_call(CALL_ID, "exec_command",
+                                     {"cmd": f"cat {target}", "login": False, "max_output_tokens": 20000})]
+        return None
+
+    rmock.script = script
+    extra = ["--json", "-c", "tool_output_token_limit=40000"]
+    run = codex.exec_(f"{TURN1} Look at {target}.", base_url=rmock.url + "/v1", home=home, cwd=work,
+                      ephemeral=False, extra=extra)
+    assert run.returncode == 0, run.describe()
+    run = codex.exec_(f"{TURN2} And now?", base_url=rmock.url + "/v1", home=home, cwd=work, resume=True,
+                      extra=extra)
+    assert run.returncode == 0, run.describe()
+    sent = [r.json for r in rmock.responses_posts()]
+    sessions = home / ".codex" / "sessions"
+    assert list(sessions.rglob("rollout-*.jsonl")), "Codex wrote no rollout"
+
+    # Every request rebuilt as Codex sent it (the base instructions first,
+    # as the rollout records them; Codex may send a shorter variant).
+    requests = rebuilt(sessions)
+    assert len(requests) == len(sent) >= 3, (len(requests), len(sent))
+    for got, real in zip(requests, sent):
+        items, real_items = got["body"]["input"], real["input"]
+        assert len(items) == len(real_items)
+        assert (items[0]["type"], items[0]["role"]) == (real_items[0]["type"], real_items[0]["role"]) == (
+            "message", "developer")
+        assert items[1:] == real_items[1:]
+        assert got["body"]["model"] == real["model"] == codex.MODEL
+
+    out = report(sessions)
+    assert out["sessions"] == 1
+    [s] = out["per_session"]
+    assert (s["source"], s["shape"], s["unreadable"]) == ("codex", "responses", 0)
+    assert s["requests"] == len(sent)
+    assert s["outputs_externalized"] == 1, s
+    assert s["models"][0]["price_model"]["name"] == "openai"
+    # Sent again on every later request, the ~40 KB output costs less as a stub.
+    assert s["input_tokens"]["toolstub"] < s["input_tokens"]["direct"], s

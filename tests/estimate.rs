@@ -148,6 +148,10 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
     let quoted = estimate(dir.path(), &[]);
     let (p, q) = (&plain["per_session"][0], &quoted["per_session"][0]);
     assert_eq!(q["recall_rounds"], 1, "{q}");
+    assert_eq!(
+        q["recalls"],
+        json!([{"request": 2, "quoted": ["unique_marker_value"]}])
+    );
     // What was read back stays in the conversation (history restoration):
     // the recall costs its round and every later request carries it.
     assert!(q["recall_read_tokens"].as_u64() > Some(4_000), "{q}");

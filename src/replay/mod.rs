@@ -183,7 +183,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
     // Recall exchanges restored into later requests: (the number of
     // conversation blocks before them, the block).
     let mut restored: Vec<(usize, cache::Block)> = Vec::new();
-    for request in &session.requests {
+    for (index, request) in session.requests.iter().enumerate() {
         let Some(direct) = counter.prompt(session.shape, &request.body, &prefix) else {
             report.unreadable += 1;
             continue;
@@ -267,6 +267,10 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         round.push(exchange);
         report.recall_rounds += 1;
         report.recall_tokens += exchange.tokens;
+        report.recalls.push(report::Recall {
+            request: index,
+            quoted: recall::named(&request.answer, &missing, 5),
+        });
         report.toolstub_tokens += toolstub.tokens() + exchange.tokens;
         for side in &mut sides {
             let own = side.bill.price_model.cache == session.shape.provider();

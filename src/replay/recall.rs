@@ -70,17 +70,29 @@ fn is_identifier(t: &str) -> bool {
     bytes.iter().any(u8::is_ascii_digit)
 }
 
-/// The identifiers of `text` (see [`is_identifier`]): runs of
+/// The identifier tokens of `text` (see [`is_identifier`]): runs of
 /// `[A-Za-z0-9_./-]`, trimmed of `.`, `/` and `-` at their ends.
+fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
+        .map(|t| t.trim_matches(|c| c == '.' || c == '/' || c == '-'))
+        .filter(|t| !t.is_empty() && is_identifier(t))
+}
+
+fn hash(token: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(token.as_bytes())
+}
+
+/// The identifiers of `text`, hashed.
 pub fn identifiers(text: &str) -> Identifiers {
-    let mut set = BTreeSet::new();
-    for token in text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c))) {
-        let token = token.trim_matches(|c| c == '.' || c == '/' || c == '-');
-        if !token.is_empty() && is_identifier(token) {
-            set.insert(xxhash_rust::xxh3::xxh3_64(token.as_bytes()));
-        }
-    }
+    let set: BTreeSet<u64> = tokens(text).map(hash).collect();
     Identifiers(set.into_iter().collect())
+}
+
+/// The tokens of `text` among `ids` (hashes), sorted, at most `n`: what a
+/// report names of a recall.
+pub fn named(text: &str, ids: &[u64], n: usize) -> Vec<String> {
+    let set: BTreeSet<&str> = tokens(text).filter(|t| ids.contains(&hash(t))).collect();
+    set.into_iter().take(n).map(str::to_string).collect()
 }
 
 /// The identifiers of `answer` that some block of `direct` holds and no

@@ -78,6 +78,13 @@ pub struct Pair {
     pub toolstub: u64,
 }
 
+/// One recall round charged.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recall {
+    pub request: usize,
+    pub quoted: Vec<String>,
+}
+
 /// One session replayed.
 #[derive(Clone, Debug, Serialize)]
 pub struct SessionReport {
@@ -101,6 +108,9 @@ pub struct SessionReport {
     pub recall_rounds: usize,
     /// Tokens read back by those rounds.
     pub recall_read_tokens: u64,
+    /// Each recall round: the request (0-based) and what its answer quoted
+    /// that only the direct request carried (up to 5 identifiers).
+    pub recalls: Vec<Recall>,
     /// The session's own provider first (the default price model).
     pub models: Vec<ModelBill>,
     /// At the default price model.
@@ -133,6 +143,7 @@ impl SessionReport {
             peak_context: Pair::default(),
             recall_rounds: 0,
             recall_read_tokens: 0,
+            recalls: Vec::new(),
             models: Vec::new(),
             saved_fraction: 0.0,
             direct_tokens: 0,

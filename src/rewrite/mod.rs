@@ -6,7 +6,10 @@
 //! group depends only on that group's content, on what the outputs before it
 //! keep inline (the conversation budget), and on the [`Policy`], so turn
 //! N+1 of a conversation reproduces turn N's rewritten messages byte for byte
-//! and the provider's prompt cache keeps hitting. The body is spliced, never
+//! and the provider's prompt cache keeps hitting. The one exception is the
+//! aging rule ([`aging`], off by default), which replaces an output already
+//! sent once it is old, at the request where the price model says the
+//! change pays, and the same way on every later request. The body is spliced, never
 //! re-serialized: every byte outside the replaced contents and the appended
 //! recall tools stays as the client sent it.
 //!

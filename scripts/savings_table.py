@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The replay's table of rules tried (BENCHMARKS.md, "Savings on real sessions").
+
+Runs `toolstub estimate --json --shape all` over the shared trajectories once
+per rule (a config file written to a temporary folder) and prints one markdown
+row per rule and shape: net billed input saved at each price model (recalls
+included), the sessions that cost more and the worst of them, recall rounds,
+outputs externalized, peak context.
+
+    cargo build --release
+    python3 scripts/savings_table.py [TRAJECTORIES] [--bin target/release/toolstub]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+RULES = [
+    ("defaults", ""),
+    ("threshold 10,000 (first sight)", "threshold_chars = 10000"),
+    ("conversation budget 100,000 / 8,000", "conversation_inline_budget_chars = 100000\nconversation_floor_chars = 8000"),
+    ("aged after 1 turn, pays at once (0.92), floor 4,000", "aged_after_turns = 1\naged_floor_chars = 4000"),
+    ("aged after 2 turns, share 0.5, floor 1,000", "aged_after_turns = 2\naged_floor_chars = 1000\naged_min_share = 0.5"),
+    ("aged after 4 turns, share 0.3, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0.3"),
+    ("aged after 4 turns, no gate, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0"),
+    ("aged after 8 turns, no gate, floor 2,000", "aged_after_turns = 8\naged_floor_chars = 2000\naged_min_share = 0"),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trajectories", nargs="?", default="../shared/trajectories/mini-swe-agent")
+    ap.add_argument("--bin", default="target/release/toolstub")
+    args = ap.parse_args()
+    print("| rule | shape | saved, Anthropic prices | saved, OpenAI prices | sessions costlier (A / O) | worst session (A / O) "
+          "| recall rounds | outputs externalized | peak context (tokens) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, body in RULES:
+            config = Path(tmp) / "rule.toml"
+            config.write_text(f"[externalization]\n{body}\n")
+            out = subprocess.run([args.bin, "estimate", "--json", "--shape", "all", "--config", str(config),
+                                  args.trajectories], capture_output=True, text=True, check=True)
+            report = json.loads(out.stdout)
+            by_shape: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+            for s in report["per_session"]:
+                a = by_shape[s["shape"]]
+                a["recall"] += s["recall_rounds"]
+                a["outputs"] += s["outputs_externalized"]
+                a["peak_direct"] = max(a["peak_direct"], s["peak_context"]["direct"])
+                a["peak_toolstub"] = max(a["peak_toolstub"], s["peak_context"]["toolstub"])
+                for m in s["models"]:
+                    n = m["price_model"]["name"]
+                    a[n + "_direct"] += m["direct_usd"]
+                    a[n + "_toolstub"] += m["toolstub_usd"]
+                    a[n + "_costlier"] += m["saved_usd"] < 0
+                    a[n + "_worst"] = min(a[n + "_worst"], m["saved_fraction"])
+            for shape in ("chat", "anthropic", "responses"):
+                a = by_shape[shape]
+                saved = {n: 1 - a[n + "_toolstub"] / a[n + "_direct"] for n in ("anthropic", "openai")}
+                print(f"| {name} | {shape} | {saved['anthropic']:+.2%} | {saved['openai']:+.2%} "
+                      f"| {int(a['anthropic_costlier'])} / {int(a['openai_costlier'])} "
+                      f"| {a['anthropic_worst']:+.1%} / {a['openai_worst']:+.1%} | {int(a['recall'])} "
+                      f"| {int(a['outputs'])} | {int(a['peak_direct']):,} -> {int(a['peak_toolstub']):,} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

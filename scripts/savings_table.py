@@ -59,7 +59,7 @@ def main() -> int:
                     a[n + "_direct"] += m["direct_usd"]
                     a[n + "_toolstub"] += m["toolstub_usd"]
                     a[n + "_costlier"] += m["saved_usd"] < 0
-                    a[n + "_worst"] = min(a[n + "_worst"], m["saved_fraction"])
+                    a[n + "_worst"] = min(a.get(n + "_worst", m["saved_fraction"]), m["saved_fraction"])
             for shape in ("chat", "anthropic", "responses"):
                 a = by_shape[shape]
                 saved = {n: 1 - a[n + "_toolstub"] / a[n + "_direct"] for n in ("anthropic", "openai")}

@@ -37,7 +37,8 @@ struct Output<'a> {
     sessions: usize,
     saved_fraction: f64,
     totals: &'a Totals,
-    /// Files that held no session of a known format.
+    /// Files that held no session of a known format, or could not be read
+    /// (with why).
     files_skipped: Vec<String>,
     per_session: &'a [SessionReport],
 }
@@ -161,11 +162,12 @@ pub fn replay_files(
     let mut reports = Vec::new();
     let mut skipped = Vec::new();
     for (i, r) in results {
-        let r = r?;
-        if r.is_empty() {
-            skipped.push(files[i].display().to_string());
+        match r {
+            Ok(r) if r.is_empty() => skipped.push(files[i].display().to_string()),
+            Ok(r) => reports.extend(r),
+            // A file that cannot be read is listed with why, not fatal.
+            Err(e) => skipped.push(format!("{}: {e:#}", files[i].display())),
         }
-        reports.extend(r);
     }
     Ok((reports, skipped))
 }

@@ -180,9 +180,9 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         .collect();
     let mut report = SessionReport::new(session);
     let mut refs: BTreeSet<String> = BTreeSet::new();
-    // Recall exchanges restored into later requests: (the number of
-    // conversation blocks before them, the block).
-    let mut restored: Vec<(usize, cache::Block)> = Vec::new();
+    // Recall exchanges restored into later requests: (the key of the
+    // message each followed, the block).
+    let mut restored: Vec<(u128, cache::Block)> = Vec::new();
     for (index, request) in session.requests.iter().enumerate() {
         let Some(direct) = counter.prompt(session.shape, &request.body, &prefix) else {
             report.unreadable += 1;
@@ -250,12 +250,15 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
                 continue;
             };
             let ids = recall::identifiers(&text);
-            if missing.iter().any(|&id| ids.contains(id)) {
+            let hits: Vec<u64> = missing
+                .iter()
+                .copied()
+                .filter(|&id| ids.contains(id))
+                .collect();
+            if !hits.is_empty() {
                 let reference = o.result_ref.as_deref().unwrap_or("");
-                read.push_str(&format!(
-                    "{{\"ref\":\"{reference}\",\"offset\":0,\"content\":"
-                ));
-                read.push_str(recall::read_back(&text));
+                read.push_str(&format!("{{\"ref\":\"{reference}\",\"content\":"));
+                read.push_str(recall::read_for(&text, &hits));
                 read.push_str("}\n");
             }
         }
@@ -276,13 +279,18 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             let own = side.bill.price_model.cache == session.shape.provider();
             let round = Prompt {
                 blocks: round.clone(),
-                conversation: toolstub.conversation,
+                ..toolstub.clone()
             };
             let r = side.toolstub.bill(&marked(&round, own), request.at);
             side.bill.toolstub.add(r);
             side.bill.recall.add(r);
         }
-        restored.push((toolstub.blocks.len() - toolstub.conversation, exchange));
+        // Restored after the message it followed: the request's newest.
+        if let Some(anchor) = toolstub.blocks.last() {
+            if !restored.iter().any(|(_, b)| b.key == exchange.key) {
+                restored.push((anchor.key, exchange));
+            }
+        }
     }
     report.models = sides
         .into_iter()
@@ -298,18 +306,16 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
 /// The prompt's blocks as a provider's cache sees them. A request billed
 /// at another provider's cache than its own shape's carries no
 /// breakpoints of that provider: on Anthropic's, it gets Claude Code's
-/// (the end of the tools and system prompt, and the newest message), as
-/// an Anthropic client of the same conversation would send them.
+/// (the end of the system prompt, or of the tools without one, and the
+/// newest message), as an Anthropic client of the same conversation would
+/// send them.
 fn marked(prompt: &Prompt, own: bool) -> std::borrow::Cow<'_, [cache::Block]> {
     if own {
         return std::borrow::Cow::Borrowed(&prompt.blocks);
     }
     let mut blocks = prompt.blocks.clone();
-    if let Some(b) = prompt
-        .conversation
-        .checked_sub(1)
-        .and_then(|i| blocks.get_mut(i))
-    {
+    let system_end = prompt.system_end.or(prompt.conversation.checked_sub(1));
+    if let Some(b) = system_end.and_then(|i| blocks.get_mut(i)) {
         b.breakpoint = true;
     }
     if let Some(b) = blocks.last_mut() {
@@ -318,14 +324,63 @@ fn marked(prompt: &Prompt, own: bool) -> std::borrow::Cow<'_, [cache::Block]> {
     std::borrow::Cow::Owned(blocks)
 }
 
-/// Puts each restored exchange back after the conversation block it
-/// followed (the client's history only grows, so positions hold).
-fn insert_restored(prompt: &mut Prompt, restored: &[(usize, cache::Block)]) {
-    // Each position was taken with the exchanges before it in place.
-    for (after, block) in restored {
-        let at = prompt.conversation + after;
-        if at <= prompt.blocks.len() {
-            prompt.blocks.insert(at, *block);
+/// Puts each restored exchange back after the message it followed, where
+/// the request holds that message (as the proxy restores an exchange by
+/// the identity of the turn, not by position).
+fn insert_restored(prompt: &mut Prompt, restored: &[(u128, cache::Block)]) {
+    for (anchor, block) in restored {
+        let from = prompt.conversation.min(prompt.blocks.len());
+        let found = prompt.blocks[from..].iter().position(|b| b.key == *anchor);
+        if let Some(p) = found {
+            prompt.blocks.insert(from + p + 1, *block);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(key: u128) -> cache::Block {
+        cache::Block {
+            key,
+            tokens: 10,
+            breakpoint: false,
+        }
+    }
+
+    #[test]
+    fn a_restored_exchange_follows_the_message_it_followed_or_nothing() {
+        let prompt = |keys: &[u128]| Prompt {
+            blocks: keys.iter().map(|&k| block(k)).collect(),
+            conversation: 1,
+            system_end: None,
+        };
+        let restored = [(3, block(90)), (5, block(91))];
+        let mut p = prompt(&[1, 2, 3, 4, 5, 6]);
+        insert_restored(&mut p, &restored);
+        let keys: Vec<u128> = p.blocks.iter().map(|b| b.key).collect();
+        assert_eq!(keys, [1, 2, 3, 90, 4, 5, 91, 6]);
+        // Another conversation (a side call) holds neither message.
+        let mut side = prompt(&[1, 7, 8]);
+        insert_restored(&mut side, &restored);
+        assert_eq!(side.blocks.len(), 3);
+        // The tools (before the conversation) are never an anchor.
+        let mut tools = prompt(&[3, 8]);
+        insert_restored(&mut tools, &restored);
+        assert_eq!(tools.blocks.len(), 2);
+    }
+
+    #[test]
+    fn breakpoints_of_another_provider_go_where_claude_code_puts_them() {
+        let p = Prompt {
+            blocks: (0..5).map(block).collect(),
+            conversation: 1,
+            system_end: Some(1),
+        };
+        let other = marked(&p, false);
+        let at: Vec<bool> = other.iter().map(|b| b.breakpoint).collect();
+        assert_eq!(at, [false, true, false, false, true]);
+        assert!(marked(&p, true).iter().all(|b| !b.breakpoint));
     }
 }

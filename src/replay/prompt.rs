@@ -43,6 +43,9 @@ pub struct Prompt {
     pub blocks: Vec<Block>,
     /// Index of the first conversation block (after tools and system).
     pub conversation: usize,
+    /// Index of the last block of the system prompt (or instructions, or a
+    /// leading system or developer message), if there is one.
+    pub system_end: Option<usize>,
 }
 
 impl Prompt {
@@ -125,6 +128,7 @@ impl Counter {
     pub fn prompt(&mut self, shape: Shape, body: &str, prefix: &[Block]) -> Option<Prompt> {
         let mut blocks = prefix.to_vec();
         let conversation;
+        let mut system_end = None;
         match shape {
             Shape::Chat => {
                 let b: ChatBody<'_> = serde_json::from_str(body).ok()?;
@@ -132,6 +136,9 @@ impl Counter {
                     blocks.push(self.block(t.get(), Part::Tool));
                 }
                 conversation = blocks.len();
+                if b.messages.first().is_some_and(|m| is_system(m.get())) {
+                    system_end = Some(conversation);
+                }
                 for m in b.messages {
                     blocks.push(self.block(m.get(), Part::Message));
                 }
@@ -150,6 +157,7 @@ impl Counter {
                         }
                         Err(_) => blocks.push(self.block(system.get(), Part::AnthropicMessage)),
                     }
+                    system_end = blocks.len().checked_sub(1);
                 }
                 conversation = blocks.len();
                 for m in b.messages {
@@ -163,10 +171,15 @@ impl Counter {
                 }
                 if let Some(i) = b.instructions {
                     blocks.push(self.block(i.get(), Part::Message));
+                    system_end = blocks.len().checked_sub(1);
                 }
                 conversation = blocks.len();
                 match serde_json::from_str::<Vec<&RawValue>>(b.input.get()) {
                     Ok(items) => {
+                        if system_end.is_none() && items.first().is_some_and(|i| is_system(i.get()))
+                        {
+                            system_end = Some(conversation);
+                        }
                         for item in items {
                             blocks.push(self.block(item.get(), Part::Message));
                         }
@@ -178,6 +191,7 @@ impl Counter {
         Some(Prompt {
             blocks,
             conversation,
+            system_end,
         })
     }
 }
@@ -242,6 +256,19 @@ struct ResponsesBody<'a> {
     tools: Option<Vec<&'a RawValue>>,
     #[serde(borrow, default)]
     instructions: Option<&'a RawValue>,
+}
+
+/// Whether a message or item is a system or developer message.
+fn is_system(raw: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Role<'a> {
+        #[serde(borrow, default)]
+        role: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<Role<'_>>(raw)
+        .ok()
+        .and_then(|r| r.role)
+        .is_some_and(|r| r == "system" || r == "developer")
 }
 
 fn xxh(s: &str) -> u128 {

@@ -10,10 +10,11 @@
 //!
 //! What is read back is, for each externalized output of the request that
 //! holds one of the missing identifiers, what one `tool_result_read` call
-//! with its default limit returns: the first [`READ_LIMIT_CHARS`]
-//! characters. With history restoration (toolstub's default) that exchange
-//! then stays in the conversation, so the replay puts it in every later
-//! request too.
+//! with its default limit returns ([`READ_LIMIT_CHARS`] characters): from
+//! the start, or around the identifier when it lies further in. With
+//! history restoration (toolstub's default) that exchange then stays in the
+//! conversation, after the message it followed, so the replay puts it in
+//! every later request that holds that message.
 
 use std::collections::BTreeSet;
 
@@ -119,6 +120,30 @@ pub fn read_back(text: &str) -> &str {
     }
 }
 
+/// What a model reads of `text` to find one of `ids`: the first
+/// [`READ_LIMIT_CHARS`] characters when one of them is there, otherwise
+/// the window of that many characters centred on the first occurrence (a
+/// search, then a read at its offset).
+pub fn read_for<'t>(text: &'t str, ids: &[u64]) -> &'t str {
+    let first = read_back(text);
+    if tokens(first).any(|t| ids.contains(&hash(t))) {
+        return first;
+    }
+    let Some(at) = tokens(text)
+        .find(|t| ids.contains(&hash(t)))
+        .map(|t| t.as_ptr() as usize - text.as_ptr() as usize)
+    else {
+        return first;
+    };
+    let before = text[..at].chars().count();
+    let start_char = before.saturating_sub(READ_LIMIT_CHARS / 2);
+    let start = text
+        .char_indices()
+        .nth(start_char)
+        .map_or(text.len(), |(i, _)| i);
+    read_back(&text[start..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +184,22 @@ mod tests {
         assert_eq!(m.len(), 2);
         let none = missing(&answer, direct.iter(), direct.iter());
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_needed_identifier_past_the_first_window_is_read_around_it() {
+        let text = format!(
+            "{}late_name here{}",
+            "x ".repeat(READ_LIMIT_CHARS),
+            "y ".repeat(100)
+        );
+        let ids = [xxhash_rust::xxh3::xxh3_64(b"late_name")];
+        let window = read_for(&text, &ids);
+        assert!(window.contains("late_name"));
+        assert!(window.chars().count() <= READ_LIMIT_CHARS);
+        let early = format!("early_name {}", "x ".repeat(READ_LIMIT_CHARS));
+        let ids = [xxhash_rust::xxh3::xxh3_64(b"early_name")];
+        assert!(read_for(&early, &ids).starts_with("early_name"));
     }
 
     #[test]

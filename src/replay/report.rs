@@ -4,6 +4,7 @@
 use super::cache::Bill;
 use super::price::PriceModel;
 use super::Recorded;
+use crate::stats::grouped;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -214,6 +215,7 @@ impl Totals {
             sessions_costlier: 0,
             worst_saved_fraction: 0.0,
         };
+        let mut worst: Option<f64> = None;
         for r in reports {
             t.requests += r.requests;
             t.unreadable += r.unreadable;
@@ -232,7 +234,7 @@ impl Totals {
                     t.sessions_costlier += 1;
                 }
             }
-            t.worst_saved_fraction = t.worst_saved_fraction.min(r.saved_fraction);
+            worst = Some(worst.map_or(r.saved_fraction, |w: f64| w.min(r.saved_fraction)));
             for m in &r.models {
                 match t
                     .by_price_model
@@ -248,6 +250,7 @@ impl Totals {
                 }
             }
         }
+        t.worst_saved_fraction = worst.unwrap_or(0.0);
         t.by_price_model
             .sort_by(|a, b| a.price_model.name.cmp(b.price_model.name));
         t.saved_fraction = if t.direct_usd > 0.0 {
@@ -257,19 +260,6 @@ impl Totals {
         };
         t
     }
-}
-
-/// `1234567` as `1,234,567`.
-pub fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn percent(f: f64) -> String {
@@ -386,17 +376,4 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
         percent(totals.worst_saved_fraction)
     );
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_are_grouped_by_thousands() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1000), "1,000");
-        assert_eq!(grouped(1234567), "1,234,567");
-    }
 }

@@ -21,7 +21,9 @@
 //! `d` of this conversation; the rule replays every decision point from the
 //! request's own content, oldest first, so each request reproduces the
 //! decisions of every earlier request of the conversation (its history is
-//! theirs plus new turns) and an output, once aged, stays aged.
+//! theirs plus new turns) and an output, once aged, stays aged, as long
+//! as the bytes outside the conversation ([`Turns::outside`]) stay the
+//! same.
 
 /// The rule's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,16 +59,22 @@ pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 920;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seen {
     pub turn: usize,
+    /// Where it starts, from the conversation's start.
     pub start: usize,
     pub saving: usize,
 }
 
-/// The request as the rule measures it.
+/// The request as the rule measures it, in bytes of its conversation
+/// (the `messages` or `input` array).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Turns {
-    /// The byte where each turn's last output ends.
+    /// Where each turn's last output ends, from the conversation's start.
     pub ends: Vec<usize>,
-    /// Bytes of the body outside its conversation (tools, system prompt).
+    /// Bytes of the body outside its conversation (tools, system prompt):
+    /// what a first offer of the recall tools makes the cache write again.
+    /// Taken from the request itself; a change to them (a tool added, the
+    /// system prompt edited) makes the provider write its cache again
+    /// anyway.
     pub outside: usize,
     /// The first turn holding an output another rule externalized (the
     /// recall tools are offered from the request whose newest turn it is).
@@ -82,7 +90,7 @@ pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
     let mut offered_from = turns.first_stub;
     for d in 1..turns.ends.len() {
         let pending: Vec<usize> = (0..seen.len())
-            .filter(|&i| !aged[i] && seen[i].turn + aging.after_turns <= d)
+            .filter(|&i| !aged[i] && seen[i].turn.saturating_add(aging.after_turns) <= d)
             .collect();
         let Some(&first) = pending.first() else {
             continue;
@@ -99,7 +107,9 @@ pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
             for i in pending {
                 aged[i] = true;
             }
-            offered_from.get_or_insert(d);
+            // The recall tools are offered from here on, whatever turn a
+            // stub of another rule comes in later.
+            offered_from = Some(offered_from.map_or(d, |t| t.min(d)));
         }
     }
     aged
@@ -169,6 +179,44 @@ mod tests {
         // Without the recall tools offered, the change rewrites the whole
         // previous request: it does not pay.
         assert_eq!(aged(&aging(1, 920), &s, &turns(3, None)), [false]);
+    }
+
+    #[test]
+    fn an_offer_made_by_aging_holds_before_a_later_stub_of_another_rule() {
+        // Turn 1's output pays at once even with the whole request
+        // rewritten (the tools not offered yet); turn 3's then pays at the
+        // cheaper measure. A stub of another rule comes in turn 6: every
+        // request, with or without it, must age both.
+        let s = [
+            Seen {
+                turn: 1,
+                start: 0,
+                saving: 1900,
+            },
+            Seen {
+                turn: 3,
+                start: 3000,
+                saving: 950,
+            },
+        ];
+        let turns = |n: usize, first_stub| Turns {
+            ends: (1..=n).map(|t| t * 1000).collect(),
+            outside: 0,
+            first_stub,
+        };
+        let a = Aging {
+            after_turns: 1,
+            floor_chars: 0,
+            min_share_permille: 920,
+        };
+        assert_eq!(aged(&a, &s, &turns(5, None)), [true, true]);
+        assert_eq!(aged(&a, &s, &turns(8, Some(6))), [true, true]);
+    }
+
+    #[test]
+    fn a_huge_age_never_overflows() {
+        let a = aging(usize::MAX, 0);
+        assert_eq!(aged(&a, &[seen(1, 900)], &turns(5, None)), [false]);
     }
 
     #[test]

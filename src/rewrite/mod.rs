@@ -459,10 +459,8 @@ fn age<'b>(
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) {
-    let preview = policy
-        .budget
-        .min_preview_chars
-        .min(policy.budget.preview_chars);
+    // The preview the memo holds the synopsis at (only `unknown` uses it).
+    let preview = policy.budget.preview_chars;
     let stubbed: std::collections::BTreeSet<usize> = splices.iter().map(|(r, _)| r.start).collect();
     // Turn ordinals, the end of each turn's outputs, and the first turn
     // holding a stub of another rule.
@@ -480,12 +478,14 @@ fn age<'b>(
             first_stub = Some(t);
         }
     }
-    let conversation = match (parsed.messages.first(), parsed.messages.last()) {
-        (Some(a), Some(b)) => b.span.end.saturating_sub(a.span.start),
-        _ => 0,
+    // Measured from the conversation's start, so that what precedes it in
+    // the body (tools, system prompt) counts once, as `outside`.
+    let (start, conversation) = match (parsed.messages.first(), parsed.messages.last()) {
+        (Some(a), Some(b)) => (a.span.start, b.span.end.saturating_sub(a.span.start)),
+        _ => (0, 0),
     };
     let turns = aging::Turns {
-        ends,
+        ends: ends.iter().map(|e| e.saturating_sub(start)).collect(),
         outside: body.len().saturating_sub(conversation),
         first_stub,
     };
@@ -494,7 +494,7 @@ fn age<'b>(
     let mut prepared = Vec::new();
     for (i, o) in parsed.outputs.iter().enumerate() {
         if stubbed.contains(&o.content_span.start)
-            || turn_of[i] + policy.aging.after_turns > newest
+            || turn_of[i].saturating_add(policy.aging.after_turns) > newest
             || o.content.char_len() <= policy.aging.floor_chars
         {
             continue;
@@ -509,7 +509,7 @@ fn age<'b>(
         let encoded = protocol.encode_content(o.shape, &stub).len();
         seen.push(aging::Seen {
             turn: turn_of[i],
-            start: o.content_span.start,
+            start: o.content_span.start.saturating_sub(start),
             saving: o.content_span.len().saturating_sub(encoded),
         });
         prepared.push((i, p));

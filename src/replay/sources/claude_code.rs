@@ -17,13 +17,15 @@
 //!
 //! A file without `api-request` entries (older versions) is rebuilt from
 //! its transcript: a request before each assistant turn, holding every
-//! message before it, with `cache_control` on the newest message; the
+//! message before it (consecutive user entries merged), with
+//! `cache_control` on the newest message (a compaction in such a file is
+//! not followed: later requests keep the history before it); the
 //! system prompt and tool definitions, which such a file does not hold,
 //! are counted as placeholders of the size Claude Code 2.1.328 sends
 //! ([`SYSTEM_TOKENS`], [`TOOLS_TOKENS`]).
 
 use super::super::{Recorded, Request, Shape, Source};
-use super::{canonical, epoch_seconds};
+use super::{canonical, epoch_seconds, main_model, strings};
 use crate::refs::sha256_hex;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -107,7 +109,7 @@ fn answer_text(message: &Value) -> String {
     for block in message["content"].as_array().into_iter().flatten() {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => out.push_str(block["text"].as_str().unwrap_or("")),
-            Some("tool_use") => out.push_str(&block["input"].to_string()),
+            Some("tool_use") => out.push_str(&strings(&block["input"])),
             _ => continue,
         }
         out.push('\n');
@@ -213,7 +215,7 @@ fn from_requests(
     let mut built: HashMap<&str, Vec<Value>> = HashMap::new();
     let mut requests = Vec::new();
     let mut unresolved = 0usize;
-    let mut model = None;
+    let mut models: Vec<String> = Vec::new();
     for e in entries {
         if e.get("type").and_then(Value::as_str) != Some("api-request") {
             continue;
@@ -251,7 +253,7 @@ fn from_requests(
         let mut body = Map::new();
         let params = e.get("params").and_then(Value::as_object);
         if let Some(m) = params.and_then(|p| p.get("model")).and_then(Value::as_str) {
-            model.get_or_insert_with(|| m.to_string());
+            models.push(m.to_string());
         }
         for (k, v) in params.into_iter().flatten() {
             if k != "betas" {
@@ -290,10 +292,34 @@ fn from_requests(
         },
         source: Source::ClaudeCode,
         shape: Shape::Anthropic,
-        model,
+        model: main_model(models.iter().map(String::as_str)),
         placeholders: Vec::new(),
         requests,
     }
+}
+
+/// `messages` as the API takes them: consecutive user messages (a turn's
+/// tool results, then the user's text) merged into one, as blocks.
+fn merged(messages: &[(Value, Option<String>, Option<f64>)]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for (m, _, _) in messages {
+        let blocks = |m: &Value| -> Vec<Value> {
+            match &m["content"] {
+                Value::String(s) => vec![json!({"type": "text", "text": s})],
+                Value::Array(a) => a.clone(),
+                _ => Vec::new(),
+            }
+        };
+        match out.last_mut() {
+            Some(prev) if prev["role"] == "user" && m["role"] == "user" => {
+                let mut content = blocks(prev);
+                content.extend(blocks(m));
+                prev["content"] = Value::Array(content);
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    out
 }
 
 fn from_transcript(name: &str, transcript: &[(Value, Option<String>, Option<f64>)]) -> Recorded {
@@ -302,7 +328,7 @@ fn from_transcript(name: &str, transcript: &[(Value, Option<String>, Option<f64>
         if m["role"] != "assistant" || i == 0 {
             continue;
         }
-        let mut messages: Vec<Value> = transcript[..i].iter().map(|(m, _, _)| m.clone()).collect();
+        let mut messages = merged(&transcript[..i]);
         if let Some(last) = messages.last_mut() {
             if let Some(s) = last["content"].as_str() {
                 last["content"] = json!([{"type": "text", "text": s}]);
@@ -330,5 +356,40 @@ fn from_transcript(name: &str, transcript: &[(Value, Option<String>, Option<f64>
             ("claude-code-system".into(), SYSTEM_TOKENS),
         ],
         requests,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_its_text_and_its_tool_inputs_as_written() {
+        let m = json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "secret_plan", "signature": "s"},
+            {"type": "text", "text": "Editing it."},
+            {"type": "tool_use", "id": "t", "name": "Edit",
+             "input": {"old_string": "a\nfield_name = 1", "new_string": "b"}}]});
+        let text = answer_text(&m);
+        let ids = crate::replay::recall::identifiers(&text);
+        let has = |t: &str| ids.contains(xxhash_rust::xxh3::xxh3_64(t.as_bytes()));
+        assert!(has("field_name"), "{text}");
+        assert!(!has("secret_plan"));
+    }
+
+    #[test]
+    fn a_session_is_priced_at_the_model_most_requests_name() {
+        let models = [
+            "claude-haiku",
+            "claude-opus",
+            "claude-opus",
+            "claude-haiku",
+            "claude-opus",
+        ];
+        assert_eq!(
+            super::super::main_model(models.into_iter()).as_deref(),
+            Some("claude-opus")
+        );
+        assert_eq!(super::super::main_model(std::iter::empty()), None);
     }
 }

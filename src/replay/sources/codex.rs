@@ -10,10 +10,13 @@
 //! calls, assistant messages) and holds every item before it; the run is
 //! the model's answer. Codex sends its tool definitions with every request
 //! but the rollout does not record them: they are counted as a placeholder
-//! of the size Codex 0.171.0 sends ([`TOOLS_TOKENS`]).
+//! of the size Codex 0.171.0 sends ([`TOOLS_TOKENS`]). After a `compacted`
+//! entry that records its `replacement_history`, requests go on from that
+//! history (with the base instructions first); one that does not is not
+//! followed.
 
 use super::super::{Recorded, Request, Shape, Source};
-use super::epoch_seconds;
+use super::{epoch_seconds, strings};
 use serde_json::{json, Value};
 
 /// The o200k_base tokens of Codex 0.171.0's tool definitions (~18.7 KB of
@@ -54,7 +57,10 @@ fn answer_text(item: &Value) -> String {
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join("\n"),
-        Some("function_call") => item["arguments"].as_str().unwrap_or("").to_string(),
+        Some("function_call") => {
+            let raw = item["arguments"].as_str().unwrap_or("");
+            serde_json::from_str::<Value>(raw).map_or_else(|_| raw.to_string(), |v| strings(&v))
+        }
         Some("custom_tool_call") => item["input"].as_str().unwrap_or("").to_string(),
         Some("local_shell_call") => item["action"].to_string(),
         _ => String::new(),
@@ -78,6 +84,25 @@ pub fn read(name: &str, entries: &[Value]) -> Vec<Recorded> {
                         items.push(json!({"type": "message", "role": "developer",
                                           "content": [{"type": "input_text", "text": text}]}));
                         times.push(None);
+                    }
+                }
+            }
+            Some("compacted") => {
+                // The history Codex goes on from, where the rollout records it.
+                if let Some(history) = payload
+                    .and_then(|p| p.get("replacement_history"))
+                    .and_then(Value::as_array)
+                {
+                    let base: Vec<Value> = items.iter().take(1).cloned().collect();
+                    items = base;
+                    times.truncate(items.len());
+                    for item in history {
+                        items.push(item.clone());
+                        times.push(
+                            e.get("timestamp")
+                                .and_then(Value::as_str)
+                                .and_then(epoch_seconds),
+                        );
                     }
                 }
             }

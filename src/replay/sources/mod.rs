@@ -70,6 +70,23 @@ pub fn default_paths() -> Vec<PathBuf> {
     .collect()
 }
 
+/// The model most requests name (the first of them on a tie): a session's
+/// side calls may name a smaller one.
+pub fn main_model<'a>(models: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for m in models {
+        match counts.iter_mut().find(|(name, _)| *name == m) {
+            Some(c) => c.1 += 1,
+            None => counts.push((m, 1)),
+        }
+    }
+    let best = counts.iter().map(|c| c.1).max()?;
+    counts
+        .into_iter()
+        .find(|c| c.1 == best)
+        .map(|c| c.0.to_string())
+}
+
 /// The sessions of one file: a trajectory in each of `shapes`, a Claude
 /// Code or Codex file in its own shape. A file of none of these formats
 /// gives none (`Ok(vec![])`).
@@ -93,6 +110,31 @@ pub fn read(path: &Path, shapes: &[Shape]) -> Result<Vec<Recorded>> {
         return Ok(claude_code::read(&name, &entries));
     }
     Ok(Vec::new())
+}
+
+/// The string values of `value`, in order, one per line (what a model
+/// wrote in a tool call's arguments, without the JSON around it).
+pub fn strings(value: &Value) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(s);
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|v| walk(v, out)),
+            Value::Number(n) => {
+                out.push(' ');
+                out.push_str(&n.to_string());
+            }
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    let mut out = String::new();
+    walk(value, &mut out);
+    out
 }
 
 /// `value` as compact JSON with every object's keys sorted (what Claude

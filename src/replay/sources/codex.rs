@@ -19,9 +19,10 @@ use super::super::{Recorded, Request, Shape, Source};
 use super::{epoch_seconds, strings};
 use serde_json::{json, Value};
 
-/// The o200k_base tokens of Codex 0.171.0's tool definitions (~18.7 KB of
-/// JSON: exec_command, write_stdin, apply_patch, ...).
-pub const TOOLS_TOKENS: u64 = 4_300;
+/// The o200k_base tokens of Codex 0.171.0's tool definitions (~18 KB of
+/// JSON: exec_command, write_stdin, apply_patch, ...), counted from a
+/// request it sent.
+pub const TOOLS_TOKENS: u64 = 3_870;
 
 /// Whether these entries look like a Codex rollout.
 pub fn recognizes(entries: &[Value]) -> bool {

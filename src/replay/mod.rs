@@ -204,10 +204,11 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             Outcome::Unchanged(_) => (direct.clone(), None),
         };
         insert_restored(&mut toolstub, &restored);
-        report.direct_tokens += direct.tokens();
-        report.toolstub_tokens += toolstub.tokens();
-        report.peak_direct = report.peak_direct.max(direct.tokens());
-        report.peak_toolstub = report.peak_toolstub.max(toolstub.tokens());
+        report.input_tokens.direct += direct.tokens();
+        report.input_tokens.toolstub += toolstub.tokens();
+        let peak = &mut report.peak_context;
+        peak.direct = peak.direct.max(direct.tokens());
+        peak.toolstub = peak.toolstub.max(toolstub.tokens());
         for side in &mut sides {
             let own = side.bill.price_model.cache == session.shape.provider();
             let d = side.direct.bill(&marked(&direct, own), request.at);
@@ -269,12 +270,12 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         let mut round = toolstub.blocks.clone();
         round.push(exchange);
         report.recall_rounds += 1;
-        report.recall_tokens += exchange.tokens;
+        report.recall_read_tokens += exchange.tokens;
         report.recalls.push(report::Recall {
             request: index,
             quoted: recall::named(&request.answer, &missing, 5),
         });
-        report.toolstub_tokens += toolstub.tokens() + exchange.tokens;
+        report.input_tokens.toolstub += toolstub.tokens() + exchange.tokens;
         for side in &mut sides {
             let own = side.bill.price_model.cache == session.shape.provider();
             let round = Prompt {
@@ -299,7 +300,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             s.bill
         })
         .collect();
-    report.finish();
+    report.saved_fraction = report.models.first().map_or(0.0, |m| m.saved_fraction);
     report
 }
 

@@ -126,74 +126,65 @@ impl Counter {
     /// everything (placeholders); `None` when the body is not a request of
     /// that shape.
     pub fn prompt(&mut self, shape: Shape, body: &str, prefix: &[Block]) -> Option<Prompt> {
+        let b: Body<'_> = serde_json::from_str(body).ok()?;
+        // Where each shape keeps its system prompt and its conversation, and
+        // how its messages are keyed.
+        let (system, conversation, part) = match shape {
+            Shape::Chat => (None, b.messages?, Part::Message),
+            Shape::Anthropic => (b.system, b.messages?, Part::AnthropicMessage),
+            Shape::Responses => (b.instructions, b.input?, Part::Message),
+        };
+        // `messages` is an array; a Responses `input` may be one string.
+        if shape != Shape::Responses && !conversation.get().starts_with('[') {
+            return None;
+        }
+        let conversation = elements(conversation);
         let mut blocks = prefix.to_vec();
-        let conversation;
-        let mut system_end = None;
-        match shape {
-            Shape::Chat => {
-                let b: ChatBody<'_> = serde_json::from_str(body).ok()?;
-                for t in b.tools.unwrap_or_default() {
-                    blocks.push(self.block(t.get(), Part::Tool));
-                }
-                conversation = blocks.len();
-                if b.messages.first().is_some_and(|m| is_system(m.get())) {
-                    system_end = Some(conversation);
-                }
-                for m in b.messages {
-                    blocks.push(self.block(m.get(), Part::Message));
-                }
-            }
-            Shape::Anthropic => {
-                let b: AnthropicBody<'_> = serde_json::from_str(body).ok()?;
-                for t in b.tools.unwrap_or_default() {
-                    blocks.push(self.block(t.get(), Part::Tool));
-                }
-                if let Some(system) = b.system {
-                    match serde_json::from_str::<Vec<&RawValue>>(system.get()) {
-                        Ok(parts) => {
-                            for p in parts {
-                                blocks.push(self.block(p.get(), Part::AnthropicMessage));
-                            }
-                        }
-                        Err(_) => blocks.push(self.block(system.get(), Part::AnthropicMessage)),
-                    }
-                    system_end = blocks.len().checked_sub(1);
-                }
-                conversation = blocks.len();
-                for m in b.messages {
-                    blocks.push(self.block(m.get(), Part::AnthropicMessage));
-                }
-            }
-            Shape::Responses => {
-                let b: ResponsesBody<'_> = serde_json::from_str(body).ok()?;
-                for t in b.tools.unwrap_or_default() {
-                    blocks.push(self.block(t.get(), Part::Tool));
-                }
-                if let Some(i) = b.instructions {
-                    blocks.push(self.block(i.get(), Part::Message));
-                    system_end = blocks.len().checked_sub(1);
-                }
-                conversation = blocks.len();
-                match serde_json::from_str::<Vec<&RawValue>>(b.input.get()) {
-                    Ok(items) => {
-                        if system_end.is_none() && items.first().is_some_and(|i| is_system(i.get()))
-                        {
-                            system_end = Some(conversation);
-                        }
-                        for item in items {
-                            blocks.push(self.block(item.get(), Part::Message));
-                        }
-                    }
-                    Err(_) => blocks.push(self.block(b.input.get(), Part::Message)),
-                }
-            }
+        for t in b.tools.unwrap_or_default() {
+            blocks.push(self.block(t.get(), Part::Tool));
+        }
+        for s in system.map(elements).unwrap_or_default() {
+            blocks.push(self.block(s.get(), part));
+        }
+        let start = blocks.len();
+        let system_end = if system.is_some() {
+            start.checked_sub(1)
+        } else {
+            // A leading system or developer message is the system prompt.
+            conversation
+                .first()
+                .is_some_and(|m| is_system(m.get()))
+                .then_some(start)
+        };
+        for m in conversation {
+            blocks.push(self.block(m.get(), part));
         }
         Some(Prompt {
             blocks,
-            conversation,
+            conversation: start,
             system_end,
         })
     }
+}
+
+/// The members of a request body the prompt is made of, whatever its shape.
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+/// The elements of a JSON array, or the value itself as the one element.
+fn elements(raw: &RawValue) -> Vec<&RawValue> {
+    serde_json::from_str::<Vec<&RawValue>>(raw.get()).unwrap_or_else(|_| vec![raw])
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -228,34 +219,6 @@ fn anthropic_key(raw: &str) -> u128 {
     }
     strip(&mut v);
     xxh(&super::sources::canonical(&v))
-}
-
-#[derive(Deserialize)]
-struct ChatBody<'a> {
-    #[serde(borrow)]
-    messages: Vec<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize)]
-struct AnthropicBody<'a> {
-    #[serde(borrow)]
-    messages: Vec<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    system: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ResponsesBody<'a> {
-    #[serde(borrow)]
-    input: &'a RawValue,
-    #[serde(borrow, default)]
-    tools: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    instructions: Option<&'a RawValue>,
 }
 
 /// Whether a message or item is a system or developer message.
@@ -324,22 +287,39 @@ fn without_cache_control(raw: &str) -> String {
 /// few tokens, counted by [`MESSAGE_OVERHEAD`]). A tool call's arguments
 /// are a JSON string and count as written.
 fn text_of(raw: &str) -> String {
-    fn walk(v: &Value, key: Option<&str>, out: &mut String) {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(v) => strings(&v, Framing::Skip),
+        Err(_) => raw.to_string(),
+    }
+}
+
+/// Whether [`strings`] leaves out what frames a message rather than says
+/// something: type tags, roles, ids, statuses and cache markers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Skip,
+    Keep,
+}
+
+/// The string values (and numbers) of `value`, in order, one per line: the
+/// text of a message, or what a model wrote in a tool call's arguments.
+pub fn strings(value: &Value, framing: Framing) -> String {
+    fn walk(v: &Value, key: Option<&str>, framing: Framing, out: &mut String) {
+        let framed = framing == Framing::Skip;
         match v {
             Value::String(s) => {
-                // Type tags, roles and ids are framing, not text.
-                if !matches!(key, Some("type" | "role" | "id" | "status")) {
+                if !(framed && matches!(key, Some("type" | "role" | "id" | "status"))) {
                     if !out.is_empty() {
                         out.push('\n');
                     }
                     out.push_str(s);
                 }
             }
-            Value::Array(items) => items.iter().for_each(|i| walk(i, key, out)),
+            Value::Array(items) => items.iter().for_each(|i| walk(i, key, framing, out)),
             Value::Object(map) => {
                 for (k, v) in map {
-                    if k != "cache_control" {
-                        walk(v, Some(k), out);
+                    if !(framed && k == "cache_control") {
+                        walk(v, Some(k), framing, out);
                     }
                 }
             }
@@ -352,14 +332,9 @@ fn text_of(raw: &str) -> String {
             Value::Bool(_) | Value::Null => {}
         }
     }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(v) => {
-            let mut out = String::new();
-            walk(&v, None, &mut out);
-            out
-        }
-        Err(_) => raw.to_string(),
-    }
+    let mut out = String::new();
+    walk(value, None, framing, &mut out);
+    out
 }
 
 #[cfg(test)]

@@ -48,6 +48,11 @@ impl ModelBill {
         self.direct_usd = m.dollars(&self.direct);
         self.toolstub_usd = m.dollars(&self.toolstub);
         self.recall_usd = m.dollars(&self.recall);
+        self.settle();
+    }
+
+    /// The saving from the dollars.
+    fn settle(&mut self) {
         self.saved_usd = self.direct_usd - self.toolstub_usd;
         self.saved_fraction = if self.direct_usd > 0.0 {
             self.saved_usd / self.direct_usd
@@ -63,12 +68,7 @@ impl ModelBill {
         self.direct_usd += other.direct_usd;
         self.toolstub_usd += other.toolstub_usd;
         self.recall_usd += other.recall_usd;
-        self.saved_usd = self.direct_usd - self.toolstub_usd;
-        self.saved_fraction = if self.direct_usd > 0.0 {
-            self.saved_usd / self.direct_usd
-        } else {
-            0.0
-        };
+        self.settle();
     }
 }
 
@@ -116,16 +116,6 @@ pub struct SessionReport {
     pub models: Vec<ModelBill>,
     /// At the default price model.
     pub saved_fraction: f64,
-    #[serde(skip)]
-    pub direct_tokens: u64,
-    #[serde(skip)]
-    pub toolstub_tokens: u64,
-    #[serde(skip)]
-    pub peak_direct: u64,
-    #[serde(skip)]
-    pub peak_toolstub: u64,
-    #[serde(skip)]
-    pub recall_tokens: u64,
 }
 
 impl SessionReport {
@@ -147,26 +137,7 @@ impl SessionReport {
             recalls: Vec::new(),
             models: Vec::new(),
             saved_fraction: 0.0,
-            direct_tokens: 0,
-            toolstub_tokens: 0,
-            peak_direct: 0,
-            peak_toolstub: 0,
-            recall_tokens: 0,
         }
-    }
-
-    /// Moves the running sums into the reported fields.
-    pub fn finish(&mut self) {
-        self.input_tokens = Pair {
-            direct: self.direct_tokens,
-            toolstub: self.toolstub_tokens,
-        };
-        self.peak_context = Pair {
-            direct: self.peak_direct,
-            toolstub: self.peak_toolstub,
-        };
-        self.recall_read_tokens = self.recall_tokens;
-        self.saved_fraction = self.models.first().map_or(0.0, |m| m.saved_fraction);
     }
 }
 
@@ -242,11 +213,7 @@ impl Totals {
                     .find(|b| b.price_model.name == m.price_model.name)
                 {
                     Some(b) => b.absorb(m),
-                    None => {
-                        let mut b = m.clone();
-                        b.price_model.prices_from = m.price_model.prices_from.clone();
-                        t.by_price_model.push(b);
-                    }
+                    None => t.by_price_model.push(m.clone()),
                 }
             }
         }

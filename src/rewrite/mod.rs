@@ -349,9 +349,10 @@ fn rewrite_group<'b>(
         let tool = policy
             .tools
             .resolve(o.tool_name.as_deref(), budget.threshold_chars);
-        let p = match may_externalize(o, policy, names) {
-            Some(t) => Prepared::new(o, t.mime, budget.preview_chars, memo),
-            None => None,
+        let p = if may_externalize(o, &tool, policy, names) {
+            Prepared::new(o, tool.mime, budget.preview_chars, memo)
+        } else {
+            None
         };
         candidates.push(Candidate {
             len: p.as_ref().map_or_else(|| o.content.char_len(), |p| p.chars),
@@ -425,23 +426,20 @@ fn externalize<'b>(
 
 /// Whether an output may be externalized at all: not a recall result,
 /// not an error the client flagged (unless configured), not a tool whose
-/// rule says `never`. Returns its resolved tool policy.
+/// rule (`tool`, resolved for it) says `never`.
 fn may_externalize(
     o: &ToolOutput<'_>,
+    tool: &tool_policy::ToolPolicy,
     policy: &Policy,
     names: &RecallToolNames,
-) -> Option<tool_policy::ToolPolicy> {
-    let tool = policy
-        .tools
-        .resolve(o.tool_name.as_deref(), policy.budget.threshold_chars);
+) -> bool {
     let recall = o
         .tool_name
         .as_deref()
         .is_some_and(|n| RecallTool::named(names, n).is_some());
-    let kept = recall
+    !(recall
         || (o.is_error && !policy.externalize_errors)
-        || tool.externalize == Externalize::Never;
-    (!kept).then_some(tool)
+        || tool.externalize == Externalize::Never)
 }
 
 /// The aging rule over the outputs the other rules kept inline
@@ -499,9 +497,12 @@ fn age<'b>(
         {
             continue;
         }
-        let Some(tool) = may_externalize(o, policy, names) else {
+        let tool = policy
+            .tools
+            .resolve(o.tool_name.as_deref(), policy.budget.threshold_chars);
+        if !may_externalize(o, &tool, policy, names) {
             continue;
-        };
+        }
         let Some(mut p) = Prepared::new(o, tool.mime, preview, memo) else {
             continue;
         };

@@ -112,29 +112,9 @@ pub fn read(path: &Path, shapes: &[Shape]) -> Result<Vec<Recorded>> {
     Ok(Vec::new())
 }
 
-/// The string values of `value`, in order, one per line (what a model
-/// wrote in a tool call's arguments, without the JSON around it).
+/// What a model wrote in a tool call's arguments: their string values.
 pub fn strings(value: &Value) -> String {
-    fn walk(v: &Value, out: &mut String) {
-        match v {
-            Value::String(s) => {
-                if !out.is_empty() {
-                    out.push('\n');
-                }
-                out.push_str(s);
-            }
-            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
-            Value::Object(map) => map.values().for_each(|v| walk(v, out)),
-            Value::Number(n) => {
-                out.push(' ');
-                out.push_str(&n.to_string());
-            }
-            Value::Bool(_) | Value::Null => {}
-        }
-    }
-    let mut out = String::new();
-    walk(value, &mut out);
-    out
+    super::prompt::strings(value, super::prompt::Framing::Keep)
 }
 
 /// `value` as compact JSON with every object's keys sorted (what Claude

@@ -9,6 +9,12 @@ outputs externalized, peak context.
 
     cargo build --release
     python3 scripts/savings_table.py [TRAJECTORIES] [--bin target/release/toolstub]
+    python3 scripts/savings_table.py --bound   # the share old outputs hold
+
+`--bound` prints, instead, what a free rule could remove at most: the share
+of the characters the agent's requests carry that are observations the model
+saw at least one turn earlier (all, and those over 1,000 characters less a
+500-character stub).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ RULES = [
     ("aged after 1 turn, pays at once (0.92), floor 4,000", "aged_after_turns = 1\naged_floor_chars = 4000"),
     ("aged after 2 turns, share 0.5, floor 1,000", "aged_after_turns = 2\naged_floor_chars = 1000\naged_min_share = 0.5"),
     ("aged after 4 turns, share 0.3, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0.3"),
+    ("aged after 3 turns, pays within 0.5 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_horizon = 0.5"),
+    ("aged after 3 turns, pays within 1 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_horizon = 1.0"),
     ("aged after 4 turns, no gate, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0"),
     ("aged after 8 turns, no gate, floor 2,000", "aged_after_turns = 8\naged_floor_chars = 2000\naged_min_share = 0"),
 ]
@@ -36,7 +44,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("trajectories", nargs="?", default="../shared/trajectories/mini-swe-agent")
     ap.add_argument("--bin", default="target/release/toolstub")
+    ap.add_argument("--bound", action="store_true")
     args = ap.parse_args()
+    if args.bound:
+        return bound(Path(args.trajectories))
     print("| rule | shape | saved, Anthropic prices | saved, OpenAI prices | sessions costlier (A / O) | worst session (A / O) "
           "| recall rounds | outputs externalized | peak context (tokens) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -67,6 +78,28 @@ def main() -> int:
                       f"| {int(a['anthropic_costlier'])} / {int(a['openai_costlier'])} "
                       f"| {a['anthropic_worst']:+.1%} / {a['openai_worst']:+.1%} | {int(a['recall'])} "
                       f"| {int(a['outputs'])} | {int(a['peak_direct']):,} -> {int(a['peak_toolstub']):,} |", flush=True)
+    return 0
+
+
+def bound(folder: Path) -> int:
+    total = old = big = 0
+    for path in sorted(folder.glob("*.traj.json")):
+        messages = json.loads(path.read_text())["messages"]
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            # The request before this answer: everything so far. The first
+            # two messages are the system prompt and the task.
+            prefix = messages[:i]
+            total += sum(len(str(m["content"])) for m in prefix)
+            for j in range(2, len(prefix)):
+                if prefix[j]["role"] != "user" or not any(m["role"] == "assistant" for m in prefix[j + 1:]):
+                    continue
+                n = len(str(prefix[j]["content"]))
+                old += n
+                big += n - 500 if n > 1000 else 0
+    print(f"observations seen a turn earlier: {old / total:.1%} of request characters; "
+          f"over 1,000 characters, less a 500-character stub: {big / total:.1%}")
     return 0
 
 

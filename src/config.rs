@@ -170,6 +170,9 @@ pub struct RawExternalization {
     pub aged_after_turns: usize,
     pub aged_floor_chars: usize,
     pub aged_min_share: f64,
+    /// Later requests a change may count on, per turn so far (0: it must
+    /// pay at once).
+    pub aged_horizon: f64,
     pub failure_mode: FailureMode,
     /// The older form of a MIME hint per tool name, still accepted: each
     /// entry is read as a rule `{ match = <the exact name>, mime = ... }`
@@ -210,6 +213,7 @@ impl Default for RawExternalization {
             aged_after_turns: crate::rewrite::aging::DEFAULT_AFTER_TURNS,
             aged_floor_chars: crate::rewrite::aging::DEFAULT_FLOOR_CHARS,
             aged_min_share: f64::from(crate::rewrite::aging::DEFAULT_MIN_SHARE_PERMILLE) / 1000.0,
+            aged_horizon: f64::from(crate::rewrite::aging::DEFAULT_HORIZON_PERMILLE) / 1000.0,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
             tools: Vec::new(),
@@ -599,6 +603,12 @@ fn validate(raw: RawConfig) -> Result<Config> {
     if e.threshold_chars == 0 {
         bail!("externalization.threshold_chars must be at least 1");
     }
+    if !(0.0..=100.0).contains(&e.aged_horizon) {
+        bail!(
+            "externalization.aged_horizon must be between 0 and 100, got {}",
+            e.aged_horizon
+        );
+    }
     if !(0.0..=1.0).contains(&e.aged_min_share) {
         bail!(
             "externalization.aged_min_share must be between 0 and 1, got {}",
@@ -698,6 +708,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 after_turns: e.aged_after_turns,
                 floor_chars: e.aged_floor_chars,
                 min_share_permille: (e.aged_min_share * 1000.0).round() as u32,
+                horizon_permille: (e.aged_horizon * 1000.0).round() as u32,
             },
         },
         recall_max_rounds: raw.recall.max_rounds,

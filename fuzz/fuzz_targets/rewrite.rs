@@ -4,7 +4,7 @@
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
 //! the [`Policy`] (switches, per-tool rules with a MIME hint, a threshold
-//! of their own or `never`, the five budgets of SPEC section 2 and the
+//! of their own or `never`, the aging rule, the five budgets of SPEC section 2 and the
 //! conversation budget within sane bounds, small values as likely as large
 //! ones); the rest is the body.
 //!
@@ -25,6 +25,7 @@ use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
+use toolstub::rewrite::aging::Aging;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
@@ -84,6 +85,18 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
         recall_names: RecallToolNames::default(),
         tools: ToolRules(rules),
         externalize_errors: c[0] & 0x20 != 0,
+        // The aging rule: off, or after 1..=4 turns with or without its
+        // price gate.
+        aging: Aging {
+            after_turns: if c[7] & 0x20 != 0 {
+                1 + usize::from(c[8] & 3)
+            } else {
+                0
+            },
+            floor_chars: b(3) * 16,
+            min_share_permille: if c[7] & 0x40 != 0 { 0 } else { 920 },
+            horizon_permille: if c[7] & 0x80 != 0 { 1000 } else { 0 },
+        },
     }
 }
 

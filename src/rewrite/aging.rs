@@ -36,6 +36,11 @@ pub struct Aging {
     /// What a change must remove, in thousandths of what it makes the
     /// cache write again (0: whenever an output is old enough).
     pub min_share_permille: u32,
+    /// The later requests a change may count on to repay it, in
+    /// thousandths per turn the conversation has had at the decision
+    /// point (0: the change must pay at once). A conversation `d` turns
+    /// long is expected to go on about `d * horizon` more requests.
+    pub horizon_permille: u32,
 }
 
 impl Default for Aging {
@@ -44,6 +49,7 @@ impl Default for Aging {
             after_turns: DEFAULT_AFTER_TURNS,
             floor_chars: DEFAULT_FLOOR_CHARS,
             min_share_permille: DEFAULT_MIN_SHARE_PERMILLE,
+            horizon_permille: DEFAULT_HORIZON_PERMILLE,
         }
     }
 }
@@ -52,6 +58,13 @@ impl Default for Aging {
 pub const DEFAULT_AFTER_TURNS: usize = 0;
 pub const DEFAULT_FLOOR_CHARS: usize = 4_000;
 pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 920;
+pub const DEFAULT_HORIZON_PERMILLE: u32 = 0;
+
+/// What one later request saves of each character removed, in thousandths
+/// of what the change costs to write it: Anthropic's 0.1x read over its
+/// 1.25x write (OpenAI's 0.1x over 1x repays sooner, so this is the
+/// stricter of the two).
+const READ_OVER_WRITE_PERMILLE: u128 = 80;
 
 /// One output the rule may age: its turn (0-based among the request's
 /// turns that carry outputs), its bytes in the body, and the bytes its
@@ -102,7 +115,10 @@ pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
         } else {
             previous_end + turns.outside
         };
-        let pays = removed as u128 * 1000 >= aging.min_share_permille as u128 * rewritten as u128;
+        // Later requests expected: d turns so far, times the horizon.
+        let later = d as u128 * aging.horizon_permille as u128 / 1000;
+        let pays = removed as u128 * (1000 + later * READ_OVER_WRITE_PERMILLE)
+            >= aging.min_share_permille as u128 * rewritten as u128;
         if pays {
             for i in pending {
                 aged[i] = true;
@@ -124,6 +140,7 @@ mod tests {
             after_turns: after,
             floor_chars: 0,
             min_share_permille: permille,
+            horizon_permille: 0,
         }
     }
 
@@ -182,6 +199,29 @@ mod tests {
     }
 
     #[test]
+    fn a_horizon_counts_later_requests_per_turn_so_far() {
+        // Saving 600 of the 1,000 bytes it rewrites: short of 920 at once.
+        // With a horizon of 1, a change at turn d counts on d later
+        // requests, each repaying 8% of the saving: 600 * (1 + 0.08 * d)
+        // >= 920 from d = 7 on, so the output of turn 6 (one turn old at
+        // d = 7) ages; the same output in turn 1 makes the change rewrite
+        // six turns, which 600 bytes do not repay.
+        let mut a = aging(1, 920);
+        a.horizon_permille = 1000;
+        let at = |t: usize| Seen {
+            turn: t,
+            start: t * 1000,
+            saving: 600,
+        };
+        assert_eq!(aged(&a, &[at(6)], &turns(8, Some(0))), [true]);
+        assert_eq!(aged(&a, &[at(5)], &turns(7, Some(0))), [false]);
+        assert_eq!(aged(&a, &[at(1)], &turns(7, Some(0))), [false]);
+        assert_eq!(aged(&a, &[at(1)], &turns(8, Some(0))), [false]);
+        // Without the horizon it never pays.
+        assert_eq!(aged(&aging(1, 920), &[at(6)], &turns(20, Some(0))), [false]);
+    }
+
+    #[test]
     fn an_offer_made_by_aging_holds_before_a_later_stub_of_another_rule() {
         // Turn 1's output pays at once even with the whole request
         // rewritten (the tools not offered yet); turn 3's then pays at the
@@ -208,6 +248,7 @@ mod tests {
             after_turns: 1,
             floor_chars: 0,
             min_share_permille: 920,
+            horizon_permille: 0,
         };
         assert_eq!(aged(&a, &s, &turns(5, None)), [true, true]);
         assert_eq!(aged(&a, &s, &turns(8, Some(6))), [true, true]);

@@ -681,6 +681,7 @@ fn aging_policy(after_turns: usize, min_share_permille: u32) -> Policy {
             after_turns,
             floor_chars: 4_000,
             min_share_permille,
+            horizon_permille: 0,
         },
         ..Policy::default()
     }

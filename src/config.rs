@@ -322,6 +322,10 @@ pub struct UpstreamConfig {
     /// then a messages request, or any carrying `anthropic-version`, goes
     /// to Anthropic, the rest to OpenAI).
     pub anthropic_base: Option<http::Uri>,
+    /// Where Gemini API requests go instead (`upstream.base_url` not set:
+    /// `/v1beta/...` paths, `/v1/models/...:generateContent` and the like,
+    /// or any carrying `x-goog-api-key`).
+    pub gemini_base: Option<http::Uri>,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub ca_file: Option<PathBuf>,
@@ -499,6 +503,8 @@ fn set(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
 pub const DEFAULT_OPENAI: &str = "https://api.openai.com";
 /// Where Anthropic requests go when `upstream.base_url` is not set.
 pub const DEFAULT_ANTHROPIC: &str = "https://api.anthropic.com";
+/// Where Gemini API requests go when `upstream.base_url` is not set.
+pub const DEFAULT_GEMINI: &str = "https://generativelanguage.googleapis.com";
 
 /// An upstream base URL: http or https, a host, no query.
 fn base_url(key: &str, raw: &str) -> Result<http::Uri> {
@@ -577,6 +583,10 @@ fn validate(raw: RawConfig) -> Result<Config> {
     let anthropic_base = match raw.upstream.base_url {
         Some(_) => None,
         None => Some(base_url("upstream.base_url", DEFAULT_ANTHROPIC)?),
+    };
+    let gemini_base = match raw.upstream.base_url {
+        Some(_) => None,
+        None => Some(base_url("upstream.base_url", DEFAULT_GEMINI)?),
     };
     let mut routes = Vec::new();
     for (prefix, url) in &raw.upstream.routes {
@@ -680,6 +690,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
         upstream: UpstreamConfig {
             base_url: default_base,
             anthropic_base,
+            gemini_base,
             connect_timeout: ms(raw.upstream.connect_timeout_ms.max(1)),
             first_byte_timeout: ms(raw.upstream.first_byte_timeout_ms.max(1)),
             ca_file: raw.upstream.ca_file.clone(),
@@ -775,12 +786,21 @@ mod tests {
                 .as_deref(),
             Some("https://api.anthropic.com/")
         );
+        assert_eq!(
+            c.upstream
+                .gemini_base
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("https://generativelanguage.googleapis.com/")
+        );
         let one = Overrides {
             upstream: Some("http://127.0.0.1:9".to_string()),
             ..Overrides::default()
         };
         let c = load(None, no_env(), &one).expect("one upstream");
         assert!(c.upstream.anthropic_base.is_none(), "every path goes there");
+        assert!(c.upstream.gemini_base.is_none(), "every path goes there");
         assert_eq!(c.store.path, PathBuf::from("toolstub.db"));
         assert_eq!(c.policy.budget, Budget::default());
         assert_eq!(c.failure_mode, FailureMode::PreserveRaw);

@@ -10,7 +10,9 @@
 //!
 //! How the child is pointed at the proxy ([`Endpoints`]):
 //! - every child gets `ANTHROPIC_BASE_URL` and `OPENAI_BASE_URL` (Claude
-//!   Code, the Anthropic and OpenAI SDKs, the Agents SDK, most tools);
+//!   Code, the Anthropic and OpenAI SDKs, the Agents SDK, most tools) and
+//!   `GOOGLE_GEMINI_BASE_URL` (Gemini CLI; nothing is written to
+//!   `~/.gemini`);
 //! - a program named `codex` also gets `-c` options, right after the
 //!   program name, that select a provider of its own whose `base_url` is the
 //!   proxy (`wire_api = "responses"`, no WebSocket). Codex ignores
@@ -19,9 +21,10 @@
 //!   tunnel, not rewrite. Nothing is written to `~/.codex`.
 //!
 //! Where upstream goes: as `serve` has it, unless the child's environment
-//! already names an endpoint: a non-empty `ANTHROPIC_BASE_URL` or
-//! `OPENAI_BASE_URL` becomes the upstream of that API (through a route
-//! prefix of the proxy, [`ANTHROPIC_ROUTE`] / [`OPENAI_ROUTE`]), so wrap
+//! already names an endpoint: a non-empty `ANTHROPIC_BASE_URL`,
+//! `OPENAI_BASE_URL` or `GOOGLE_GEMINI_BASE_URL` becomes the upstream of
+//! that API (through a route prefix of the proxy, [`ANTHROPIC_ROUTE`] /
+//! [`OPENAI_ROUTE`] / [`GEMINI_ROUTE`]), so wrap
 //! never sends traffic elsewhere than the child would have. `--upstream`
 //! wins over both, and wrap says so.
 //!
@@ -49,6 +52,9 @@ pub const OPENAI_ROUTE: &str = "/wrap/openai";
 /// The route prefix through which the child's own `ANTHROPIC_BASE_URL` is
 /// reached.
 pub const ANTHROPIC_ROUTE: &str = "/wrap/anthropic";
+/// The route prefix through which the child's own `GOOGLE_GEMINI_BASE_URL`
+/// is reached.
+pub const GEMINI_ROUTE: &str = "/wrap/gemini";
 
 /// wrap's own failure before the command ran (as `env` and `docker run`).
 const FAILED: u8 = 125;
@@ -149,6 +155,7 @@ fn say(line: &str) {
 struct Inherited {
     openai_base_url: Option<String>,
     anthropic_base_url: Option<String>,
+    gemini_base_url: Option<String>,
     /// `OPENAI_API_KEY` is set: Codex's provider reads its key from it.
     openai_api_key: bool,
     /// An HTTP proxy variable is set: the child must not send loopback
@@ -167,6 +174,7 @@ impl Inherited {
         Inherited {
             openai_base_url: get("OPENAI_BASE_URL"),
             anthropic_base_url: get("ANTHROPIC_BASE_URL"),
+            gemini_base_url: get("GOOGLE_GEMINI_BASE_URL"),
             openai_api_key: get("OPENAI_API_KEY").is_some(),
             http_proxy: ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
                 .iter()
@@ -184,6 +192,8 @@ struct Endpoints {
     openai: String,
     /// `ANTHROPIC_BASE_URL`.
     anthropic: String,
+    /// `GOOGLE_GEMINI_BASE_URL` (Gemini CLI adds `/v1beta/...`).
+    gemini: String,
 }
 
 impl Endpoints {
@@ -192,6 +202,7 @@ impl Endpoints {
         Endpoints {
             openai: format!("{base}/v1"),
             anthropic: base.clone(),
+            gemini: base.clone(),
             base,
         }
     }
@@ -324,6 +335,9 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
             if let Some(path) = &routes.anthropic_path {
                 endpoints.anthropic = format!("{}{ANTHROPIC_ROUTE}{path}", endpoints.base);
             }
+            if let Some(path) = &routes.gemini_path {
+                endpoints.gemini = format!("{}{GEMINI_ROUTE}{path}", endpoints.base);
+            }
             Ok(Started {
                 endpoints,
                 running: Running::Own { server, store },
@@ -338,6 +352,7 @@ impl Inherited {
         [
             ("OPENAI_BASE_URL", self.openai_base_url.as_deref()),
             ("ANTHROPIC_BASE_URL", self.anthropic_base_url.as_deref()),
+            ("GOOGLE_GEMINI_BASE_URL", self.gemini_base_url.as_deref()),
         ]
         .into_iter()
         .filter_map(|(name, value)| value.map(|v| (name, v)))
@@ -354,6 +369,7 @@ struct InheritedRoutes {
     routes: Vec<String>,
     openai_path: Option<String>,
     anthropic_path: Option<String>,
+    gemini_path: Option<String>,
 }
 
 impl InheritedRoutes {
@@ -362,12 +378,19 @@ impl InheritedRoutes {
         for (name, value) in inherited.base_urls() {
             let (origin, path) = split_base_url(value)
                 .with_context(|| format!("{name}={value} cannot be the proxy's upstream"))?;
-            let prefix = if name == "OPENAI_BASE_URL" {
-                out.openai_path = Some(path);
-                OPENAI_ROUTE
-            } else {
-                out.anthropic_path = Some(path);
-                ANTHROPIC_ROUTE
+            let prefix = match name {
+                "OPENAI_BASE_URL" => {
+                    out.openai_path = Some(path);
+                    OPENAI_ROUTE
+                }
+                "GOOGLE_GEMINI_BASE_URL" => {
+                    out.gemini_path = Some(path);
+                    GEMINI_ROUTE
+                }
+                _ => {
+                    out.anthropic_path = Some(path);
+                    ANTHROPIC_ROUTE
+                }
             };
             out.routes.push(format!("{prefix}={origin}"));
         }
@@ -452,7 +475,8 @@ fn child_command(
     command
         .args(args)
         .env("OPENAI_BASE_URL", &endpoints.openai)
-        .env("ANTHROPIC_BASE_URL", &endpoints.anthropic);
+        .env("ANTHROPIC_BASE_URL", &endpoints.anthropic)
+        .env("GOOGLE_GEMINI_BASE_URL", &endpoints.gemini);
     if inherited.http_proxy {
         for name in ["NO_PROXY", "no_proxy"] {
             let current = std::env::var(name).unwrap_or_default();
@@ -855,6 +879,7 @@ mod tests {
         let inherited = Inherited {
             openai_base_url: Some("https://gw.example:8443/openai/v1/".to_string()),
             anthropic_base_url: Some("http://10.0.0.2:9000".to_string()),
+            gemini_base_url: Some("https://gemini-gw.example/google/".to_string()),
             ..Inherited::default()
         };
         let routes = InheritedRoutes::of(&inherited).expect("routes");
@@ -864,9 +889,11 @@ mod tests {
                 routes: vec![
                     "/wrap/openai=https://gw.example:8443".to_string(),
                     "/wrap/anthropic=http://10.0.0.2:9000".to_string(),
+                    "/wrap/gemini=https://gemini-gw.example".to_string(),
                 ],
                 openai_path: Some("/openai/v1".to_string()),
                 anthropic_path: Some(String::new()),
+                gemini_path: Some("/google".to_string()),
             }
         );
         for bad in ["gw.example/v1", "ftp://gw/v1", "https://gw/v1?x=1"] {
@@ -932,6 +959,7 @@ mod tests {
                 base: "http://127.0.0.1:9".to_string(),
                 openai: "http://127.0.0.1:9/v1".to_string(),
                 anthropic: "http://127.0.0.1:9".to_string(),
+                gemini: "http://127.0.0.1:9".to_string(),
             }
         );
     }

@@ -53,6 +53,17 @@ req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages/co
 urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=30).read()
 "#;
 
+/// Prints the child's Gemini base URL and sends a `generateContent`
+/// request under it, as Gemini CLI does.
+const GEMINI_CHILD: &str = r#"
+import os, urllib.request
+print("gemini=" + os.environ["GOOGLE_GEMINI_BASE_URL"])
+req = urllib.request.Request(os.environ["GOOGLE_GEMINI_BASE_URL"] + "/v1beta/models/m:generateContent",
+    data=b'{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}',
+    headers={"content-type": "application/json", "x-goog-api-key": "AIza-wrap"})
+urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=30).read()
+"#;
+
 /// Waits for `path` to exist (the child is ready).
 fn wait_for(path: &Path) {
     let deadline = Instant::now() + RUN_TIMEOUT;
@@ -76,7 +87,13 @@ fn wrap(home: &Path, args: &[&str]) -> Command {
         let lower = name.to_ascii_lowercase();
         if name.starts_with("TOOLSTUB_")
             || name.starts_with("XDG_")
-            || ["OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY"].contains(&name)
+            || [
+                "OPENAI_BASE_URL",
+                "ANTHROPIC_BASE_URL",
+                "GOOGLE_GEMINI_BASE_URL",
+                "OPENAI_API_KEY",
+            ]
+            .contains(&name)
             || lower.ends_with("_proxy")
         {
             command.env_remove(name);
@@ -433,6 +450,55 @@ async fn the_childs_own_base_urls_become_the_upstream() {
     let requests = mock.requests();
     assert_eq!(requests.len(), before + 1);
     assert_eq!(requests[before].path_and_query, "/v1/chat/completions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_is_pointed_at_the_proxy_and_its_own_base_url_kept() {
+    let mock = mock_upstream().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("t.db");
+    let db = db.to_str().expect("utf-8");
+    let upstream = format!("http://{}", mock.addr);
+    let mut command = wrap(home.path(), &["--upstream", &upstream, "--db", db, "--"]);
+    command.args(["python3", "-c", GEMINI_CHILD]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let pointed = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("gemini="))
+        .expect("the child's GOOGLE_GEMINI_BASE_URL");
+    assert!(pointed.starts_with("http://127.0.0.1:"), "{stdout}");
+    assert_ne!(pointed, upstream, "the child goes through the proxy");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].path_and_query,
+        "/v1beta/models/m:generateContent"
+    );
+    assert_eq!(requests[0].headers["x-goog-api-key"], "AIza-wrap");
+
+    // The child's own base URL becomes the upstream, through a route.
+    let mut command = wrap(home.path(), &["--db", db, "--"]);
+    command
+        .env(
+            "GOOGLE_GEMINI_BASE_URL",
+            format!("http://{}/google-gw", mock.addr),
+        )
+        .args(["python3", "-c", GEMINI_CHILD]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("/wrap/gemini/google-gw\n"),
+        "{}",
+        describe(&out)
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].path_and_query,
+        "/google-gw/v1beta/models/m:generateContent"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

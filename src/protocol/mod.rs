@@ -23,6 +23,7 @@
 
 pub mod anthropic;
 mod body;
+pub mod gemini;
 pub mod json_edit;
 pub mod json_scan;
 pub mod json_text;
@@ -164,6 +165,8 @@ pub enum Flavor {
     OpenAi,
     /// `{"type":"error","error":{"type","message"}}`.
     Anthropic,
+    /// Google's `{"error":{"code","message","status"}}` (the Gemini API).
+    Google,
 }
 
 impl Flavor {
@@ -182,6 +185,10 @@ impl Flavor {
             Flavor::Anthropic => serde_json::json!({
                 "type": "error",
                 "error": {"type": anthropic::error_type(status), "message": message},
+            })
+            .to_string(),
+            Flavor::Google => serde_json::json!({
+                "error": {"code": status, "message": message, "status": gemini::status_name(status)},
             })
             .to_string(),
         }

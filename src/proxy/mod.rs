@@ -165,13 +165,20 @@ impl Route {
         }
     }
 
-    /// The error format of the proxy's own failures on this route: the
-    /// route's protocol's; elsewhere Anthropic's when the client speaks it
-    /// (an `anthropic-version` header), else OpenAI's.
-    fn flavor(self, headers: &HeaderMap) -> Flavor {
+    /// The error format of the proxy's own failures on this route, which
+    /// also names the provider a request goes to when no single upstream
+    /// is set: the route's protocol's; elsewhere Google's on a Gemini API
+    /// path or with an `x-goog-api-key` header, Anthropic's when the
+    /// client speaks it (an `anthropic-version` header), else OpenAI's.
+    fn flavor(self, path: &str, headers: &HeaderMap) -> Flavor {
         match self {
             Route::Api(api) => api.protocol().flavor(),
             Route::Operator | Route::Dashboard | Route::ResponseById => Flavor::OpenAi,
+            _ if crate::protocol::gemini::is_path(path)
+                || headers.contains_key("x-goog-api-key") =>
+            {
+                Flavor::Google
+            }
             _ if headers.contains_key("anthropic-version") => Flavor::Anthropic,
             _ => Flavor::OpenAi,
         }
@@ -352,7 +359,7 @@ async fn handle(
 ) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
     let route = Route::of(req.method(), req.uri().path());
-    let flavor = route.flavor(req.headers());
+    let flavor = route.flavor(req.uri().path(), req.headers());
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let separate_operator =
@@ -521,9 +528,9 @@ fn upstream_request(
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
     let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let anthropic =
-        Route::of(&parts.method, parts.uri.path()).flavor(&parts.headers) == Flavor::Anthropic;
-    let uri = app.upstream.uri_for(path_and_query, anthropic)?;
+    let flavor =
+        Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers);
+    let uri = app.upstream.uri_for(path_and_query, flavor)?;
     let mut headers = upstream_headers(&parts.headers);
     if let Some(n) = content_length {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
@@ -551,12 +558,17 @@ where
 /// the request's credential (`Authorization`, `x-api-key` or `api-key`), or
 /// `anonymous`. The credential itself goes nowhere else.
 pub fn tenant_of(headers: &HeaderMap) -> Tenant {
-    [header::AUTHORIZATION.as_str(), "x-api-key", "api-key"]
-        .iter()
-        .find_map(|name| headers.get(*name))
-        .map_or_else(Tenant::anonymous, |value| {
-            Tenant::from_credential(&String::from_utf8_lossy(value.as_bytes()))
-        })
+    [
+        header::AUTHORIZATION.as_str(),
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+    ]
+    .iter()
+    .find_map(|name| headers.get(*name))
+    .map_or_else(Tenant::anonymous, |value| {
+        Tenant::from_credential(&String::from_utf8_lossy(value.as_bytes()))
+    })
 }
 
 /// `GET` of `path` on `base_url` with the upstream client (HTTP or HTTPS,
@@ -576,7 +588,7 @@ pub async fn get_text(
     let config = crate::config::load(None, Vec::new(), &overrides)?;
     let client = Upstream::new(&config.upstream)?;
     let uri = client
-        .uri_for(path, false)
+        .uri_for(path, Flavor::OpenAi)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut request = Request::new(full(bytes::Bytes::new()));
     *request.uri_mut() = uri.clone();
@@ -605,12 +617,15 @@ pub async fn get_text(
 /// `toolstub serve`: the server, until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     let listen = config.listen;
-    let upstream = match &config.upstream.anthropic_base {
-        Some(anthropic) => format!(
-            "{} (Anthropic requests: {anthropic})",
+    let upstream = match (
+        &config.upstream.anthropic_base,
+        &config.upstream.gemini_base,
+    ) {
+        (Some(anthropic), Some(gemini)) => format!(
+            "{} (Anthropic requests: {anthropic}, Gemini requests: {gemini})",
             config.upstream.base_url
         ),
-        None => config.upstream.base_url.to_string(),
+        _ => config.upstream.base_url.to_string(),
     };
     let listeners = Listeners::bind(&config).await?;
     // The bound address (the configured one may ask for port 0).

@@ -6,6 +6,7 @@
 use super::body::BoxBody;
 use super::error::ProxyError;
 use crate::config::UpstreamConfig;
+use crate::protocol::Flavor;
 use anyhow::{Context, Result};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Request, Response, Uri};
@@ -34,6 +35,8 @@ pub struct Upstream {
     base: Uri,
     /// Where Anthropic requests go when no `upstream.base_url` is set.
     anthropic_base: Option<Uri>,
+    /// Where Gemini API requests go when no `upstream.base_url` is set.
+    gemini_base: Option<Uri>,
     /// (path prefix, base URL), longest prefix first (`upstream.routes`).
     routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
@@ -84,6 +87,7 @@ impl Upstream {
             client,
             base: config.base_url.clone(),
             anthropic_base: config.anthropic_base.clone(),
+            gemini_base: config.gemini_base.clone(),
             routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
         })
@@ -91,12 +95,15 @@ impl Upstream {
 
     /// The route a request path takes: the matching `upstream.routes`
     /// prefix with its base URL, or `""` and the default upstream (for an
-    /// Anthropic request, Anthropic's when no `upstream.base_url` is set).
-    fn route(&self, path: &str, anthropic: bool) -> (&str, &Uri) {
-        let default = match &self.anthropic_base {
-            Some(base) if anthropic => base,
-            _ => &self.base,
+    /// Anthropic or Gemini request, that provider's when no
+    /// `upstream.base_url` is set).
+    fn route(&self, path: &str, flavor: Flavor) -> (&str, &Uri) {
+        let provider = match flavor {
+            Flavor::Anthropic => self.anthropic_base.as_ref(),
+            Flavor::Google => self.gemini_base.as_ref(),
+            Flavor::OpenAi => None,
         };
+        let default = provider.unwrap_or(&self.base);
         self.routes
             .iter()
             .find(|(prefix, _)| {
@@ -107,10 +114,10 @@ impl Upstream {
     }
 
     /// The upstream URL of a request: its route's base URL + the path (its
-    /// route prefix removed) and query. `anthropic`: the request speaks
-    /// Anthropic's API.
-    pub fn uri_for(&self, path_and_query: &str, anthropic: bool) -> Result<Uri, ProxyError> {
-        let (route, base) = self.route(path_and_query, anthropic);
+    /// route prefix removed) and query. `flavor`: the API the request
+    /// speaks, as its errors tell it.
+    pub fn uri_for(&self, path_and_query: &str, flavor: Flavor) -> Result<Uri, ProxyError> {
+        let (route, base) = self.route(path_and_query, flavor);
         let rest = &path_and_query[route.len()..];
         let path_and_query = if rest.is_empty() || rest.starts_with('?') {
             format!("/{rest}")
@@ -228,6 +235,7 @@ mod tests {
         let config = UpstreamConfig {
             base_url: "https://example.com/api".parse().expect("uri"),
             anthropic_base: Some("https://anthropic.example".parse().expect("uri")),
+            gemini_base: Some("https://gemini.example".parse().expect("uri")),
             connect_timeout: Duration::from_secs(1),
             first_byte_timeout: Duration::from_secs(1),
             ca_file: None,
@@ -240,32 +248,46 @@ mod tests {
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(
-            up.uri_for("/v1/chat/completions?x=1", false)
+            up.uri_for("/v1/chat/completions?x=1", Flavor::OpenAi)
                 .expect("uri")
                 .to_string(),
             "https://example.com/api/v1/chat/completions?x=1"
         );
         assert_eq!(
-            up.uri_for("/anthropic/v1/messages?beta=true", true)
+            up.uri_for("/anthropic/v1/messages?beta=true", Flavor::Anthropic)
                 .expect("uri")
                 .to_string(),
             "http://127.0.0.1:9/v1/messages?beta=true"
         );
         assert_eq!(
-            up.uri_for("/anthropic", false).expect("uri").to_string(),
+            up.uri_for("/anthropic", Flavor::OpenAi)
+                .expect("uri")
+                .to_string(),
             "http://127.0.0.1:9/"
         );
         assert_eq!(
-            up.uri_for("/anthropicx/v1", false)
+            up.uri_for("/anthropicx/v1", Flavor::OpenAi)
                 .expect("uri")
                 .to_string(),
             "https://example.com/api/anthropicx/v1",
             "a prefix matches whole path segments only"
         );
         assert_eq!(
-            up.uri_for("/v1/messages", true).expect("uri").to_string(),
+            up.uri_for("/v1/messages", Flavor::Anthropic)
+                .expect("uri")
+                .to_string(),
             "https://anthropic.example/v1/messages",
             "Anthropic requests go to Anthropic when no single upstream is set"
+        );
+        assert_eq!(
+            up.uri_for(
+                "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+                Flavor::Google
+            )
+            .expect("uri")
+            .to_string(),
+            "https://gemini.example/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+            "Gemini requests go to Google when no single upstream is set"
         );
     }
 }

@@ -6,6 +6,7 @@ mod accounting;
 mod anthropic;
 mod dashboard;
 mod faults;
+mod gemini;
 mod hostile;
 mod mock;
 mod operator;

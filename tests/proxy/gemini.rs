@@ -1,0 +1,202 @@
+//! The Gemini API through the proxy: its requests (Gemini CLI's shapes,
+//! a large `functionResponse` included) reach the upstream byte for byte,
+//! key and query kept; streamed answers come back as the upstream sent
+//! them; the proxy's own failures answer in Google's error format; with no
+//! single upstream, Gemini paths are routed to Google (`upstream.rs`'s
+//! unit test), and a `--route` prefix reaches its own upstream.
+
+use super::mock::{self, client, send, Recorded, Reply, Script};
+use super::{setup, KEY};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A Gemini CLI turn: a shell command's output as a `functionResponse`
+/// (`response.output`), the model part before it with its signature.
+fn gemini_body(output_chars: usize) -> String {
+    let output = "drwxr-xr-x 2 user user 4096 Dec  2 10:00 dir\n".repeat(output_chars / 46 + 1);
+    json!({
+        "contents": [
+            {"role": "user", "parts": [{"text": "list the files"}]},
+            {"role": "model", "parts": [
+                {"functionCall": {"name": "run_shell_command", "args": {"command": "ls -la"}},
+                 "thoughtSignature": "c2lnbmF0dXJlLW9mLXRoZS1tb2RlbA=="}]},
+            {"role": "user", "parts": [
+                {"functionResponse": {"name": "run_shell_command", "response": {"output": output}}}]}
+        ],
+        "systemInstruction": {"role": "user", "parts": [{"text": "You are an agent."}]},
+        "tools": [{"functionDeclarations": [
+            {"name": "run_shell_command", "description": "Runs a command.",
+             "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}}}]}],
+        "generationConfig": {"thinkingConfig": {"includeThoughts": true, "thinkingLevel": "HIGH"}}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn gemini_requests_and_streams_pass_through_byte_for_byte() {
+    let chunks: Vec<String> = [
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Here ","thoughtSignature":"AAA="}]}}]}"#,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"they are."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":30000,"candidatesTokenCount":4,"cachedContentTokenCount":28000}}"#,
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\r\n\r\n"))
+    .collect();
+    let expected: String = chunks.concat();
+    let script: Script = Arc::new(move |r: &Recorded| {
+        if r.path_and_query.contains(":streamGenerateContent") {
+            Reply::Stream {
+                chunks: chunks.clone(),
+                gap: Duration::from_millis(5),
+                sent: Arc::new(Mutex::new(Vec::new())),
+            }
+        } else {
+            Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"{}"}]}}]}"#
+                    .to_string(),
+            )
+        }
+    });
+    let s = setup(script).await;
+    let body = gemini_body(60_000);
+    let path = "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse";
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url(path),
+        &[
+            ("x-goog-api-key", "AIza-test-key"),
+            ("content-type", "application/json"),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        expected,
+        "the stream as sent"
+    );
+    let got = s.mock.last();
+    assert_eq!(got.path_and_query, path, "path and query kept");
+    assert_eq!(got.headers["x-goog-api-key"], "AIza-test-key");
+    assert_eq!(got.body, body.as_bytes(), "the body byte for byte");
+
+    // Gemini CLI's routing call, and a key in the query.
+    let path = "/v1beta/models/gemini-3.5-flash-lite:generateContent?key=AIza-query-key";
+    let small = r#"{"contents":[{"role":"user","parts":[{"text":"route"}]}]}"#;
+    let (status, _, bytes) = send(&client(), "POST", s.url(path), &[], small).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "{}");
+    assert_eq!(s.mock.last().path_and_query, path);
+    assert_eq!(s.mock.last().body, small.as_bytes());
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_proxys_own_errors_on_gemini_paths_are_in_googles_format() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = toolstub::config::load(
+        None,
+        Vec::new(),
+        &toolstub::config::Overrides {
+            listen: Some("127.0.0.1:0".to_string()),
+            upstream: Some(format!("http://127.0.0.1:{port}")),
+            db: Some(dir.path().join("t.db")),
+            routes: Vec::new(),
+            store_url: None,
+        },
+    )
+    .expect("config");
+    let proxy = toolstub::proxy::Server::start(config).await.expect("proxy");
+    for (path, headers) in [
+        ("/v1beta/models/m:generateContent", vec![]),
+        ("/v1/models/m:streamGenerateContent?alt=sse", vec![]),
+        (
+            "/v1/projects/p/locations/us-central1/publishers/google/models/m:generateContent",
+            vec![("authorization", "Bearer ya29.token")],
+        ),
+        ("/somewhere/else", vec![("x-goog-api-key", "AIza-k")]),
+    ] {
+        let (status, _, bytes) = send(
+            &client(),
+            "POST",
+            format!("http://{}{path}", proxy.addr),
+            &headers,
+            gemini_body(100),
+        )
+        .await;
+        assert_eq!(status, 502, "{path}");
+        let v: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(v["error"]["code"], 502, "{path}: {v}");
+        assert_eq!(v["error"]["status"], "UNAVAILABLE", "{path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("unreachable"),
+            "{path}: {v}"
+        );
+    }
+    // An OpenAI path keeps OpenAI's format.
+    let (_, _, bytes) = send(
+        &client(),
+        "GET",
+        format!("http://{}/v1/models", proxy.addr),
+        &[("authorization", KEY)],
+        "",
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(v["error"]["code"], "upstream_unreachable");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_route_prefix_takes_gemini_requests_to_their_own_upstream() {
+    let gemini = mock::start(Arc::new(|r: &Recorded| {
+        Reply::Full(200, Vec::new(), format!("gemini {}", r.path_and_query))
+    }))
+    .await;
+    let other = mock::start(Arc::new(|_: &Recorded| {
+        Reply::Full(200, Vec::new(), "other".to_string())
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = toolstub::config::load(
+        None,
+        Vec::new(),
+        &toolstub::config::Overrides {
+            listen: Some("127.0.0.1:0".to_string()),
+            upstream: Some(format!("http://{}", other.addr)),
+            db: Some(dir.path().join("t.db")),
+            routes: vec![format!("/google=http://{}/base", gemini.addr)],
+            store_url: None,
+        },
+    )
+    .expect("config");
+    let proxy = toolstub::proxy::Server::start(config).await.expect("proxy");
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        format!(
+            "http://{}/google/v1beta/models/m:generateContent",
+            proxy.addr
+        ),
+        &[("x-goog-api-key", "AIza-k")],
+        gemini_body(100),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        "gemini /base/v1beta/models/m:generateContent"
+    );
+    proxy.shutdown().await;
+}

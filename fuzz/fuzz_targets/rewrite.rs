@@ -1,6 +1,6 @@
 //! Fuzz target: the request rewrite on any bytes as a request body of any
 //! protocol (OpenAI Chat Completions, Anthropic Messages, OpenAI
-//! Responses), under any configuration within its bounds, in both modes.
+//! Responses, the Gemini API), under any configuration within its bounds, in both modes.
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
 //! the [`Policy`] (switches, per-tool rules with a MIME hint, a threshold
@@ -22,6 +22,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use toolstub::protocol::anthropic::AnthropicMessages;
+use toolstub::protocol::gemini::Gemini;
 use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
@@ -111,7 +112,9 @@ fuzz_target!(|data: &[u8]| {
     // (adapter, the member holding the conversation)
     let (protocol, key): (&dyn Protocol, &str) = match (c[0] & 0x40 != 0, c[0] & 0x80 != 0) {
         (true, false) => (&AnthropicMessages, "messages"),
-        (_, true) if c[0] != 0xff => (&OpenAiResponses, "input"),
+        (true, true) if c[0] != 0xff && c[8] & 4 != 0 => (&Gemini::STREAM, "contents"),
+        (true, true) if c[0] != 0xff => (&Gemini::GENERATE, "contents"),
+        (false, true) => (&OpenAiResponses, "input"),
         _ => (&OpenAiChat, "messages"),
     };
     let is_json = std::str::from_utf8(body)
@@ -255,7 +258,10 @@ fn check_rewritten(
         let message = &r.body[turn.span.clone()];
         let canon = protocol.message_canon(message);
         assert!(
-            canon.as_deref().is_some_and(|c| c.starts_with("assistant")),
+            // Gemini calls the assistant "model".
+            canon
+                .as_deref()
+                .is_some_and(|c| c.starts_with("assistant") || c.starts_with("model")),
             "turn {:?} is not an assistant message: {message:.80}",
             turn.span
         );

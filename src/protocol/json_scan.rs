@@ -57,6 +57,12 @@ impl<'a> Scanner<'a> {
         self.pos
     }
 
+    /// The text from `start` (a [`Scanner::position`]) to what was
+    /// consumed last: the raw value a caller read piece by piece.
+    pub fn text_between(&self, start: usize) -> Option<&'a str> {
+        self.text.get(start..self.pos)
+    }
+
     /// Consumes a `,` after whitespace, if one comes next (values of a
     /// comma-separated run that is not an array).
     pub fn comma(&mut self) -> bool {

@@ -45,6 +45,9 @@ pub enum ContentShape {
     String,
     /// An array of `{"type":"text","text":...}` parts, replaced whole.
     TextParts,
+    /// A Gemini `functionResponse.response` object, replaced whole by
+    /// `{"output": stub}` (the API reads `output` as the function's output).
+    OutputObject,
 }
 
 /// A tool output's text, decoded only when needed: a repeated turn finds
@@ -217,6 +220,7 @@ pub trait Protocol: Send + Sync {
         match shape {
             ContentShape::String => text,
             ContentShape::TextParts => format!("[{{\"type\":\"text\",\"text\":{text}}}]"),
+            ContentShape::OutputObject => format!("{{\"output\":{text}}}"),
         }
     }
 

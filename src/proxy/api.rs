@@ -17,6 +17,7 @@ use super::usage_tap::Tap;
 use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
+use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
@@ -48,6 +49,13 @@ pub(super) enum Api {
     CountTokens,
     /// `POST .../v1/responses`.
     Responses,
+    /// `POST .../models/{m}:generateContent` (the Gemini API).
+    GeminiGenerate,
+    /// `POST .../models/{m}:streamGenerateContent`.
+    GeminiStream,
+    /// `POST .../models/{m}:countTokens`: rewritten as the request it
+    /// precedes would be, the response forwarded as it is.
+    GeminiCountTokens,
 }
 
 impl Api {
@@ -56,12 +64,14 @@ impl Api {
             Api::ChatCompletions => &OpenAiChat,
             Api::Messages | Api::CountTokens => &AnthropicMessages,
             Api::Responses => &OpenAiResponses,
+            Api::GeminiGenerate | Api::GeminiCountTokens => &Gemini::GENERATE,
+            Api::GeminiStream => &Gemini::STREAM,
         }
     }
 
     /// Whether responses can carry recall calls to answer.
     fn answers_recall(self) -> bool {
-        self != Api::CountTokens
+        !matches!(self, Api::CountTokens | Api::GeminiCountTokens)
     }
 
     /// The ledger's label of the API.
@@ -71,6 +81,9 @@ impl Api {
             Api::Messages => "messages",
             Api::CountTokens => "count_tokens",
             Api::Responses => "responses",
+            Api::GeminiGenerate => "generate_content",
+            Api::GeminiStream => "stream_generate_content",
+            Api::GeminiCountTokens => "count_tokens",
         }
     }
 }
@@ -84,7 +97,7 @@ struct Accounting {
 
 impl Accounting {
     fn of(app: &App, api: Api, tenant: &Tenant) -> Option<Accounting> {
-        if api == Api::CountTokens {
+        if !api.answers_recall() {
             return None;
         }
         let now = crate::store::system_now_ms();

@@ -145,6 +145,17 @@ impl Route {
                 Route::Api(api::Api::CountTokens)
             }
             (&Method::POST, p) if p.ends_with("/v1/responses") => Route::Api(api::Api::Responses),
+            (&Method::POST, p) if p.contains("/models/") && p.ends_with(":generateContent") => {
+                Route::Api(api::Api::GeminiGenerate)
+            }
+            (&Method::POST, p)
+                if p.contains("/models/") && p.ends_with(":streamGenerateContent") =>
+            {
+                Route::Api(api::Api::GeminiStream)
+            }
+            (&Method::POST, p) if p.contains("/models/") && p.ends_with(":countTokens") => {
+                Route::Api(api::Api::GeminiCountTokens)
+            }
             (_, p) if responses::response_id_in(p).is_some() => Route::ResponseById,
             _ => Route::Passthrough,
         }
@@ -158,6 +169,9 @@ impl Route {
             Route::Api(api::Api::Messages) => "messages",
             Route::Api(api::Api::CountTokens) => "count_tokens",
             Route::Api(api::Api::Responses) => "responses",
+            Route::Api(api::Api::GeminiGenerate) => "generate_content",
+            Route::Api(api::Api::GeminiStream) => "stream_generate_content",
+            Route::Api(api::Api::GeminiCountTokens) => "gemini_count_tokens",
             Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",

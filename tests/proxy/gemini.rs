@@ -1,7 +1,8 @@
-//! The Gemini API through the proxy: its requests (Gemini CLI's shapes,
-//! a large `functionResponse` included) reach the upstream byte for byte,
-//! key and query kept; streamed answers come back as the upstream sent
-//! them; the proxy's own failures answer in Google's error format; with no
+//! The Gemini API through the proxy: a request with nothing over budget
+//! reaches the upstream byte for byte, key and query kept, and its stream
+//! comes back as the upstream sent it; a large `functionResponse` goes up
+//! as a stub, the model's recall call is answered inside the proxy
+//! (streaming and not) and the next turn is restored; the proxy's own failures answer in Google's error format; with no
 //! single upstream, Gemini paths are routed to Google (`upstream.rs`'s
 //! unit test), and a `--route` prefix reaches its own upstream.
 
@@ -60,7 +61,8 @@ async fn gemini_requests_and_streams_pass_through_byte_for_byte() {
         }
     });
     let s = setup(script).await;
-    let body = gemini_body(60_000);
+    // Nothing over budget: forwarded byte for byte.
+    let body = gemini_body(15_000);
     let path = "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse";
     let (status, _, bytes) = send(
         &client(),
@@ -199,4 +201,187 @@ async fn a_route_prefix_takes_gemini_requests_to_their_own_upstream() {
         "gemini /base/v1beta/models/m:generateContent"
     );
     proxy.shutdown().await;
+}
+
+/// The ref in the first stub of a Gemini request.
+fn gemini_stub_ref(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    v["contents"].as_array()?.iter().find_map(|c| {
+        c["parts"].as_array()?.iter().find_map(|p| {
+            let out = p.pointer("/functionResponse/response/output")?.as_str()?;
+            out.lines()
+                .find_map(|l| l.strip_prefix("ref: "))
+                .map(str::to_string)
+        })
+    })
+}
+
+/// The upstream: a request whose last content answers a recall call gets
+/// the final text; one carrying a stub gets a recall call (signed); any
+/// other gets text.
+fn recalling_upstream(streaming: bool) -> Script {
+    Arc::new(move |r: &Recorded| {
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let last = v["contents"]
+            .as_array()
+            .and_then(|c| c.last())
+            .cloned()
+            .unwrap_or(Value::Null);
+        let answered_recall = last.to_string().contains("\"tool_result_read\"");
+        let chunks: Vec<Value> = if answered_recall {
+            vec![
+                json!({"candidates":[{"content":{"role":"model","parts":[{"text":"The listing "}]}}]}),
+                json!({"candidates":[{"content":{"role":"model","parts":[{"text":"has 1,500 rows."}]},"finishReason":"STOP"}],
+                       "usageMetadata":{"promptTokenCount":900,"candidatesTokenCount":7}}),
+            ]
+        } else if let Some(r) = gemini_stub_ref(&body) {
+            vec![json!({"candidates":[{"content":{"role":"model","parts":[
+                {"functionCall":{"name":"tool_result_read","args":{"ref": r, "limit": 100}},"thoughtSignature":"cmVjYWxs"}]},
+                "finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":800,"candidatesTokenCount":5}})]
+        } else {
+            vec![
+                json!({"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP"}]}),
+            ]
+        };
+        if streaming {
+            Reply::Stream {
+                chunks: chunks
+                    .iter()
+                    .map(|c| format!("data: {c}\r\n\r\n"))
+                    .collect(),
+                gap: Duration::from_millis(2),
+                sent: Arc::new(Mutex::new(Vec::new())),
+            }
+        } else {
+            // A whole response: the chunks' parts in one content.
+            let parts: Vec<Value> = chunks
+                .iter()
+                .flat_map(|c| {
+                    c["candidates"][0]["content"]["parts"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+            let mut whole = chunks.last().cloned().unwrap_or(Value::Null);
+            whole["candidates"][0]["content"]["parts"] = Value::Array(parts);
+            Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                whole.to_string(),
+            )
+        }
+    })
+}
+
+fn big_listing_body() -> String {
+    gemini_body(60_000)
+}
+
+async fn recall_round_is_answered_inside_the_proxy(streaming: bool) {
+    let s = setup(recalling_upstream(streaming)).await;
+    let method = if streaming {
+        "streamGenerateContent?alt=sse"
+    } else {
+        "generateContent"
+    };
+    let path = format!("/v1beta/models/gemini-3.1-pro-preview:{method}");
+    let body = big_listing_body();
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[
+            ("x-goog-api-key", "AIza-recall"),
+            ("content-type", "application/json"),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(
+        !text.contains("tool_result_read"),
+        "no recall part reaches the client: {text}"
+    );
+    assert!(text.contains("has 1,500 rows."), "{text}");
+    let requests = s.mock.requests();
+    assert_eq!(requests.len(), 2, "one recall round inside the proxy");
+    let first: Value = serde_json::from_slice(&requests[0].body).expect("json");
+    assert!(
+        gemini_stub_ref(&String::from_utf8_lossy(&requests[0].body)).is_some(),
+        "the output went up as a stub"
+    );
+    let declared: Vec<String> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .flat_map(|t| {
+            t["functionDeclarations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        declared.contains(&"tool_result_read".to_string()),
+        "{declared:?}"
+    );
+    assert!(declared.contains(&"run_shell_command".to_string()));
+    // The second round carries the model's call with its signature, and
+    // the read result.
+    let second: Value = serde_json::from_slice(&requests[1].body).expect("json");
+    let contents = second["contents"].as_array().expect("contents");
+    let n = contents.len();
+    assert_eq!(contents[n - 2]["role"], "model");
+    assert_eq!(contents[n - 2]["parts"][0]["thoughtSignature"], "cmVjYWxs");
+    let read = contents[n - 1]["parts"][0]["functionResponse"]["response"]["output"]
+        .as_str()
+        .expect("the read");
+    assert!(read.contains("drwxr-xr-x"), "{read}");
+    // The model's part before the stub kept its signature byte for byte.
+    assert!(String::from_utf8_lossy(&requests[0].body)
+        .contains("\"thoughtSignature\":\"c2lnbmF0dXJlLW9mLXRoZS1tb2RlbA==\""));
+
+    // The next turn, as the client sends it back: the hidden round is
+    // restored in place of the answer it saw.
+    let mut next: Value = serde_json::from_str(&body).expect("json");
+    // Streamed, the client may merge the text parts it got; whole, it
+    // sends the content back as it came.
+    let seen = if streaming {
+        json!({"role": "model", "parts": [{"text": "The listing has 1,500 rows."}]})
+    } else {
+        json!({"role": "model", "parts": [{"text": "The listing "}, {"text": "has 1,500 rows."}]})
+    };
+    let contents = next["contents"].as_array_mut().expect("contents");
+    contents.push(seen);
+    contents.push(json!({"role":"user","parts":[{"text":"thanks"}]}));
+    let (status, headers, _) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[("x-goog-api-key", "AIza-recall")],
+        next.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-restored"], "1");
+    let third = String::from_utf8_lossy(&s.mock.last().body).into_owned();
+    assert!(
+        third.contains("cmVjYWxs"),
+        "the hidden call restored upstream"
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_recall_round_is_answered_inside_the_proxy() {
+    recall_round_is_answered_inside_the_proxy(false).await;
+}
+
+#[tokio::test]
+async fn a_streamed_recall_round_is_answered_inside_the_proxy() {
+    recall_round_is_answered_inside_the_proxy(true).await;
 }

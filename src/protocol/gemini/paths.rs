@@ -1,7 +1,6 @@
-//! Google's Gemini API (`generativelanguage.googleapis.com`, and Vertex AI's
-//! Gemini paths): what the proxy knows of it, its paths and its error
-//! format. Its requests are forwarded as they come, to Google's upstream
-//! when no single upstream is set; no adapter rewrites them yet.
+//! The Gemini API's paths (`generativelanguage.googleapis.com`, and Vertex
+//! AI's Gemini paths), by which a request with no single upstream set goes
+//! to Google, and its error statuses.
 
 /// The methods of a Gemini model resource (`.../models/{model}:{method}`).
 const MODEL_METHODS: [&str; 6] = [

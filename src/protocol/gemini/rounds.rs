@@ -367,7 +367,43 @@ impl Rounds for GeminiRounds {
         Self::sse(&json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}))
     }
 
+    /// An empty response object, not an SSE comment: Google's JS SDK
+    /// (`@google/genai`, Gemini CLI's) reads its buffer with a pattern
+    /// anchored at `data: `, so a comment at the buffer's head would stop
+    /// it reading anything after it ("Incomplete JSON segment at the end").
     fn keepalive(&self) -> Bytes {
-        Bytes::from_static(b": toolstub keep-alive\r\n\r\n")
+        Bytes::from_static(KEEPALIVE)
+    }
+}
+
+const KEEPALIVE: &[u8] = b"data: {}\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keepalive_is_an_event_googles_sdks_read_and_ignore() {
+        let rounds = GeminiRounds::new(RoundsContext::default());
+        let k = rounds.keepalive();
+        let text = std::str::from_utf8(&k).expect("utf-8");
+        let data = text
+            .strip_prefix("data: ")
+            .and_then(|t| t.strip_suffix("\r\n\r\n"))
+            .expect("a data event, as the SDKs' line pattern wants");
+        let v: Value = serde_json::from_str(data).expect("json");
+        assert!(v.get("candidates").is_none() && v.get("usageMetadata").is_none());
+        let e = rounds.error_event("store down", "internal");
+        let e: Value = serde_json::from_str(
+            std::str::from_utf8(&e)
+                .expect("utf-8")
+                .trim_start_matches("data: ")
+                .trim_end(),
+        )
+        .expect("json");
+        assert_eq!(
+            e["error"]["code"], 500,
+            "the SDKs throw on an error of 4xx/5xx"
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
 use super::usage_tap::Tap;
-use super::{forward, stream_back, tenant_of, upstream_request, App, BoxBody};
+use super::{forward, stream_back, tenant_of_request, upstream_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
 use crate::protocol::gemini::Gemini;
@@ -145,7 +145,7 @@ pub(super) async fn handle(
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
     let (parts, body) = req.into_parts();
-    let tenant = tenant_of(&parts.headers);
+    let tenant = tenant_of_request(&parts.headers, &parts.uri);
     let accounting = Accounting::of(app, api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);

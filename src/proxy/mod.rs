@@ -568,9 +568,24 @@ where
     Response::from_parts(parts, boxed(body))
 }
 
+/// [`tenant_of`] for a request that may carry its key in the query (the
+/// Gemini API's `?key=`), when no header names a credential.
+pub fn tenant_of_request(headers: &HeaderMap, uri: &http::Uri) -> Tenant {
+    let tenant = tenant_of(headers);
+    if tenant != Tenant::anonymous() {
+        return tenant;
+    }
+    uri.query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("key=").filter(|k| !k.is_empty()))
+        .map_or(tenant, Tenant::from_credential)
+}
+
 /// SPEC section 6: the tenant is the first 16 hex digits of the SHA-256 of
-/// the request's credential (`Authorization`, `x-api-key` or `api-key`), or
-/// `anonymous`. The credential itself goes nowhere else.
+/// the request's credential (`Authorization`, `x-api-key`, `api-key` or
+/// `x-goog-api-key`), or `anonymous`. The credential itself goes nowhere
+/// else.
 pub fn tenant_of(headers: &HeaderMap) -> Tenant {
     [
         header::AUTHORIZATION.as_str(),
@@ -696,6 +711,36 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
     use crate::store::Durability;
+
+    #[test]
+    fn a_key_in_the_query_names_the_tenant_when_no_header_does() {
+        let uri = |q: &str| -> http::Uri {
+            format!("/v1beta/models/m:generateContent?{q}")
+                .parse()
+                .expect("uri")
+        };
+        let none = HeaderMap::new();
+        let a = tenant_of_request(&none, &uri("key=AIza-a"));
+        let b = tenant_of_request(&none, &uri("alt=sse&key=AIza-b"));
+        assert_ne!(a, b, "one key never reads another's outputs");
+        assert_ne!(a, Tenant::anonymous());
+        let mut header = HeaderMap::new();
+        header.insert("x-goog-api-key", "AIza-a".parse().expect("value"));
+        assert_eq!(
+            tenant_of(&header),
+            a,
+            "the same key in a header is the same tenant"
+        );
+        assert_eq!(
+            tenant_of_request(&header, &uri("key=AIza-b")),
+            a,
+            "a header wins"
+        );
+        assert_eq!(
+            tenant_of_request(&none, &uri("apikey=x&key=")),
+            Tenant::anonymous()
+        );
+    }
 
     #[test]
     fn the_store_gets_the_configured_settings() {

@@ -189,8 +189,14 @@ impl GeminiRounds {
         }
     }
 
+    /// An event the proxy wrote itself. U+2028 and U+2029 escaped: the JS
+    /// SDK's line pattern (`.`) stops at them, and serde_json leaves them raw.
     fn sse(value: &Value) -> Bytes {
-        Bytes::from(format!("data: {value}\r\n\r\n"))
+        let json = value
+            .to_string()
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029");
+        Bytes::from(format!("data: {json}\r\n\r\n"))
     }
 }
 
@@ -367,32 +373,38 @@ impl Rounds for GeminiRounds {
         Self::sse(&json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}))
     }
 
-    /// An empty response object, not an SSE comment: Google's JS SDK
-    /// (`@google/genai`, Gemini CLI's) reads its buffer with a pattern
-    /// anchored at `data: `, so a comment at the buffer's head would stop
-    /// it reading anything after it ("Incomplete JSON segment at the end").
+    /// A bare blank line, sent between whole events: the only keep-alive
+    /// both Google SDKs ignore. An SSE comment stalls the JS SDK's parser
+    /// (`@google/genai` 1.30, Gemini CLI 0.61's: a pattern anchored at
+    /// `data: `) and makes the Python SDK raise; `data: {}` is read by the
+    /// Python SDK's chat as an invalid turn, left out of its history.
     fn keepalive(&self) -> Bytes {
         Bytes::from_static(KEEPALIVE)
     }
 }
 
-const KEEPALIVE: &[u8] = b"data: {}\r\n\r\n";
+const KEEPALIVE: &[u8] = b"\r\n";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_keepalive_is_an_event_googles_sdks_read_and_ignore() {
+    fn a_keepalive_is_a_blank_line_googles_sdks_ignore() {
         let rounds = GeminiRounds::new(RoundsContext::default());
         let k = rounds.keepalive();
-        let text = std::str::from_utf8(&k).expect("utf-8");
-        let data = text
-            .strip_prefix("data: ")
-            .and_then(|t| t.strip_suffix("\r\n\r\n"))
-            .expect("a data event, as the SDKs' line pattern wants");
-        let v: Value = serde_json::from_str(data).expect("json");
-        assert!(v.get("candidates").is_none() && v.get("usageMetadata").is_none());
+        assert!(
+            !k.is_empty() && k.iter().all(|b| matches!(b, b'\r' | b'\n')),
+            "a blank line only: no comment, no data"
+        );
+        // An event the proxy writes never carries a raw line separator.
+        let sep = GeminiRounds::sse(&json!({"text": "a\u{2028}b\u{2029}c"}));
+        let text = std::str::from_utf8(&sep).expect("utf-8");
+        assert!(
+            !text.contains('\u{2028}') && !text.contains('\u{2029}'),
+            "{text}"
+        );
+        assert!(text.contains("a\\u2028b\\u2029c"), "{text}");
         let e = rounds.error_event("store down", "internal");
         let e: Value = serde_json::from_str(
             std::str::from_utf8(&e)

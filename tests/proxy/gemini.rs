@@ -34,6 +34,28 @@ fn gemini_body(output_chars: usize) -> String {
     .to_string()
 }
 
+/// A proxy in front of `upstream`, with `routes`; its store's folder.
+async fn proxy_to(
+    upstream: &str,
+    routes: Vec<String>,
+) -> (toolstub::proxy::Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = toolstub::config::load(
+        None,
+        Vec::new(),
+        &toolstub::config::Overrides {
+            listen: Some("127.0.0.1:0".to_string()),
+            upstream: Some(upstream.to_string()),
+            db: Some(dir.path().join("t.db")),
+            routes,
+            store_url: None,
+        },
+    )
+    .expect("config");
+    let proxy = toolstub::proxy::Server::start(config).await.expect("proxy");
+    (proxy, dir)
+}
+
 #[tokio::test]
 async fn gemini_requests_and_streams_pass_through_byte_for_byte() {
     let chunks: Vec<String> = [
@@ -103,20 +125,7 @@ async fn the_proxys_own_errors_on_gemini_paths_are_in_googles_format() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = closed.local_addr().expect("addr").port();
     drop(closed);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = toolstub::config::load(
-        None,
-        Vec::new(),
-        &toolstub::config::Overrides {
-            listen: Some("127.0.0.1:0".to_string()),
-            upstream: Some(format!("http://127.0.0.1:{port}")),
-            db: Some(dir.path().join("t.db")),
-            routes: Vec::new(),
-            store_url: None,
-        },
-    )
-    .expect("config");
-    let proxy = toolstub::proxy::Server::start(config).await.expect("proxy");
+    let (proxy, _dir) = proxy_to(&format!("http://127.0.0.1:{port}"), Vec::new()).await;
     for (path, headers) in [
         ("/v1beta/models/m:generateContent", vec![]),
         ("/v1/models/m:streamGenerateContent?alt=sse", vec![]),
@@ -170,20 +179,11 @@ async fn a_route_prefix_takes_gemini_requests_to_their_own_upstream() {
         Reply::Full(200, Vec::new(), "other".to_string())
     }))
     .await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = toolstub::config::load(
-        None,
-        Vec::new(),
-        &toolstub::config::Overrides {
-            listen: Some("127.0.0.1:0".to_string()),
-            upstream: Some(format!("http://{}", other.addr)),
-            db: Some(dir.path().join("t.db")),
-            routes: vec![format!("/google=http://{}/base", gemini.addr)],
-            store_url: None,
-        },
+    let (proxy, _dir) = proxy_to(
+        &format!("http://{}", other.addr),
+        vec![format!("/google=http://{}/base", gemini.addr)],
     )
-    .expect("config");
-    let proxy = toolstub::proxy::Server::start(config).await.expect("proxy");
+    .await;
     let (status, _, bytes) = send(
         &client(),
         "POST",

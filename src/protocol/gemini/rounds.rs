@@ -368,8 +368,7 @@ impl Rounds for GeminiRounds {
         self.restoration.clone()
     }
 
-    fn error_event(&self, message: &str, code: &str) -> Bytes {
-        let _ = code;
+    fn error_event(&self, message: &str, _code: &str) -> Bytes {
         Self::sse(&json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}))
     }
 

@@ -1,7 +1,7 @@
 """Fixtures: the mock upstreams (OpenAI Chat Completions: mock_upstream.py;
-Anthropic: mock_anthropic.py; OpenAI Responses: mock_responses.py), the real
-`toolstub serve` binary in front of each, and `openai` / `anthropic` SDK
-clients pointed at the proxy.
+Anthropic: mock_anthropic.py; OpenAI Responses: mock_responses.py; Gemini:
+mock_gemini.py), the real `toolstub serve` binary in front of each, and
+`openai` / `anthropic` SDK clients pointed at the proxy.
 
 The binary is $TOOLSTUB_BIN, or target/debug/toolstub of this repository
 ($CARGO_TARGET_DIR/debug/toolstub when that is set); `scripts/e2e` builds it.
@@ -23,6 +23,7 @@ import openai
 import pytest
 
 import mock_anthropic
+import mock_gemini
 import mock_responses
 import mock_upstream
 
@@ -283,3 +284,33 @@ def rdirect(rmock, sent) -> openai.OpenAI:
     c = responses_client(rmock.url + "/v1", sent)
     yield c
     c.close()
+
+
+# --- the Gemini API route ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gemini_upstream() -> mock_gemini.MockGemini:
+    m = mock_gemini.start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="session")
+def gproxy(gemini_upstream, tmp_path_factory) -> Proxy:
+    """toolstub serve in front of the mock Gemini upstream."""
+    p = start_proxy(gemini_upstream.url, tmp_path_factory.mktemp("toolstub-gemini"))
+    yield p
+    code = stop_proxy(p)
+    assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"
+
+
+@pytest.fixture
+def gmock(gemini_upstream) -> mock_gemini.MockGemini:
+    """The mock Gemini upstream, emptied and unscripted for each test; a
+    script that raised fails the test."""
+    gemini_upstream.reset()
+    yield gemini_upstream
+    errors = list(gemini_upstream.errors)
+    gemini_upstream.reset()
+    assert not errors, f"the mock's script failed: {errors}"

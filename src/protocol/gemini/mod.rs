@@ -164,8 +164,10 @@ fn read_part<'b>(s: &mut Scanner<'b>) -> Option<Part<'b>> {
     s.object(|s, key| match key {
         "text" => once(&mut text, s.optional_text()?),
         "thought" => once(&mut thought, s.value()? == "true"),
-        "functionCall" => once(&mut call, read_call(s)?),
-        "functionResponse" => once(&mut response, read_response(s)?),
+        // The API reads protobuf JSON: a field by its JSON name or its
+        // proto name (both in one part: refused, so passed through).
+        "functionCall" | "function_call" => once(&mut call, read_call(s)?),
+        "functionResponse" | "function_response" => once(&mut response, read_response(s)?),
         _ => s.value().map(drop),
     })?;
     part.text = text.flatten();
@@ -239,13 +241,23 @@ impl Gemini {
         let mut outputs = Vec::new();
         let mut opening = String::new();
         let mut opening_done = false;
-        let mut messages = Vec::with_capacity(parsed.messages.len());
+        let mut messages: Vec<MessageSpan> = Vec::with_capacity(parsed.messages.len());
+        let mut last_role: Option<String> = None;
         for (group, content) in parsed.messages.into_iter().enumerate() {
             let role = content.role.as_deref().unwrap_or("");
-            messages.push(MessageSpan {
-                span: content.span.clone(),
-                assistant: role == "model",
-            });
+            // A run of contents of one role is one message: the Python
+            // SDK's chat keeps a streamed answer as one model content per
+            // event, where Gemini CLI merges them into one.
+            match messages.last_mut() {
+                Some(run) if last_role.as_deref() == Some(role) => run.span.end = content.span.end,
+                _ => messages.push(MessageSpan {
+                    span: content.span.clone(),
+                    assistant: role == "model",
+                }),
+            }
+            if last_role.as_deref() != Some(role) {
+                last_role = Some(role.to_string());
+            }
             if !opening_done {
                 append_opening(&mut opening, role, content.parts_raw);
                 opening_done = role == "user";
@@ -317,9 +329,18 @@ impl Gemini {
     /// parts), each function call's name and arguments (re-serialized with
     /// sorted keys) and each function response's name and id, never its
     /// content; no signatures.
+    /// A run of contents of one role (`{...},{...}`) reads as one content
+    /// of all their parts.
     pub fn canon(&self, message: &str) -> Option<String> {
         let mut scanner = Scanner::new(message);
-        let content = read_content(&mut scanner)?;
+        let mut content = read_content(&mut scanner)?;
+        while scanner.comma() {
+            let next = read_content(&mut scanner)?;
+            if next.role != content.role {
+                return None;
+            }
+            content.parts.extend(next.parts);
+        }
         scanner.finish()?;
         let mut canon = content.role.as_deref().unwrap_or("").to_string();
         canon.push('\u{1e}');

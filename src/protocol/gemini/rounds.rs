@@ -18,6 +18,8 @@ use crate::protocol::RoundsContext;
 use crate::recall::sse::Event;
 use crate::recall::{CallResult, RecallCall, RecallTool, Restoration, RoundEnd, Rounds, Step};
 use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// What a call not run by the proxy is answered with in a recall round.
@@ -95,6 +97,38 @@ impl Usage {
             );
         }
     }
+}
+
+/// A response read only for its first candidate's parts, each kept as the
+/// upstream wrote it: a model part goes back upstream byte for byte (its
+/// `thoughtSignature`, its key order), never re-serialized.
+#[derive(Deserialize)]
+struct RawResponse<'a> {
+    #[serde(borrow, default)]
+    candidates: Vec<RawCandidate<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawCandidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<RawContent<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawContent<'a> {
+    #[serde(borrow, default)]
+    parts: Vec<&'a RawValue>,
+}
+
+/// The first candidate's parts of a response body, raw (none when it has
+/// none or is not a response).
+fn raw_parts(body: &str) -> Vec<String> {
+    serde_json::from_str::<RawResponse>(body)
+        .ok()
+        .and_then(|r| r.candidates.into_iter().next())
+        .and_then(|c| c.content)
+        .map(|c| c.parts.iter().map(|p| p.get().to_string()).collect())
+        .unwrap_or_default()
 }
 
 /// The first candidate's parts.
@@ -179,6 +213,19 @@ impl GeminiRounds {
         });
     }
 
+    /// Raw parts without the recall calls among them.
+    fn without_recall(&self, parts: Vec<String>) -> Vec<String> {
+        parts
+            .into_iter()
+            .filter(|p| {
+                serde_json::from_str::<Value>(p)
+                    .ok()
+                    .and_then(|v| call_name(&v).map(|n| self.is_recall(n)))
+                    != Some(true)
+            })
+            .collect()
+    }
+
     /// `value` without recall call parts.
     fn strip_recall(&self, value: &mut Value) {
         if let Some(parts) = value
@@ -206,7 +253,10 @@ impl Rounds for GeminiRounds {
             return Step::Final(None);
         };
         let usage = Usage::of(&value);
-        let content = value.pointer("/candidates/0/content").map(Value::to_string);
+        let raw = std::str::from_utf8(body).map(raw_parts).unwrap_or_default();
+        let content = value
+            .pointer("/candidates/0/content")
+            .map(|_| model_content(&raw));
         if recall_allowed {
             if let Some(content) = &content {
                 let calls = self.recall_round(content);
@@ -229,7 +279,8 @@ impl Rounds for GeminiRounds {
         if self.rounds > 0 {
             self.usage.apply_to(&mut value);
         }
-        if let Some(last) = value.pointer("/candidates/0/content").map(Value::to_string) {
+        if value.pointer("/candidates/0/content").is_some() {
+            let last = model_content(&self.without_recall(raw));
             self.restore(&last, &last);
         }
         Step::Final(Some(Bytes::from(value.to_string())))
@@ -247,7 +298,7 @@ impl Rounds for GeminiRounds {
             .map(|p| p.iter().collect())
             .unwrap_or_default();
         self.round_parts
-            .extend(event_parts.iter().map(|p| p.to_string()));
+            .extend(event.data.as_deref().map(raw_parts).unwrap_or_default());
         let has_call = event_parts.iter().any(|p| call_name(p).is_some());
         let finishes = value.pointer("/candidates/0/finishReason").is_some();
         if has_call || finishes || value.get("error").is_some() {
@@ -307,15 +358,7 @@ impl Rounds for GeminiRounds {
             }
             out.push(Self::sse(&value));
         }
-        let last: Vec<String> = round
-            .into_iter()
-            .filter(|p| {
-                serde_json::from_str::<Value>(p)
-                    .ok()
-                    .and_then(|v| call_name(&v).map(|n| self.is_recall(n)))
-                    != Some(true)
-            })
-            .collect();
+        let last = self.without_recall(round);
         let seen = model_content(&self.seen_parts);
         self.restore(&model_content(&last), &seen);
         (out, RoundEnd::Done)

@@ -138,3 +138,51 @@ fn calls_are_read_from_a_model_content() {
         ]
     );
 }
+
+#[test]
+fn reads_parts_by_their_proto_names_too() {
+    // The API takes protobuf JSON: `function_response` is `functionResponse`.
+    let body = r#"{"contents":[{"role":"user","parts":[{"text":"q"}]},
+{"role":"model","parts":[{"function_call":{"name":"f","args":{}}}]},
+{"role":"user","parts":[{"function_response":{"name":"f","response":{"output":"big"}}}]}]}"#;
+    let parsed = Gemini::GENERATE.parse_body(body).expect("parsed");
+    let [out] = &parsed.outputs[..] else {
+        panic!("one output: {:?}", parsed.outputs)
+    };
+    assert_eq!(out.tool_name.as_deref(), Some("f"));
+    assert_eq!(&body[out.content_span.clone()], r#""big""#);
+    assert_eq!(
+        calls_of(r#"{"role":"model","parts":[{"function_call":{"name":"f","args":{"a":1}}}]}"#),
+        Some(vec![(None, "f".to_string(), r#"{"a":1}"#.to_string())])
+    );
+    // Both names in one part: not a request this adapter reads.
+    let both = r#"{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}},"function_response":{"name":"f","response":{}}}]}]}"#;
+    assert!(Gemini::GENERATE.parse_body(both).is_none());
+}
+
+#[test]
+fn a_run_of_contents_of_one_role_is_one_message() {
+    // The Python SDK's chat keeps a streamed answer as one content per event.
+    let body = r#"{"contents":[{"role":"user","parts":[{"text":"q"}]},{"role":"model","parts":[{"text":"Hel"}]},{"role":"model","parts":[{"text":"lo"},{"functionCall":{"name":"f","args":{"a":1}}}]},{"role":"user","parts":[{"text":"next"}]}]}"#;
+    let parsed = Gemini::GENERATE.parse_body(body).expect("parsed");
+    let spans: Vec<&str> = parsed
+        .messages
+        .iter()
+        .map(|m| &body[m.span.clone()])
+        .collect();
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    assert!(spans[1].starts_with(r#"{"role":"model","parts":[{"text":"Hel"}]},{"role":"model""#));
+    assert!(parsed.messages[1].assistant);
+    // Its canon is the merged content's: restoration matches either form.
+    let merged = r#"{"role":"model","parts":[{"text":"Hello"},{"functionCall":{"name":"f","args":{"a":1}}}]}"#;
+    assert_eq!(
+        Gemini::GENERATE.canon(spans[1]),
+        Gemini::GENERATE.canon(merged)
+    );
+    assert!(Gemini::GENERATE.canon(spans[1]).is_some());
+    // A run that mixes roles is no one message.
+    assert_eq!(
+        Gemini::GENERATE.canon(r#"{"role":"model","parts":[]},{"role":"user","parts":[]}"#),
+        None
+    );
+}

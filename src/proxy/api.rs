@@ -74,6 +74,16 @@ impl Api {
         !matches!(self, Api::CountTokens | Api::GeminiCountTokens)
     }
 
+    /// The model the path names (the Gemini API's: its bodies name none).
+    fn model_in_path(self, path: &str) -> Option<String> {
+        match self {
+            Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => {
+                crate::protocol::gemini::model_in_path(path).map(str::to_string)
+            }
+            _ => None,
+        }
+    }
+
     /// The ledger's label of the API.
     fn label(self) -> &'static str {
         match self {
@@ -180,14 +190,20 @@ pub(super) async fn handle(
         .filter(|s| !s.is_empty() && s.len() <= 256)
         .map(str::to_string);
 
+    let path_model = api.model_in_path(parts.uri.path());
     let plan_of = |mode| plan(app, api, original.clone(), mode, true);
     let mut rewritten = match plan_of(Mode::WithRefs).await? {
-        Plan::Rewritten(rewritten) => rewritten,
+        Plan::Rewritten(mut rewritten) => {
+            if rewritten.model.is_none() {
+                rewritten.model = path_model;
+            }
+            rewritten
+        }
         Plan::Unchanged(why) => {
             app.metrics.unchanged(why);
             let derive = match session_header {
-                Some(s) => SessionOf::Known(s, None),
-                None => SessionOf::Derive(api.protocol(), original.clone()),
+                Some(s) => SessionOf::Known(s, path_model),
+                None => SessionOf::Derive(api.protocol(), original.clone(), path_model),
             };
             let tap = unread(&accounting, app, derive);
             return forward(app, &parts, full(original), tap).await;

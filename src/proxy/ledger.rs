@@ -75,8 +75,9 @@ impl RequestNote {
 pub enum SessionOf {
     /// The session and the model the request names.
     Known(String, Option<String>),
-    /// Derived in the background from a body the rewrite left unchanged.
-    Derive(&'static dyn Protocol, Bytes),
+    /// Derived in the background from a body the rewrite left unchanged;
+    /// the model when the body names none (the path did).
+    Derive(&'static dyn Protocol, Bytes, Option<String>),
     /// Not a conversation the proxy read (forwarded unread).
     Unknown,
 }
@@ -448,14 +449,17 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
         SessionOf::Unknown => (String::new(), None),
         // A small body is read here (microseconds); a large one off the
         // runtime.
-        SessionOf::Derive(protocol, body) if body.len() <= INLINE_DERIVE_BYTES => {
-            derive(protocol, &note.tenant, &body)
+        SessionOf::Derive(protocol, body, fallback) if body.len() <= INLINE_DERIVE_BYTES => {
+            let (session, model) = derive(protocol, &note.tenant, &body);
+            (session, model.or(fallback))
         }
-        SessionOf::Derive(protocol, body) => {
+        SessionOf::Derive(protocol, body, fallback) => {
             let tenant = note.tenant.clone();
-            tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))
-                .await
-                .unwrap_or_default()
+            let (session, model) =
+                tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))
+                    .await
+                    .unwrap_or_default();
+            (session, model.or(fallback))
         }
     };
     let _ = note.session.set(session.clone());

@@ -280,7 +280,16 @@ fn big_listing_body() -> String {
 }
 
 async fn recall_round_is_answered_inside_the_proxy(streaming: bool) {
-    let s = setup(recalling_upstream(streaming)).await;
+    // A price table for Gemini models: the savings are priced only if the
+    // ledger knows their model, which a Gemini body does not name.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prices = dir.path().join("toolstub.toml");
+    std::fs::write(
+        &prices,
+        "[[pricing]]\nmatch = \"gemini-*\"\ninput = 2.0\ncache_read = 0.5\noutput = 12.0\n",
+    )
+    .expect("config");
+    let s = super::setup_with_file(recalling_upstream(streaming), &prices).await;
     let method = if streaming {
         "streamGenerateContent?alt=sse"
     } else {
@@ -373,6 +382,17 @@ async fn recall_round_is_answered_inside_the_proxy(streaming: bool) {
         third.contains("cmVjYWxs"),
         "the hidden call restored upstream"
     );
+    // The ledger names the model the path named (the body names none),
+    // so the table prices what was saved.
+    let stats = super::stats_once(&s, ("x-goog-api-key", "AIza-recall"), "", 2, 0).await;
+    assert_eq!(stats["totals"]["outputs"], 2, "{stats}");
+    assert_eq!(stats["pricing"]["unpriced_tokens"], 0, "{stats}");
+    assert!(
+        stats["pricing"]["estimated_saving_usd"]
+            .as_f64()
+            .is_some_and(|usd| usd > 0.0),
+        "{stats}"
+    );
     s.proxy.shutdown().await;
 }
 
@@ -384,4 +404,175 @@ async fn a_recall_round_is_answered_inside_the_proxy() {
 #[tokio::test]
 async fn a_streamed_recall_round_is_answered_inside_the_proxy() {
     recall_round_is_answered_inside_the_proxy(true).await;
+}
+
+/// Bodies the adapter cannot read, or reads and finds nothing to do in,
+/// reach the upstream byte for byte on both routes, countTokens included.
+#[tokio::test]
+async fn hostile_gemini_bodies_are_forwarded_byte_for_byte() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            "{}".to_string(),
+        )
+    }))
+    .await;
+    let big = serde_json::to_string(&"y".repeat(30_000)).expect("json");
+    let answer = |output: &str| {
+        format!(
+            r#"{{"role":"user","parts":[{{"functionResponse":{{"name":"f","response":{{"output":{output}}}}}}}]}}"#
+        )
+    };
+    let call = r#"{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}"#;
+    let ask = r#"{"role":"user","parts":[{"text":"go"}]}"#;
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let bodies = [
+        "not json {".to_string(),
+        format!(r#"{{"contents":[{ask},{call},{}]}} trailing"#, answer(&big)),
+        format!(r#"{{"contents":{}}}"#, answer(&big)),
+        format!(
+            r#"{{"contents":[{ask},{call},{{"role":"user","parts":{}}}]}}"#,
+            answer(&big)
+        ),
+        format!(
+            r#"{{"contents":[{ask},{call},{}],"contents":[]}}"#,
+            answer(&big)
+        ),
+        format!(
+            r#"{{"contents":[{ask},{call},{}],"tools":"all"}}"#,
+            answer(&big)
+        ),
+        format!(
+            r#"{{"contents":[{ask},{call},{}]}}"#,
+            answer(&format!(r#""\ud800 lone {}""#, "q".repeat(30_000)))
+        ),
+        // Both names of one field in a part.
+        format!(
+            r#"{{"contents":[{ask},{call},{{"role":"user","parts":[{{"functionResponse":{{"name":"f","response":{{"output":{big}}}}},"function_response":{{"name":"f","response":{{}}}}}}]}}]}}"#
+        ),
+        // A model content is never edited, whatever it holds.
+        format!(
+            r#"{{"contents":[{ask},{{"role":"model","parts":[{{"functionResponse":{{"name":"f","response":{{"output":{big}}}}}}}]}}]}}"#
+        ),
+        // The response is not an object; the output is not a string.
+        format!(
+            r#"{{"contents":[{ask},{call},{{"role":"user","parts":[{{"functionResponse":{{"name":"f","response":{big}}}}}]}}]}}"#
+        ),
+        format!(r#"{{"contents":[{ask},{call},{}]}}"#, answer("12345")),
+        format!(r#"{{"contents":[{ask},{call},{}]}}"#, answer("\"small\"")),
+        format!(
+            r#"{{"contents":[{{"role":7,"parts":[]}},{}]}}"#,
+            answer(&big)
+        ),
+    ];
+    for method in [
+        "generateContent",
+        "streamGenerateContent?alt=sse",
+        "countTokens",
+    ] {
+        let path = format!("/v1beta/models/gemini-2.5-pro:{method}");
+        for body in &bodies {
+            let (status, _, _) = send(
+                &client(),
+                "POST",
+                s.url(&path),
+                &[
+                    ("x-goog-api-key", KEY),
+                    ("content-type", "application/json"),
+                ],
+                body.clone(),
+            )
+            .await;
+            assert_eq!(status, 200, "{method} {body:.100}");
+            assert_eq!(
+                s.mock.last().body,
+                bytes::Bytes::from(body.clone()),
+                "{method} {body:.100}"
+            );
+        }
+    }
+    // 10,000 levels deep in a response: an object over budget like any
+    // other, stubbed (the scanner does not recurse).
+    let deep = format!(r#"{{"contents":[{ask},{call},{}]}}"#, answer(&deep));
+    let (status, _, _) = send(
+        &client(),
+        "POST",
+        s.url("/v1beta/models/m:generateContent"),
+        &[("x-goog-api-key", KEY)],
+        deep,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sent = String::from_utf8_lossy(&s.mock.last().body).into_owned();
+    assert!(gemini_stub_ref(&sent).is_some(), "{sent:.300}");
+    let (status, _, body) = send(&client(), "GET", s.url("/healthz"), &[], "").await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
+    s.proxy.shutdown().await;
+}
+
+/// An upstream stream the recall driver reads (the request carried a stub)
+/// that is not what Google sends: events that are not JSON pass through as
+/// they came; a stream cut before its finish reason gives the client what
+/// was held and an end, never a hang; the proxy serves on.
+#[tokio::test]
+async fn hostile_gemini_streams_in_a_recall_request_end_cleanly() {
+    let garbage = vec![
+        "data: not json\r\n\r\n".to_string(),
+        "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"partial\"}]}}]}\r\n\r\n"
+            .to_string(),
+        ": a comment\r\n\r\n".to_string(),
+        "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"run_shell_command\",\"args\":{}}}]}}]}\r\n\r\n"
+            .to_string(),
+    ];
+    let cut = garbage.clone();
+    let s = setup(Arc::new(move |r: &Recorded| {
+        if r.path_and_query.contains("cut") {
+            Reply::StreamThenCut(cut.clone())
+        } else {
+            Reply::Stream {
+                chunks: garbage.clone(),
+                gap: Duration::from_millis(1),
+                sent: Arc::new(Mutex::new(Vec::new())),
+            }
+        }
+    }))
+    .await;
+    for (i, path) in [
+        "/v1beta/models/m:streamGenerateContent?alt=sse",
+        "/v1beta/models/m:streamGenerateContent?alt=sse&cut=1",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            send(
+                &client(),
+                "POST",
+                s.url(path),
+                &[("x-goog-api-key", KEY)],
+                big_listing_body(),
+            ),
+        )
+        .await
+        .expect("the stream ends");
+        let (status, _, bytes) = answer;
+        assert_eq!(status, 200, "{path}");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("data: not json"), "{path}: {text}");
+        assert!(text.contains("partial"), "{path}: {text}");
+        assert_eq!(
+            s.mock.requests().len(),
+            i + 1,
+            "no recall round on an unfinished stream"
+        );
+        assert!(
+            gemini_stub_ref(&String::from_utf8_lossy(&s.mock.last().body)).is_some(),
+            "the output still went up as a stub"
+        );
+    }
+    let (status, _, body) = send(&client(), "GET", s.url("/healthz"), &[], "").await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
+    s.proxy.shutdown().await;
 }

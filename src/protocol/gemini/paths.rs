@@ -31,6 +31,14 @@ pub fn is_path(path: &str) -> bool {
     })
 }
 
+/// The model a Gemini request names in its path (`.../models/{model}:method`,
+/// under any prefix), percent-decoding left alone: the body names none.
+pub fn model_in_path(path: &str) -> Option<&str> {
+    let (_, tail) = path.rsplit_once("/models/")?;
+    let (model, _) = tail.split_once(':')?;
+    (!model.is_empty() && !model.contains('/')).then_some(model)
+}
+
 /// After `/v1/`: `projects/{p}/locations/{l}/publishers/google/models/`,
 /// then the model.
 fn vertex_model(rest: &str) -> Option<&str> {
@@ -74,6 +82,23 @@ pub fn status_name(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_is_read_from_the_path() {
+        for (path, model) in [
+            ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", Some("gemini-2.5-pro")),
+            ("/wrap/gemini/v1beta/models/gemini-3-pro-preview:generateContent", Some("gemini-3-pro-preview")),
+            (
+                "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:countTokens",
+                Some("gemini-2.5-flash"),
+            ),
+            ("/v1beta/models/:generateContent", None),
+            ("/v1beta/models", None),
+            ("/v1/chat/completions", None),
+        ] {
+            assert_eq!(model_in_path(path), model, "{path}");
+        }
+    }
 
     #[test]
     fn gemini_paths_are_known_from_the_others() {

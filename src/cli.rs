@@ -30,9 +30,9 @@ struct Cli {
 enum Command {
     /// Run the proxy (defaults: 127.0.0.1:8790; Anthropic requests to https://api.anthropic.com, the rest to https://api.openai.com; store ./toolstub.db).
     Serve(ServeArgs),
-    /// Run one command (an agent: claude, codex, python agent.py, ...) through toolstub: a proxy on a free loopback port, the command pointed at it (ANTHROPIC_BASE_URL, OPENAI_BASE_URL; Codex also through -c options), its terminal, signals and exit code passed through, a summary on stderr at the end. Its store: ~/.local/share/toolstub/toolstub.db unless --db, the config or TOOLSTUB_STORE_* say otherwise.
+    /// Run one command (an agent: claude, codex, gemini, python agent.py, ...) through toolstub: a proxy on a free loopback port, the command pointed at it (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL; Codex also through -c options), its terminal, signals and exit code passed through, a summary on stderr at the end. Its store: ~/.local/share/toolstub/toolstub.db unless --db, the config or TOOLSTUB_STORE_* say otherwise.
     #[command(
-        after_help = "Examples:\n  toolstub wrap -- claude\n  toolstub wrap -- codex exec 'fix the tests'\n  toolstub wrap --upstream http://127.0.0.1:8000 -- python agent.py\n  toolstub wrap --proxy http://127.0.0.1:8790 -- claude\n\nA non-empty ANTHROPIC_BASE_URL or OPENAI_BASE_URL in the environment becomes the proxy's upstream for that API (--upstream replaces both)."
+        after_help = "Examples:\n  toolstub wrap -- claude\n  toolstub wrap -- codex exec 'fix the tests'\n  toolstub wrap -- gemini -p 'fix the tests' --yolo\n  toolstub wrap --upstream http://127.0.0.1:8000 -- python agent.py\n  toolstub wrap --proxy http://127.0.0.1:8790 -- claude\n\nA non-empty ANTHROPIC_BASE_URL, OPENAI_BASE_URL or GOOGLE_GEMINI_BASE_URL in the environment becomes the proxy's upstream for that API (--upstream replaces them)."
     )]
     Wrap(WrapArgs),
     /// Print the stub (without a ref) that toolstub would put in place of one tool output.

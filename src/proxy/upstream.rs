@@ -130,6 +130,19 @@ impl Upstream {
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
+        // A Vertex AI path on Google's default goes to the region it names,
+        // as the client would have sent it (a Google AI host refuses it).
+        let vertex = (route.is_empty() && flavor == Flavor::Google && self.gemini_base.is_some())
+            .then(|| {
+                let path = path_and_query.split('?').next().unwrap_or("");
+                crate::protocol::gemini::vertex_location(path)
+            })
+            .flatten()
+            .map(crate::protocol::gemini::vertex_host);
+        let (prefix, authority) = match &vertex {
+            Some(host) => ("", host.as_str()),
+            None => (prefix, authority),
+        };
         format!("{scheme}://{authority}{prefix}{path_and_query}")
             .parse()
             .map_err(|e| ProxyError::BadRequest(format!("cannot build the upstream URL: {e}")))
@@ -288,6 +301,29 @@ mod tests {
             .to_string(),
             "https://gemini.example/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
             "Gemini requests go to Google when no single upstream is set"
+        );
+        assert_eq!(
+            up.uri_for(
+                "/v1/projects/p/locations/europe-west4/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+                Flavor::Google
+            )
+            .expect("uri")
+            .to_string(),
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+            "a Vertex AI path goes to the region it names"
+        );
+        // With a single upstream set, it goes there like every path.
+        let single = Upstream::new(&UpstreamConfig {
+            gemini_base: None,
+            ..config.clone()
+        })
+        .expect("client");
+        assert_eq!(
+            single
+                .uri_for("/v1/projects/p/locations/us-east5/publishers/google/models/m:generateContent", Flavor::Google)
+                .expect("uri")
+                .to_string(),
+            "https://example.com/api/v1/projects/p/locations/us-east5/publishers/google/models/m:generateContent"
         );
     }
 }

@@ -74,14 +74,18 @@ impl Api {
         !matches!(self, Api::CountTokens | Api::GeminiCountTokens)
     }
 
-    /// The model the path names (the Gemini API's: its bodies name none).
+    /// The model the path names (the Gemini API's, and Claude's on Vertex
+    /// AI: their bodies name none).
     fn model_in_path(self, path: &str) -> Option<String> {
-        match self {
-            Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => {
-                crate::protocol::gemini::model_in_path(path).map(str::to_string)
-            }
-            _ => None,
-        }
+        let named = match self {
+            Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => true,
+            Api::Messages => path.contains("/publishers/anthropic/models/"),
+            _ => false,
+        };
+        named
+            .then(|| crate::protocol::gemini::model_in_path(path))
+            .flatten()
+            .map(str::to_string)
     }
 
     /// The ledger's label of the API.

@@ -145,6 +145,20 @@ impl Route {
                 Route::Api(api::Api::CountTokens)
             }
             (&Method::POST, p) if p.ends_with("/v1/responses") => Route::Api(api::Api::Responses),
+            // Claude on Vertex AI: Anthropic Messages under a model resource
+            // (`.../publishers/anthropic/models/{m}:rawPredict`, streamed
+            // when the body says so, as on Anthropic's own API).
+            (&Method::POST, p)
+                if p.ends_with("/publishers/anthropic/models/count-tokens:rawPredict") =>
+            {
+                Route::Api(api::Api::CountTokens)
+            }
+            (&Method::POST, p)
+                if p.contains("/publishers/anthropic/models/")
+                    && (p.ends_with(":rawPredict") || p.ends_with(":streamRawPredict")) =>
+            {
+                Route::Api(api::Api::Messages)
+            }
             (&Method::POST, p) if p.contains("/models/") && p.ends_with(":generateContent") => {
                 Route::Api(api::Api::GeminiGenerate)
             }

@@ -130,15 +130,15 @@ impl Upstream {
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
-        // A Vertex AI path on Google's default goes to the region it names,
-        // as the client would have sent it (a Google AI host refuses it).
-        let vertex = (route.is_empty() && flavor == Flavor::Google && self.gemini_base.is_some())
+        // With no single upstream, a Vertex AI path (Gemini's or Claude's)
+        // goes to the region it names, as the client would have sent it.
+        let vertex = (route.is_empty() && self.gemini_base.is_some())
             .then(|| {
                 let path = path_and_query.split('?').next().unwrap_or("");
-                crate::protocol::gemini::vertex_location(path)
+                vertex_location(path)
             })
             .flatten()
-            .map(crate::protocol::gemini::vertex_host);
+            .map(vertex_host);
         let (prefix, authority) = match &vertex {
             Some(host) => ("", host.as_str()),
             None => (prefix, authority),
@@ -225,6 +225,42 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// The location of a Vertex AI path (`/v1/projects/{p}/locations/{l}/...`,
+/// or `/v1beta1/...`), when it is a plain region name (letters, digits,
+/// `-`): the host Vertex AI serves it from is built of it.
+pub fn vertex_location(path: &str) -> Option<&str> {
+    let rest = path
+        .strip_prefix("/v1/")
+        .or_else(|| path.strip_prefix("/v1beta1/"))?;
+    let mut segments = rest.splitn(5, '/');
+    let (Some("projects"), Some(project), Some("locations"), Some(location), Some(_)) = (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) else {
+        return None;
+    };
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    (!project.is_empty() && plain(location)).then_some(location)
+}
+
+/// Vertex AI's host for a location: `{location}-aiplatform.googleapis.com`,
+/// `aiplatform.googleapis.com` for `global`.
+pub fn vertex_host(location: &str) -> String {
+    if location == "global" {
+        "aiplatform.googleapis.com".to_string()
+    } else {
+        format!("{location}-aiplatform.googleapis.com")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +277,41 @@ mod tests {
         let out = upstream_headers(&h);
         let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization"]);
+    }
+
+    #[test]
+    fn a_vertex_path_names_its_location() {
+        for (path, location) in [
+            (
+                "/v1/projects/p-1/locations/us-central1/publishers/google/models/m:generateContent",
+                Some("us-central1"),
+            ),
+            (
+                "/v1beta1/projects/p/locations/global/publishers/google/models/m:countTokens",
+                Some("global"),
+            ),
+            (
+                "/v1/projects/p/locations/evil.example.com%2F/publishers/google/models/m:x",
+                None,
+            ),
+            (
+                "/v1/projects/p/locations/EU/publishers/google/models/m:x",
+                None,
+            ),
+            (
+                "/v1/projects//locations/us/publishers/google/models/m:x",
+                None,
+            ),
+            ("/v1beta/models/m:generateContent", None),
+            ("/v1/projects/p/locations/us", None),
+        ] {
+            assert_eq!(vertex_location(path), location, "{path}");
+        }
+        assert_eq!(
+            vertex_host("europe-west4"),
+            "europe-west4-aiplatform.googleapis.com"
+        );
+        assert_eq!(vertex_host("global"), "aiplatform.googleapis.com");
     }
 
     #[test]

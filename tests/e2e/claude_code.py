@@ -81,8 +81,24 @@ def run(args: list[str], *, base_url: str, home: Path, cwd: Path, timeout: float
 
 
 def prompt(text_: str, *, base_url: str, home: Path, cwd: Path, cont: bool = False,
-           allowed: str = "Read,Bash", timeout: float = RUN_TIMEOUT) -> Run:
+           allowed: str = "Read,Bash", timeout: float = RUN_TIMEOUT,
+           extra_env: dict[str, str] | None = None) -> Run:
     args = ["-p", text_, "--allowedTools", allowed]
     if cont:
         args.insert(0, "--continue")
-    return run(args, base_url=base_url, home=home, cwd=cwd, timeout=timeout)
+    return run(args, base_url=base_url, home=home, cwd=cwd, timeout=timeout, extra_env=extra_env)
+
+
+def foundry_env(base_url: str, key: str = "foundry-e2e-key-0123") -> dict[str, str]:
+    """Claude Code on Microsoft Foundry through ``base_url`` (a resource's
+    Anthropic endpoint, ``{base}/anthropic``)."""
+    return {"CLAUDE_CODE_USE_FOUNDRY": "1", "ANTHROPIC_FOUNDRY_BASE_URL": base_url + "/anthropic",
+            "ANTHROPIC_FOUNDRY_API_KEY": key}
+
+
+def vertex_env(base_url: str, project: str = "proj-e2e", region: str = "us-east5") -> dict[str, str]:
+    """Claude Code on Vertex AI through ``base_url`` (its own Google auth
+    skipped, as for a gateway that authenticates upstream)."""
+    return {"CLAUDE_CODE_USE_VERTEX": "1", "CLAUDE_CODE_SKIP_VERTEX_AUTH": "1",
+            "ANTHROPIC_VERTEX_BASE_URL": base_url + "/v1", "ANTHROPIC_VERTEX_PROJECT_ID": project,
+            "CLOUD_ML_REGION": region}

@@ -65,11 +65,19 @@ class Recorded:
     def route(self) -> str:
         return self.path.split("?")[0]
 
+    def is_vertex(self) -> bool:
+        """Claude on Vertex AI: ``.../publishers/anthropic/models/{m}:rawPredict``."""
+        return "/publishers/anthropic/models/" in self.route
+
     def is_messages(self) -> bool:
-        return self.method == "POST" and self.route.endswith("/v1/messages")
+        return self.method == "POST" and (
+            self.route.endswith("/v1/messages")
+            or (self.is_vertex() and not self.is_count_tokens()
+                and self.route.endswith((":rawPredict", ":streamRawPredict"))))
 
     def is_count_tokens(self) -> bool:
-        return self.method == "POST" and self.route.endswith("/v1/messages/count_tokens")
+        return self.method == "POST" and (self.route.endswith("/v1/messages/count_tokens")
+                                          or self.route.endswith("/models/count-tokens:rawPredict"))
 
     def streams(self) -> bool:
         return isinstance(self.json, dict) and self.json.get("stream") is True

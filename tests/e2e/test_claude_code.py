@@ -143,13 +143,15 @@ def test_claude_code_runs_against_the_mock_directly(amock, dirs):
     assert_all_answered(amock)
 
 
-def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str):
+def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str,
+                  extra_env: dict[str, str] | None = None, key: str = claude_code.API_KEY):
     home, work = dirs
     marker = f"E2E-DONE-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
 
     # Turn 1: tool call, stub, hidden recall round, final text.
-    run = claude_code.prompt(f"{TURN1} Look at the output, please.", base_url=aproxy.url, home=home, cwd=work)
+    run = claude_code.prompt(f"{TURN1} Look at the output, please.", base_url=aproxy.url, home=home, cwd=work,
+                             extra_env=extra_env)
     assert run.returncode == 0, run.describe()
     assert "NOT-STUBBED" not in run.stdout, "the tool_result reached the mock inline:\n" + run.describe()
     assert marker in run.stdout, run.describe()
@@ -172,7 +174,7 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert stub.startswith(STUB_HEADER + "\n")
     stored = subprocess.run(
         [str(aproxy.binary), "results", "read", "--db", str(aproxy.db), "--ref", ma.stub_ref(stub),
-         "--tenant", tenant_of(claude_code.API_KEY), "--limit", "-1", "--json"],
+         "--tenant", tenant_of(key), "--limit", "-1", "--json"],
         capture_output=True, text=True, timeout=20)
     assert stored.returncode == 0, stored.stderr
     original = json.loads(stored.stdout)["content"]
@@ -199,7 +201,8 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert "tool_result_read" not in kept and RECALL_ID not in kept
 
     # Turn 2: the history upstream has the hidden exchange restored.
-    run2 = claude_code.prompt(f"{TURN2} Anything else?", base_url=aproxy.url, home=home, cwd=work, cont=True)
+    run2 = claude_code.prompt(f"{TURN2} Anything else?", base_url=aproxy.url, home=home, cwd=work, cont=True,
+                              extra_env=extra_env)
     assert run2.returncode == 0, run2.describe()
     assert f"{marker}-TURN-2 done" in run2.stdout, run2.describe()
     assert_all_answered(amock)
@@ -237,6 +240,39 @@ def test_claude_code_bash_with_a_large_output(amock, aproxy, dirs):
     log.write_text(build_log(nonce))
     run_two_turns(amock, aproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
                   nonce, "Bash")
+
+
+def test_claude_code_on_vertex_ai(amock, aproxy, dirs):
+    """CLAUDE_CODE_USE_VERTEX=1 with ANTHROPIC_VERTEX_BASE_URL at the proxy:
+    the same two turns, on Vertex AI's paths and body (the model in the
+    path, anthropic_version in the body), kept as Claude Code sent them."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    run_two_turns(amock, aproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                  nonce, "Bash", extra_env=claude_code.vertex_env(aproxy.url))
+    posts = amock.messages_posts()
+    assert posts and all(r.route.startswith("/v1/projects/proj-e2e/locations/us-east5/publishers/anthropic/models/")
+                         and r.route.endswith(":streamRawPredict") for r in posts), [r.path for r in posts]
+    for r in posts:
+        assert "model" not in r.json and r.json["anthropic_version"] == "vertex-2023-10-16", list(r.json)
+
+
+def test_claude_code_on_microsoft_foundry(amock, aproxy, dirs):
+    """CLAUDE_CODE_USE_FOUNDRY=1 with ANTHROPIC_FOUNDRY_BASE_URL at the
+    proxy: Anthropic Messages under the resource's path, its key kept."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    env = claude_code.foundry_env(aproxy.url)
+    run_two_turns(amock, aproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                  nonce, "Bash", extra_env=env, key=env["ANTHROPIC_FOUNDRY_API_KEY"])
+    posts = amock.messages_posts()
+    assert posts and all(r.route == "/anthropic/v1/messages" for r in posts), [r.path for r in posts]
+    keys = {r.header("x-api-key") or r.header("api-key") for r in posts}
+    assert keys == {env["ANTHROPIC_FOUNDRY_API_KEY"]}, keys
 
 
 def test_claude_code_with_a_small_output_goes_through_unchanged(amock, aproxy, dirs):

@@ -1341,3 +1341,118 @@ async fn a_client_gone_mid_stream_cancels_the_upstream_request() {
         .expect("the upstream request was cancelled");
     s.proxy.shutdown().await;
 }
+
+/// A Claude Code body as it goes to Vertex AI: no `model` (it is in the
+/// path), `anthropic_version` in the body.
+fn vertex_body(listing: &str, streaming: bool) -> String {
+    let extra = if streaming { r#","stream":true"# } else { "" };
+    messages_body(&[json!(listing)], &[], extra).replacen(
+        r#""model":"claude-test","#,
+        r#""anthropic_version":"vertex-2023-10-16","#,
+        1,
+    )
+}
+
+const VERTEX_MODEL: &str =
+    "/v1/projects/my-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929";
+
+/// Claude on Vertex AI (`:rawPredict`, `:streamRawPredict`): the Anthropic
+/// adapter rewrites it as on Anthropic's API, the recall round goes to the
+/// same model resource, the body's own fields are kept (no `model` added,
+/// `anthropic_version` as sent), the bearer token passed through and
+/// naming the tenant, the path's model in the ledger.
+async fn claude_on_vertex(streaming: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prices = dir.path().join("toolstub.toml");
+    std::fs::write(
+        &prices,
+        "[[pricing]]\nmatch = \"claude-sonnet-4-5*\"\ninput = 3.0\ncache_read = 0.3\noutput = 15.0\n",
+    )
+    .expect("config");
+    let s = super::setup_with_file(reader(true), &prices).await;
+    let listing = big_listing(1_500);
+    let method = if streaming {
+        "streamRawPredict"
+    } else {
+        "rawPredict"
+    };
+    let path = format!("{VERTEX_MODEL}:{method}");
+    let token = "Bearer ya29.vertex-access-token";
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[
+            ("authorization", token),
+            ("content-type", "application/json"),
+        ],
+        vertex_body(&listing, streaming),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let answer = if streaming {
+        accumulate(&events_of(&bytes))
+    } else {
+        serde_json::from_slice(&bytes).expect("json")
+    };
+    let read = format!("READ:{}", listing.chars().take(30).collect::<String>());
+    assert_eq!(answer["content"][3]["text"], read, "{answer}");
+    assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));
+    let requests = s.mock.requests();
+    assert_eq!(requests.len(), 2, "one recall round inside the proxy");
+    for r in &requests {
+        assert_eq!(r.path_and_query, path, "both rounds to the model resource");
+        assert_eq!(
+            r.headers.get("authorization").map(|v| v.as_bytes()),
+            Some(token.as_bytes())
+        );
+        let body = body_json(r);
+        assert!(body.get("model").is_none(), "no model added: {body:.200}");
+        assert_eq!(body["anthropic_version"], "vertex-2023-10-16");
+    }
+    assert!(stub_ref(&body_json(&requests[0])).is_some(), "stubbed");
+    // The tenant is the bearer token's; the model, the path's.
+    let stats = super::stats_once(&s, ("authorization", token), "", 1, 2).await;
+    assert_eq!(stats["totals"]["recall_calls"], 1, "{stats}");
+    assert_eq!(stats["pricing"]["unpriced_tokens"], 0, "{stats}");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn claude_on_vertex_ai_is_rewritten_and_recalled() {
+    claude_on_vertex(false).await;
+}
+
+#[tokio::test]
+async fn claude_on_vertex_ai_streamed_is_rewritten_and_recalled() {
+    claude_on_vertex(true).await;
+}
+
+#[tokio::test]
+async fn claude_count_tokens_on_vertex_ai_is_rewritten() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        json_reply(json!({"input_tokens": 77}).to_string())
+    }))
+    .await;
+    let listing = big_listing(1_500);
+    let path =
+        "/v1/projects/p/locations/global/publishers/anthropic/models/count-tokens:rawPredict";
+    let body = vertex_body(&listing, false).replacen(
+        r#""anthropic_version":"vertex-2023-10-16","#,
+        r#""model":"claude-sonnet-4-5@20250929","anthropic_version":"vertex-2023-10-16","#,
+        1,
+    );
+    let (status, _, _) = send(
+        &client(),
+        "POST",
+        s.url(path),
+        &[("authorization", "Bearer ya29.t")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let counted = body_json(&s.mock.last());
+    assert_eq!(s.mock.last().path_and_query, path);
+    assert!(stub_ref(&counted).is_some() && offers(&counted, "tool_result_read"));
+    s.proxy.shutdown().await;
+}

@@ -31,7 +31,7 @@ use crate::stub::RecallToolNames;
 use std::borrow::Cow;
 use std::ops::Range;
 
-pub use paths::{is_path, model_in_path, status_name, vertex_host, vertex_location};
+pub use paths::{is_path, model_in_path, status_name};
 pub use rounds::GeminiRounds;
 
 impl Protocol for Gemini {

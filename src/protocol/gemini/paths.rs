@@ -31,42 +31,6 @@ pub fn is_path(path: &str) -> bool {
     })
 }
 
-/// The location of a Vertex AI path (`/v1/projects/{p}/locations/{l}/...`,
-/// or `/v1beta1/...`), when it is a plain region name (letters, digits,
-/// `-`): the host Vertex AI serves it from is built of it.
-pub fn vertex_location(path: &str) -> Option<&str> {
-    let rest = path
-        .strip_prefix("/v1/")
-        .or_else(|| path.strip_prefix("/v1beta1/"))?;
-    let mut segments = rest.splitn(5, '/');
-    let (Some("projects"), Some(project), Some("locations"), Some(location), Some(_)) = (
-        segments.next(),
-        segments.next(),
-        segments.next(),
-        segments.next(),
-        segments.next(),
-    ) else {
-        return None;
-    };
-    let plain = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    (!project.is_empty() && plain(location)).then_some(location)
-}
-
-/// Vertex AI's host for a location: `{location}-aiplatform.googleapis.com`,
-/// `aiplatform.googleapis.com` for `global`.
-pub fn vertex_host(location: &str) -> String {
-    if location == "global" {
-        "aiplatform.googleapis.com".to_string()
-    } else {
-        format!("{location}-aiplatform.googleapis.com")
-    }
-}
-
 /// The model a Gemini request names in its path (`.../models/{model}:method`,
 /// under any prefix), percent-decoding left alone: the body names none.
 pub fn model_in_path(path: &str) -> Option<&str> {
@@ -118,41 +82,6 @@ pub fn status_name(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_vertex_path_names_its_location() {
-        for (path, location) in [
-            (
-                "/v1/projects/p-1/locations/us-central1/publishers/google/models/m:generateContent",
-                Some("us-central1"),
-            ),
-            (
-                "/v1beta1/projects/p/locations/global/publishers/google/models/m:countTokens",
-                Some("global"),
-            ),
-            (
-                "/v1/projects/p/locations/evil.example.com%2F/publishers/google/models/m:x",
-                None,
-            ),
-            (
-                "/v1/projects/p/locations/EU/publishers/google/models/m:x",
-                None,
-            ),
-            (
-                "/v1/projects//locations/us/publishers/google/models/m:x",
-                None,
-            ),
-            ("/v1beta/models/m:generateContent", None),
-            ("/v1/projects/p/locations/us", None),
-        ] {
-            assert_eq!(vertex_location(path), location, "{path}");
-        }
-        assert_eq!(
-            vertex_host("europe-west4"),
-            "europe-west4-aiplatform.googleapis.com"
-        );
-        assert_eq!(vertex_host("global"), "aiplatform.googleapis.com");
-    }
 
     #[test]
     fn the_model_is_read_from_the_path() {

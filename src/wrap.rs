@@ -13,6 +13,14 @@
 //!   Code, the Anthropic and OpenAI SDKs, the Agents SDK, most tools) and
 //!   `GOOGLE_GEMINI_BASE_URL` (Gemini CLI; nothing is written to
 //!   `~/.gemini`);
+//! - Claude Code on the clouds keeps its choice: every child gets
+//!   `ANTHROPIC_VERTEX_BASE_URL` (Vertex AI, `CLAUDE_CODE_USE_VERTEX`: the
+//!   proxy sends each path to the region it names), and
+//!   `ANTHROPIC_FOUNDRY_BASE_URL` when the environment names a Foundry
+//!   endpoint (`ANTHROPIC_FOUNDRY_BASE_URL`, or the resource of
+//!   `ANTHROPIC_FOUNDRY_RESOURCE`); Amazon Bedrock is not rewritten yet, so
+//!   a child with `CLAUDE_CODE_USE_BEDROCK` goes there straight, and wrap
+//!   says so;
 //! - a program named `codex` also gets `-c` options, right after the
 //!   program name, that select a provider of its own whose `base_url` is the
 //!   proxy (`wire_api = "responses"`, no WebSocket). Codex ignores
@@ -22,9 +30,10 @@
 //!
 //! Where upstream goes: as `serve` has it, unless the child's environment
 //! already names an endpoint: a non-empty `ANTHROPIC_BASE_URL`,
-//! `OPENAI_BASE_URL` or `GOOGLE_GEMINI_BASE_URL` becomes the upstream of
-//! that API (through a route prefix of the proxy, [`ANTHROPIC_ROUTE`] /
-//! [`OPENAI_ROUTE`] / [`GEMINI_ROUTE`]), so wrap
+//! `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`, `ANTHROPIC_VERTEX_BASE_URL`
+//! or `ANTHROPIC_FOUNDRY_BASE_URL` becomes the upstream of that API (through
+//! a route prefix of the proxy, [`ANTHROPIC_ROUTE`] / [`OPENAI_ROUTE`] /
+//! [`GEMINI_ROUTE`] / [`VERTEX_ROUTE`] / [`FOUNDRY_ROUTE`]), so wrap
 //! never sends traffic elsewhere than the child would have. `--upstream`
 //! wins over both, and wrap says so.
 //!
@@ -55,6 +64,11 @@ pub const ANTHROPIC_ROUTE: &str = "/wrap/anthropic";
 /// The route prefix through which the child's own `GOOGLE_GEMINI_BASE_URL`
 /// is reached.
 pub const GEMINI_ROUTE: &str = "/wrap/gemini";
+/// The route prefix through which the child's own
+/// `ANTHROPIC_VERTEX_BASE_URL` is reached.
+pub const VERTEX_ROUTE: &str = "/wrap/vertex";
+/// The route prefix through which the child's Foundry endpoint is reached.
+pub const FOUNDRY_ROUTE: &str = "/wrap/foundry";
 
 /// wrap's own failure before the command ran (as `env` and `docker run`).
 const FAILED: u8 = 125;
@@ -156,6 +170,12 @@ struct Inherited {
     openai_base_url: Option<String>,
     anthropic_base_url: Option<String>,
     gemini_base_url: Option<String>,
+    vertex_base_url: Option<String>,
+    /// `ANTHROPIC_FOUNDRY_BASE_URL`, or the one Claude Code makes of
+    /// `ANTHROPIC_FOUNDRY_RESOURCE`.
+    foundry_base_url: Option<String>,
+    /// `CLAUDE_CODE_USE_BEDROCK` is set.
+    bedrock: bool,
     /// `OPENAI_API_KEY` is set: Codex's provider reads its key from it.
     openai_api_key: bool,
     /// An HTTP proxy variable is set: the child must not send loopback
@@ -175,6 +195,12 @@ impl Inherited {
             openai_base_url: get("OPENAI_BASE_URL"),
             anthropic_base_url: get("ANTHROPIC_BASE_URL"),
             gemini_base_url: get("GOOGLE_GEMINI_BASE_URL"),
+            vertex_base_url: get("ANTHROPIC_VERTEX_BASE_URL"),
+            foundry_base_url: get("ANTHROPIC_FOUNDRY_BASE_URL").or_else(|| {
+                get("ANTHROPIC_FOUNDRY_RESOURCE")
+                    .map(|r| format!("https://{r}.services.ai.azure.com/anthropic"))
+            }),
+            bedrock: get("CLAUDE_CODE_USE_BEDROCK").is_some_and(|v| v != "0" && v != "false"),
             openai_api_key: get("OPENAI_API_KEY").is_some(),
             http_proxy: ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
                 .iter()
@@ -194,6 +220,11 @@ struct Endpoints {
     anthropic: String,
     /// `GOOGLE_GEMINI_BASE_URL` (Gemini CLI adds `/v1beta/...`).
     gemini: String,
+    /// `ANTHROPIC_VERTEX_BASE_URL` (Claude Code adds `/projects/...`).
+    vertex: String,
+    /// `ANTHROPIC_FOUNDRY_BASE_URL` (Claude Code adds `/v1/messages`), when
+    /// the proxy knows where Foundry requests go.
+    foundry: Option<String>,
 }
 
 impl Endpoints {
@@ -203,6 +234,8 @@ impl Endpoints {
             openai: format!("{base}/v1"),
             anthropic: base.clone(),
             gemini: base.clone(),
+            vertex: format!("{base}/v1"),
+            foundry: None,
             base,
         }
     }
@@ -246,6 +279,17 @@ impl Running {
     }
 }
 
+/// What wrap says of the child's cloud before it starts.
+fn cloud_notes(inherited: &Inherited) -> Vec<String> {
+    inherited
+        .bedrock
+        .then(|| {
+            "CLAUDE_CODE_USE_BEDROCK is set: toolstub does not rewrite Amazon Bedrock yet, so those requests go to Bedrock directly".to_string()
+        })
+        .into_iter()
+        .collect()
+}
+
 async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
     match source {
         ProxySource::Running(url) => {
@@ -257,7 +301,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
                 bail!("{url}/healthz answered {status}: is it a toolstub? (--proxy)");
             }
             let before = remote_summary(&url).await?;
-            let mut notes = Vec::new();
+            let mut notes = cloud_notes(inherited);
             for (name, value) in inherited.base_urls() {
                 notes.push(format!(
                     "{name}={value} is replaced by the proxy at {url}: its upstream applies"
@@ -274,7 +318,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
             mut overrides,
             log_file,
         } => {
-            let mut notes = Vec::new();
+            let mut notes = cloud_notes(inherited);
             let routes = match &overrides.upstream {
                 Some(upstream) => {
                     for (name, value) in inherited.base_urls() {
@@ -338,6 +382,12 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
             if let Some(path) = &routes.gemini_path {
                 endpoints.gemini = format!("{}{GEMINI_ROUTE}{path}", endpoints.base);
             }
+            if let Some(path) = &routes.vertex_path {
+                endpoints.vertex = format!("{}{VERTEX_ROUTE}{path}", endpoints.base);
+            }
+            if let Some(path) = &routes.foundry_path {
+                endpoints.foundry = Some(format!("{}{FOUNDRY_ROUTE}{path}", endpoints.base));
+            }
             Ok(Started {
                 endpoints,
                 running: Running::Own { server, store },
@@ -353,6 +403,11 @@ impl Inherited {
             ("OPENAI_BASE_URL", self.openai_base_url.as_deref()),
             ("ANTHROPIC_BASE_URL", self.anthropic_base_url.as_deref()),
             ("GOOGLE_GEMINI_BASE_URL", self.gemini_base_url.as_deref()),
+            ("ANTHROPIC_VERTEX_BASE_URL", self.vertex_base_url.as_deref()),
+            (
+                "ANTHROPIC_FOUNDRY_BASE_URL",
+                self.foundry_base_url.as_deref(),
+            ),
         ]
         .into_iter()
         .filter_map(|(name, value)| value.map(|v| (name, v)))
@@ -370,6 +425,8 @@ struct InheritedRoutes {
     openai_path: Option<String>,
     anthropic_path: Option<String>,
     gemini_path: Option<String>,
+    vertex_path: Option<String>,
+    foundry_path: Option<String>,
 }
 
 impl InheritedRoutes {
@@ -386,6 +443,14 @@ impl InheritedRoutes {
                 "GOOGLE_GEMINI_BASE_URL" => {
                     out.gemini_path = Some(path);
                     GEMINI_ROUTE
+                }
+                "ANTHROPIC_VERTEX_BASE_URL" => {
+                    out.vertex_path = Some(path);
+                    VERTEX_ROUTE
+                }
+                "ANTHROPIC_FOUNDRY_BASE_URL" => {
+                    out.foundry_path = Some(path);
+                    FOUNDRY_ROUTE
                 }
                 _ => {
                     out.anthropic_path = Some(path);
@@ -476,7 +541,11 @@ fn child_command(
         .args(args)
         .env("OPENAI_BASE_URL", &endpoints.openai)
         .env("ANTHROPIC_BASE_URL", &endpoints.anthropic)
-        .env("GOOGLE_GEMINI_BASE_URL", &endpoints.gemini);
+        .env("GOOGLE_GEMINI_BASE_URL", &endpoints.gemini)
+        .env("ANTHROPIC_VERTEX_BASE_URL", &endpoints.vertex);
+    if let Some(foundry) = &endpoints.foundry {
+        command.env("ANTHROPIC_FOUNDRY_BASE_URL", foundry);
+    }
     if inherited.http_proxy {
         for name in ["NO_PROXY", "no_proxy"] {
             let current = std::env::var(name).unwrap_or_default();
@@ -880,6 +949,8 @@ mod tests {
             openai_base_url: Some("https://gw.example:8443/openai/v1/".to_string()),
             anthropic_base_url: Some("http://10.0.0.2:9000".to_string()),
             gemini_base_url: Some("https://gemini-gw.example/google/".to_string()),
+            vertex_base_url: Some("https://vertex-gw.example/v1".to_string()),
+            foundry_base_url: Some("https://res-1.services.ai.azure.com/anthropic".to_string()),
             ..Inherited::default()
         };
         let routes = InheritedRoutes::of(&inherited).expect("routes");
@@ -890,10 +961,14 @@ mod tests {
                     "/wrap/openai=https://gw.example:8443".to_string(),
                     "/wrap/anthropic=http://10.0.0.2:9000".to_string(),
                     "/wrap/gemini=https://gemini-gw.example".to_string(),
+                    "/wrap/vertex=https://vertex-gw.example".to_string(),
+                    "/wrap/foundry=https://res-1.services.ai.azure.com".to_string(),
                 ],
                 openai_path: Some("/openai/v1".to_string()),
                 anthropic_path: Some(String::new()),
                 gemini_path: Some("/google".to_string()),
+                vertex_path: Some("/v1".to_string()),
+                foundry_path: Some("/anthropic".to_string()),
             }
         );
         for bad in ["gw.example/v1", "ftp://gw/v1", "https://gw/v1?x=1"] {
@@ -960,6 +1035,8 @@ mod tests {
                 openai: "http://127.0.0.1:9/v1".to_string(),
                 anthropic: "http://127.0.0.1:9".to_string(),
                 gemini: "http://127.0.0.1:9".to_string(),
+                vertex: "http://127.0.0.1:9/v1".to_string(),
+                foundry: None,
             }
         );
     }

@@ -91,6 +91,10 @@ fn wrap(home: &Path, args: &[&str]) -> Command {
                 "OPENAI_BASE_URL",
                 "ANTHROPIC_BASE_URL",
                 "GOOGLE_GEMINI_BASE_URL",
+                "ANTHROPIC_VERTEX_BASE_URL",
+                "ANTHROPIC_FOUNDRY_BASE_URL",
+                "ANTHROPIC_FOUNDRY_RESOURCE",
+                "CLAUDE_CODE_USE_BEDROCK",
                 "OPENAI_API_KEY",
             ]
             .contains(&name)
@@ -868,4 +872,58 @@ fn wrap_needs_a_command_after_the_separator() {
         "{}",
         describe(&out)
     );
+}
+
+/// Claude Code on the clouds: Vertex AI's base URL always points at the
+/// proxy; Foundry's does when the environment names the resource (the
+/// upstream Claude Code would have used: `https://{resource}.services.ai.azure.com/anthropic`);
+/// Bedrock is left alone, and wrap says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_cloud_endpoints_point_at_the_proxy_and_bedrock_is_named() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("t.db");
+    let child = r#"
+import os
+for k in ["ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_FOUNDRY_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL"]:
+    print(k + "=" + os.environ.get(k, "-"))
+"#;
+    let mut command = wrap(home.path(), &["--db", db.to_str().expect("utf-8"), "--"]);
+    command
+        .env("CLAUDE_CODE_USE_BEDROCK", "1")
+        .env("ANTHROPIC_FOUNDRY_RESOURCE", "my-resource")
+        .args(["python3", "-c", child]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let value = |key: &str| -> String {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_string()
+    };
+    let vertex = value("ANTHROPIC_VERTEX_BASE_URL");
+    let base = vertex
+        .strip_suffix("/v1")
+        .filter(|b| b.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("ANTHROPIC_VERTEX_BASE_URL={vertex}"));
+    assert_eq!(
+        value("ANTHROPIC_FOUNDRY_BASE_URL"),
+        format!("{base}/wrap/foundry/anthropic"),
+        "the resource's endpoint, through wrap's route"
+    );
+    assert_eq!(value("ANTHROPIC_BEDROCK_BASE_URL"), "-");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("CLAUDE_CODE_USE_BEDROCK") && stderr.contains("Bedrock directly"),
+        "{stderr}"
+    );
+
+    // Without a Foundry endpoint in the environment, none is made up.
+    let mut command = wrap(home.path(), &["--db", db.to_str().expect("utf-8"), "--"]);
+    command.args(["python3", "-c", child]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(text(&out.stdout).contains("ANTHROPIC_FOUNDRY_BASE_URL=-\n"));
+    assert!(!text(&out.stderr).contains("Bedrock"));
 }

@@ -156,3 +156,38 @@ def test_codex_through_wrap(rmock, dirs, tmp_path):
     assert requests == len(rmock.requests()) - 1, "the recall round is the proxy's own request, not the client's"
     assert externalized == 1 and recalls == 1, p.stderr
     assert saved > 30_000, p.stderr
+
+
+@pytest.mark.parametrize("cloud", ["vertex", "foundry"])
+def test_claude_code_on_a_cloud_through_wrap(amock, dirs, tmp_path, cloud):
+    """Claude Code on Vertex AI or Foundry keeps its cloud through wrap: the
+    cloud's base URL in the environment (the mock, as a gateway) becomes the
+    upstream, the child's points at the proxy, and the paths and bodies are
+    the cloud's."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    target = work / "routes.json"
+    target.write_text(routes_json(nonce))
+    marker = f"E2E-WRAP-{cloud.upper()}-{secrets.token_hex(4)}"
+    script = amock.script = ClaudeCodeScript("Read", {"file_path": str(target)}, marker)
+    env = claude_code.env_for(amock.url, home)
+    env.update(claude_code.vertex_env(amock.url) if cloud == "vertex" else claude_code.foundry_env(amock.url))
+    log, db = tmp_path / "wrap.log", tmp_path / "wrap.db"
+    p = wrap(["--db", str(db), "--log-file", str(log)],
+             [str(claude_code.CLAUDE), "-p", f"{CLAUDE_TURN1} Read {target}.", "--allowedTools", "Read,Bash"],
+             env=env, cwd=work)
+    assert p.returncode == 0, describe(p, log)
+    assert script.final_text is not None and marker in p.stdout, describe(p, log)
+    posts = amock.messages_posts()
+    stubbed = [r for r in posts if any(ma.tool_result_text(b).startswith(STUB_HEADER)
+                                       for b in ma.last_tool_results(r.json))]
+    assert stubbed, f"no stubbed tool_result upstream:\n{describe(p, log)}"
+    if cloud == "vertex":
+        assert all(r.route.startswith("/v1/projects/proj-e2e/locations/us-east5/publishers/anthropic/models/")
+                   for r in posts), [r.path for r in posts]
+        assert "/wrap/vertex/v1/projects/proj-e2e/" in log.read_text(), describe(p, log)
+    else:
+        assert all(r.route == "/anthropic/v1/messages" for r in posts), [r.path for r in posts]
+        assert "/wrap/foundry/anthropic/v1/messages" in log.read_text(), describe(p, log)
+    requests, externalized, saved, recalls = summary(p.stderr)
+    assert externalized == 1 and recalls == 1, p.stderr

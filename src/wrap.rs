@@ -21,6 +21,9 @@
 //!   `ANTHROPIC_FOUNDRY_RESOURCE`); Amazon Bedrock is not rewritten yet, so
 //!   a child with `CLAUDE_CODE_USE_BEDROCK` goes there straight, and wrap
 //!   says so;
+//! - a program named `opencode` gets `OPENCODE_CONFIG_CONTENT` with its
+//!   Anthropic, OpenAI and Google providers' `baseURL` at the proxy (merged
+//!   into any inline config of the user's, whose own `baseURL`s stay);
 //! - a program named `codex` also gets `-c` options, right after the
 //!   program name, that select a provider of its own whose `base_url` is the
 //!   proxy (`wire_api = "responses"`, no WebSocket). Codex ignores
@@ -537,6 +540,12 @@ fn child_command(
     if is_codex(program) {
         command.args(codex_options(&endpoints.openai, inherited.openai_api_key));
     }
+    if is_opencode(program) {
+        let existing = std::env::var("OPENCODE_CONFIG_CONTENT").ok();
+        if let Some(config) = opencode_config(existing.as_deref(), endpoints) {
+            command.env("OPENCODE_CONFIG_CONTENT", config);
+        }
+    }
     command
         .args(args)
         .env("OPENAI_BASE_URL", &endpoints.openai)
@@ -575,6 +584,51 @@ fn is_codex(program: &OsStr) -> bool {
     Path::new(program)
         .file_name()
         .is_some_and(|name| name == "codex")
+}
+
+fn is_opencode(program: &OsStr) -> bool {
+    Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == "opencode")
+}
+
+/// opencode's inline configuration (`OPENCODE_CONFIG_CONTENT`, merged over
+/// its config files) with the `baseURL` of its Anthropic, OpenAI and Google
+/// providers at the proxy, the rest of `existing` kept. Its providers (the
+/// AI SDK's) append the API's path to a base URL that ends in the version
+/// (`.../v1`, `.../v1beta`), where Claude Code's ends before it. A
+/// provider whose `baseURL` `existing` sets is left as it is. `None` when
+/// `existing` is not a JSON object (left as the user wrote it).
+fn opencode_config(existing: Option<&str>, endpoints: &Endpoints) -> Option<String> {
+    let mut config = match existing.filter(|e| !e.trim().is_empty()) {
+        Some(text) => serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .filter(serde_json::Value::is_object)?,
+        None => serde_json::json!({}),
+    };
+    for (provider, url) in [
+        ("anthropic", format!("{}/v1", endpoints.anthropic)),
+        ("openai", endpoints.openai.clone()),
+        ("google", format!("{}/v1beta", endpoints.gemini)),
+    ] {
+        let options = config
+            .as_object_mut()?
+            .entry("provider")
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()?
+            .entry(provider)
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()?
+            .entry("options")
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()?;
+        // A base URL the user gave is where they send it: kept, not
+        // through the proxy (wrap never sends traffic elsewhere).
+        options
+            .entry("baseURL")
+            .or_insert(serde_json::Value::String(url));
+    }
+    Some(config.to_string())
 }
 
 /// The provider id wrap gives Codex.
@@ -983,6 +1037,45 @@ mod tests {
             InheritedRoutes::of(&Inherited::default()).expect("none"),
             InheritedRoutes::default()
         );
+    }
+
+    #[test]
+    fn opencode_gets_its_providers_base_urls_and_keeps_its_config() {
+        assert!(is_opencode(OsStr::new("/x/node_modules/.bin/opencode")));
+        assert!(!is_opencode(OsStr::new("opencode-helper")));
+        let endpoints = Endpoints::plain("http://127.0.0.1:9");
+        let config: serde_json::Value =
+            serde_json::from_str(&opencode_config(None, &endpoints).expect("config"))
+                .expect("json");
+        assert_eq!(
+            config["provider"]["anthropic"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(
+            config["provider"]["openai"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(
+            config["provider"]["google"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1beta"
+        );
+        let mine = r#"{"model":"anthropic/claude-x","provider":{"anthropic":{"options":{"timeout":5,"baseURL":"https://gw"}},"ollama":{"npm":"x"}}}"#;
+        let merged: serde_json::Value =
+            serde_json::from_str(&opencode_config(Some(mine), &endpoints).expect("config"))
+                .expect("json");
+        assert_eq!(merged["model"], "anthropic/claude-x");
+        assert_eq!(merged["provider"]["anthropic"]["options"]["timeout"], 5);
+        assert_eq!(
+            merged["provider"]["anthropic"]["options"]["baseURL"], "https://gw",
+            "the user's own endpoint kept"
+        );
+        assert_eq!(
+            merged["provider"]["openai"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(merged["provider"]["ollama"]["npm"], "x");
+        assert_eq!(opencode_config(Some("[1]"), &endpoints), None);
+        assert_eq!(opencode_config(Some("{not json"), &endpoints), None);
     }
 
     #[test]

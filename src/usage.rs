@@ -146,6 +146,8 @@ enum Mode {
     /// event's JSON on one data line).
     Sse(Vec<u8>),
     Json(Vec<u8>),
+    /// Amazon Bedrock's event stream: the Anthropic events in its frames.
+    EventStream(Box<crate::protocol::bedrock::eventstream::Decoder>),
     /// Too large, not parseable, or not a kind of body that has usage.
     Off,
 }
@@ -160,6 +162,8 @@ impl UsageScanner {
         let content_type = content_type.unwrap_or("").to_ascii_lowercase();
         let mode = if content_type.starts_with("text/event-stream") {
             Mode::Sse(Vec::new())
+        } else if content_type.starts_with(crate::protocol::bedrock::eventstream::CONTENT_TYPE) {
+            Mode::EventStream(Box::default())
         } else if content_type.contains("json") {
             Mode::Json(Vec::new())
         } else {
@@ -202,6 +206,16 @@ impl UsageScanner {
                     body.extend_from_slice(chunk);
                 }
             }
+            Mode::EventStream(decoder) => match decoder.push(chunk) {
+                Ok(events) => {
+                    for event in events {
+                        if let Some(data) = &event.data {
+                            read_into(&mut self.observed, &self.extract, data.as_bytes());
+                        }
+                    }
+                }
+                Err(_) => self.mode = Mode::Off,
+            },
             Mode::Off => {}
         }
     }
@@ -214,7 +228,7 @@ impl UsageScanner {
                 read_line(&mut self.observed, &self.extract, &last);
             }
             Mode::Json(body) => read_into(&mut self.observed, &self.extract, body),
-            Mode::Off => {}
+            Mode::EventStream(_) | Mode::Off => {}
         }
         self.observed
     }

@@ -18,9 +18,10 @@
 //!   proxy sends each path to the region it names), and
 //!   `ANTHROPIC_FOUNDRY_BASE_URL` when the environment names a Foundry
 //!   endpoint (`ANTHROPIC_FOUNDRY_BASE_URL`, or the resource of
-//!   `ANTHROPIC_FOUNDRY_RESOURCE`); Amazon Bedrock is not rewritten yet, so
-//!   a child with `CLAUDE_CODE_USE_BEDROCK` goes there straight, and wrap
-//!   says so;
+//!   `ANTHROPIC_FOUNDRY_RESOURCE`), and `ANTHROPIC_BEDROCK_BASE_URL`
+//!   (Amazon Bedrock, `CLAUDE_CODE_USE_BEDROCK`: the proxy sends it to the
+//!   runtime endpoint of `AWS_REGION` and signs it with the AWS credentials
+//!   of the environment);
 //! - a program named `opencode` gets `OPENCODE_CONFIG_CONTENT` with its
 //!   Anthropic, OpenAI and Google providers' `baseURL` at the proxy (merged
 //!   into any inline config of the user's, whose own `baseURL`s stay);
@@ -34,9 +35,10 @@
 //! Where upstream goes: as `serve` has it, unless the child's environment
 //! already names an endpoint: a non-empty `ANTHROPIC_BASE_URL`,
 //! `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`, `ANTHROPIC_VERTEX_BASE_URL`
-//! or `ANTHROPIC_FOUNDRY_BASE_URL` becomes the upstream of that API (through
-//! a route prefix of the proxy, [`ANTHROPIC_ROUTE`] / [`OPENAI_ROUTE`] /
-//! [`GEMINI_ROUTE`] / [`VERTEX_ROUTE`] / [`FOUNDRY_ROUTE`]), so wrap
+//! `ANTHROPIC_FOUNDRY_BASE_URL` or `ANTHROPIC_BEDROCK_BASE_URL` becomes the
+//! upstream of that API (through a route prefix of the proxy,
+//! [`ANTHROPIC_ROUTE`] / [`OPENAI_ROUTE`] / [`GEMINI_ROUTE`] /
+//! [`VERTEX_ROUTE`] / [`FOUNDRY_ROUTE`] / [`BEDROCK_ROUTE`]), so wrap
 //! never sends traffic elsewhere than the child would have. `--upstream`
 //! wins over both, and wrap says so.
 //!
@@ -72,6 +74,9 @@ pub const GEMINI_ROUTE: &str = "/wrap/gemini";
 pub const VERTEX_ROUTE: &str = "/wrap/vertex";
 /// The route prefix through which the child's Foundry endpoint is reached.
 pub const FOUNDRY_ROUTE: &str = "/wrap/foundry";
+/// The route prefix through which the child's own
+/// `ANTHROPIC_BEDROCK_BASE_URL` is reached.
+pub const BEDROCK_ROUTE: &str = "/wrap/bedrock";
 
 /// wrap's own failure before the command ran (as `env` and `docker run`).
 const FAILED: u8 = 125;
@@ -177,8 +182,7 @@ struct Inherited {
     /// `ANTHROPIC_FOUNDRY_BASE_URL`, or the one Claude Code makes of
     /// `ANTHROPIC_FOUNDRY_RESOURCE`.
     foundry_base_url: Option<String>,
-    /// `CLAUDE_CODE_USE_BEDROCK` is set.
-    bedrock: bool,
+    bedrock_base_url: Option<String>,
     /// `OPENAI_API_KEY` is set: Codex's provider reads its key from it.
     openai_api_key: bool,
     /// An HTTP proxy variable is set: the child must not send loopback
@@ -203,7 +207,7 @@ impl Inherited {
                 get("ANTHROPIC_FOUNDRY_RESOURCE")
                     .map(|r| format!("https://{r}.services.ai.azure.com/anthropic"))
             }),
-            bedrock: get("CLAUDE_CODE_USE_BEDROCK").is_some_and(|v| v != "0" && v != "false"),
+            bedrock_base_url: get("ANTHROPIC_BEDROCK_BASE_URL"),
             openai_api_key: get("OPENAI_API_KEY").is_some(),
             http_proxy: ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
                 .iter()
@@ -228,6 +232,8 @@ struct Endpoints {
     /// `ANTHROPIC_FOUNDRY_BASE_URL` (Claude Code adds `/v1/messages`), when
     /// the proxy knows where Foundry requests go.
     foundry: Option<String>,
+    /// `ANTHROPIC_BEDROCK_BASE_URL` (Claude Code adds `/model/...`).
+    bedrock: String,
 }
 
 impl Endpoints {
@@ -239,6 +245,7 @@ impl Endpoints {
             gemini: base.clone(),
             vertex: format!("{base}/v1"),
             foundry: None,
+            bedrock: base.clone(),
             base,
         }
     }
@@ -282,17 +289,6 @@ impl Running {
     }
 }
 
-/// What wrap says of the child's cloud before it starts.
-fn cloud_notes(inherited: &Inherited) -> Vec<String> {
-    inherited
-        .bedrock
-        .then(|| {
-            "CLAUDE_CODE_USE_BEDROCK is set: toolstub does not rewrite Amazon Bedrock yet, so those requests go to Bedrock directly".to_string()
-        })
-        .into_iter()
-        .collect()
-}
-
 async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
     match source {
         ProxySource::Running(url) => {
@@ -304,7 +300,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
                 bail!("{url}/healthz answered {status}: is it a toolstub? (--proxy)");
             }
             let before = remote_summary(&url).await?;
-            let mut notes = cloud_notes(inherited);
+            let mut notes = Vec::new();
             for (name, value) in inherited.base_urls() {
                 notes.push(format!(
                     "{name}={value} is replaced by the proxy at {url}: its upstream applies"
@@ -321,7 +317,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
             mut overrides,
             log_file,
         } => {
-            let mut notes = cloud_notes(inherited);
+            let mut notes = Vec::new();
             let routes = match &overrides.upstream {
                 Some(upstream) => {
                     for (name, value) in inherited.base_urls() {
@@ -388,6 +384,9 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
             if let Some(path) = &routes.vertex_path {
                 endpoints.vertex = format!("{}{VERTEX_ROUTE}{path}", endpoints.base);
             }
+            if let Some(path) = &routes.bedrock_path {
+                endpoints.bedrock = format!("{}{BEDROCK_ROUTE}{path}", endpoints.base);
+            }
             if let Some(path) = &routes.foundry_path {
                 endpoints.foundry = Some(format!("{}{FOUNDRY_ROUTE}{path}", endpoints.base));
             }
@@ -411,6 +410,10 @@ impl Inherited {
                 "ANTHROPIC_FOUNDRY_BASE_URL",
                 self.foundry_base_url.as_deref(),
             ),
+            (
+                "ANTHROPIC_BEDROCK_BASE_URL",
+                self.bedrock_base_url.as_deref(),
+            ),
         ]
         .into_iter()
         .filter_map(|(name, value)| value.map(|v| (name, v)))
@@ -430,6 +433,7 @@ struct InheritedRoutes {
     gemini_path: Option<String>,
     vertex_path: Option<String>,
     foundry_path: Option<String>,
+    bedrock_path: Option<String>,
 }
 
 impl InheritedRoutes {
@@ -454,6 +458,10 @@ impl InheritedRoutes {
                 "ANTHROPIC_FOUNDRY_BASE_URL" => {
                     out.foundry_path = Some(path);
                     FOUNDRY_ROUTE
+                }
+                "ANTHROPIC_BEDROCK_BASE_URL" => {
+                    out.bedrock_path = Some(path);
+                    BEDROCK_ROUTE
                 }
                 _ => {
                     out.anthropic_path = Some(path);
@@ -551,7 +559,8 @@ fn child_command(
         .env("OPENAI_BASE_URL", &endpoints.openai)
         .env("ANTHROPIC_BASE_URL", &endpoints.anthropic)
         .env("GOOGLE_GEMINI_BASE_URL", &endpoints.gemini)
-        .env("ANTHROPIC_VERTEX_BASE_URL", &endpoints.vertex);
+        .env("ANTHROPIC_VERTEX_BASE_URL", &endpoints.vertex)
+        .env("ANTHROPIC_BEDROCK_BASE_URL", &endpoints.bedrock);
     if let Some(foundry) = &endpoints.foundry {
         command.env("ANTHROPIC_FOUNDRY_BASE_URL", foundry);
     }
@@ -1023,6 +1032,7 @@ mod tests {
                 gemini_path: Some("/google".to_string()),
                 vertex_path: Some("/v1".to_string()),
                 foundry_path: Some("/anthropic".to_string()),
+                bedrock_path: None,
             }
         );
         for bad in ["gw.example/v1", "ftp://gw/v1", "https://gw/v1?x=1"] {
@@ -1130,6 +1140,7 @@ mod tests {
                 gemini: "http://127.0.0.1:9".to_string(),
                 vertex: "http://127.0.0.1:9/v1".to_string(),
                 foundry: None,
+                bedrock: "http://127.0.0.1:9".to_string(),
             }
         );
     }

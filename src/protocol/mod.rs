@@ -22,6 +22,7 @@
 //! change: every span they report points into the original body.
 
 pub mod anthropic;
+pub mod bedrock;
 mod body;
 pub mod gemini;
 pub mod json_edit;

@@ -9,14 +9,15 @@
 //! Whatever cannot be read or understood goes upstream as it came: bypassed,
 //! compressed, oversized or unparsable bodies are forwarded byte for byte.
 
-use super::body::{boxed, collect_within, full, Collected};
+use super::body::{boxed, collect_within, Collected};
 use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
 use super::usage_tap::Tap;
-use super::{forward, stream_back, tenant_of_request, upstream_request, App, BoxBody};
+use super::{forward, forward_whole, stream_back, tenant_of_request, whole_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
+use crate::protocol::bedrock::OnBedrock;
 use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
@@ -56,6 +57,10 @@ pub(super) enum Api {
     /// `POST .../models/{m}:countTokens`: rewritten as the request it
     /// precedes would be, the response forwarded as it is.
     GeminiCountTokens,
+    /// `POST .../model/{id}/invoke` (Claude on Amazon Bedrock).
+    BedrockInvoke,
+    /// `POST .../model/{id}/invoke-with-response-stream`.
+    BedrockStream,
 }
 
 impl Api {
@@ -66,6 +71,8 @@ impl Api {
             Api::Responses => &OpenAiResponses,
             Api::GeminiGenerate | Api::GeminiCountTokens => &Gemini::GENERATE,
             Api::GeminiStream => &Gemini::STREAM,
+            Api::BedrockInvoke => &OnBedrock::INVOKE,
+            Api::BedrockStream => &OnBedrock::STREAM,
         }
     }
 
@@ -80,6 +87,9 @@ impl Api {
         let named = match self {
             Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => true,
             Api::Messages => path.contains("/publishers/anthropic/models/"),
+            Api::BedrockInvoke | Api::BedrockStream => {
+                return crate::protocol::bedrock::model_in_path(path)
+            }
             _ => false,
         };
         named
@@ -98,6 +108,8 @@ impl Api {
             Api::GeminiGenerate => "generate_content",
             Api::GeminiStream => "stream_generate_content",
             Api::GeminiCountTokens => "count_tokens",
+            Api::BedrockInvoke => "bedrock_invoke",
+            Api::BedrockStream => "bedrock_invoke_stream",
         }
     }
 }
@@ -210,7 +222,7 @@ pub(super) async fn handle(
                 None => SessionOf::Derive(api.protocol(), original.clone(), path_model),
             };
             let tap = unread(&accounting, app, derive);
-            return forward(app, &parts, full(original), tap).await;
+            return forward_whole(app, &parts, original, tap).await;
         }
     };
     let session =
@@ -254,7 +266,7 @@ pub(super) async fn handle(
                 FailureMode::PreserveRaw => {
                     let known = SessionOf::Known(session, rewritten.model.clone());
                     let tap = unread(&accounting, app, known);
-                    return forward(app, &parts, full(original), tap).await;
+                    return forward_whole(app, &parts, original, tap).await;
                 }
                 FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
                 FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
@@ -269,7 +281,7 @@ pub(super) async fn handle(
                     Plan::Unchanged(_) => {
                         let known = SessionOf::Known(session, rewritten.model.clone());
                         let tap = unread(&accounting, app, known);
-                        return forward(app, &parts, full(original), tap).await;
+                        return forward_whole(app, &parts, original, tap).await;
                     }
                 },
             }
@@ -340,7 +352,7 @@ pub(super) async fn handle(
         };
     }
     let length = rewritten.body.len();
-    let request = upstream_request(app, &parts, full(rewritten.body), Some(length))?;
+    let request = whole_request(app, &parts, rewritten.body, Some(length)).await?;
     let (response, latency) = app.upstream.send(request).await?;
     app.metrics.upstream_latency(latency);
     let mut response = stream_back(super::tapped(response, tap));

@@ -15,9 +15,11 @@
 //! the protocol adapters' job.
 
 mod api;
+mod aws;
 mod body;
 mod dashboard;
 mod error;
+mod framing;
 pub mod large_buffers;
 mod ledger;
 pub mod memory;
@@ -63,6 +65,8 @@ pub struct App {
     memo: crate::rewrite::memo::Memo,
     /// Token accounting, in the background.
     ledger: ledger::Ledger,
+    /// SigV4 for Bedrock requests.
+    aws: aws::AwsSigner,
 }
 
 /// The store settings the proxy's configuration asks for.
@@ -111,8 +115,17 @@ impl App {
             store,
             upstream,
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
+            aws: aws::AwsSigner::new(aws_region()),
         })
     }
+}
+
+/// `AWS_REGION`, else `AWS_DEFAULT_REGION`, as the AWS SDKs read them.
+fn aws_region() -> Option<String> {
+    ["AWS_REGION", "AWS_DEFAULT_REGION"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        .map(|v| v.trim().to_string())
 }
 
 /// Which handler serves a request; also its metrics label.
@@ -159,6 +172,12 @@ impl Route {
             {
                 Route::Api(api::Api::Messages)
             }
+            (&Method::POST, p) if crate::protocol::bedrock::invoke_route(p) == Some(false) => {
+                Route::Api(api::Api::BedrockInvoke)
+            }
+            (&Method::POST, p) if crate::protocol::bedrock::invoke_route(p) == Some(true) => {
+                Route::Api(api::Api::BedrockStream)
+            }
             (&Method::POST, p) if p.contains("/models/") && p.ends_with(":generateContent") => {
                 Route::Api(api::Api::GeminiGenerate)
             }
@@ -186,6 +205,8 @@ impl Route {
             Route::Api(api::Api::GeminiGenerate) => "generate_content",
             Route::Api(api::Api::GeminiStream) => "stream_generate_content",
             Route::Api(api::Api::GeminiCountTokens) => "gemini_count_tokens",
+            Route::Api(api::Api::BedrockInvoke) => "bedrock_invoke",
+            Route::Api(api::Api::BedrockStream) => "bedrock_invoke_stream",
             Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",
@@ -570,6 +591,45 @@ fn upstream_request(
     Ok(request)
 }
 
+/// [`upstream_request`] of a body held whole, signed again for AWS when it
+/// goes to a Bedrock invoke path ([`aws`]); `content_length` as there.
+async fn whole_request(
+    app: &App,
+    parts: &http::request::Parts,
+    body: bytes::Bytes,
+    content_length: Option<usize>,
+) -> Result<Request<BoxBody>, ProxyError> {
+    let mut request = upstream_request(app, parts, body::full(body.clone()), content_length)?;
+    sign_if_bedrock(app, &mut request, &body, &parts.headers).await;
+    Ok(request)
+}
+
+/// Signs `request` (its body `body`, the client's headers `client`) for
+/// AWS when it goes to a Bedrock invoke path; after every header edit.
+async fn sign_if_bedrock(
+    app: &App,
+    request: &mut Request<BoxBody>,
+    body: &[u8],
+    client: &HeaderMap,
+) {
+    if crate::protocol::bedrock::invoke_route(request.uri().path()).is_some() {
+        app.aws.sign(request, body, client).await;
+    }
+}
+
+/// [`forward`] of a body held whole (signed as [`whole_request`] says).
+async fn forward_whole(
+    app: &App,
+    parts: &http::request::Parts,
+    body: bytes::Bytes,
+    tap: Option<usage_tap::Tap>,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let upstream_request = whole_request(app, parts, body, None).await?;
+    let (response, latency) = app.upstream.send(upstream_request).await?;
+    app.metrics.upstream_latency(latency);
+    Ok(stream_back(tapped(response, tap)))
+}
+
 /// The upstream's response, status and headers unchanged but for hop-by-hop
 /// headers, body streamed chunk by chunk.
 fn stream_back<B>(response: Response<B>) -> Response<BoxBody>
@@ -610,8 +670,23 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
     .iter()
     .find_map(|name| headers.get(*name))
     .map_or_else(Tenant::anonymous, |value| {
-        Tenant::from_credential(&String::from_utf8_lossy(value.as_bytes()))
+        let value = String::from_utf8_lossy(value.as_bytes());
+        // A SigV4 signature differs on every request: its access key names
+        // the tenant.
+        match sigv4_access_key(&value) {
+            Some(key) => Tenant::from_credential(key),
+            None => Tenant::from_credential(&value),
+        }
     })
+}
+
+/// The access key id of a SigV4 `Authorization` value
+/// (`AWS4-HMAC-SHA256 Credential=AKID/date/region/service/aws4_request, ...`).
+fn sigv4_access_key(value: &str) -> Option<&str> {
+    let rest = value.strip_prefix("AWS4-HMAC-SHA256")?;
+    let scope = rest.split("Credential=").nth(1)?;
+    let key = scope.split('/').next()?.trim();
+    (!key.is_empty()).then_some(key)
 }
 
 /// `GET` of `path` on `base_url` with the upstream client (HTTP or HTTPS,
@@ -725,6 +800,23 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
     use crate::store::Durability;
+
+    #[test]
+    fn a_sigv4_signature_names_its_access_key_as_the_tenant() {
+        let signed = |signature: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::AUTHORIZATION,
+                format!("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261202/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature={signature}")
+                    .parse()
+                    .expect("header"),
+            );
+            tenant_of(&h)
+        };
+        assert_eq!(signed("aaaa"), signed("bbbb"), "one key, one tenant");
+        assert_eq!(signed("aaaa"), Tenant::from_credential("AKIDEXAMPLE"));
+        assert_eq!(sigv4_access_key("Bearer AWS4"), None);
+    }
 
     #[test]
     fn a_key_in_the_query_names_the_tenant_when_no_header_does() {

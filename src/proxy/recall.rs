@@ -20,10 +20,10 @@
 use super::api::{exchange_key, plan, Api, Plan};
 use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
 use super::error::ProxyError;
+use super::framing::Framing;
 use super::usage_tap::{Tap, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::{Protocol, RoundsContext};
-use crate::recall::sse::SseParser;
 use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
 use crate::rewrite::Mode;
 use crate::store::Tenant;
@@ -40,8 +40,6 @@ use tokio::time::Instant;
 
 /// The largest upstream response read whole in a non-streaming round.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
-/// The largest single server-sent event.
-const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// Frames buffered between the recall driver and a slow client.
 const CHANNEL_FRAMES: usize = 16;
 
@@ -113,11 +111,13 @@ impl RecallRequest {
     /// accepts: the client then gets it uncompressed too.
     async fn send(&self, app: &App, body: Bytes) -> Result<Response<Tapped<Incoming>>, ProxyError> {
         let length = body.len();
-        let mut request = upstream_request(app, &self.parts, full(body), Some(length))?;
+        let mut request = upstream_request(app, &self.parts, full(body.clone()), Some(length))?;
         request.headers_mut().insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
+        // Signed last: the signature covers the headers as sent.
+        super::sign_if_bedrock(app, &mut request, &body, &self.parts.headers).await;
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
         Ok(super::tapped(response, self.tap.clone()))
@@ -276,6 +276,7 @@ pub(super) async fn streaming(
             tx,
             last_sent: Instant::now(),
             keepalive: app.config.keepalive,
+            framing: Framing::of(req.api),
         };
         drive(&app, &req, upstream_body, rounds, &mut client).await;
     });
@@ -294,12 +295,18 @@ struct Client {
     /// When the client last got a byte.
     last_sent: Instant,
     keepalive: std::time::Duration,
+    /// The client's wire: what the splicer writes (SSE) is encoded into it.
+    framing: Framing,
 }
 
 impl Client {
     /// Sends bytes; `false` when the client is gone.
     async fn send(&mut self, chunks: Vec<Bytes>) -> bool {
         for chunk in chunks {
+            let chunk = self.framing.encode(chunk);
+            if chunk.is_empty() {
+                continue;
+            }
             if self.tx.send(Ok(Frame::data(chunk))).await.is_err() {
                 return false;
             }
@@ -338,7 +345,7 @@ async fn drive(
     let mut offered = app.config.recall_max_rounds > 0;
     let mut last_base: Option<Bytes> = None;
     loop {
-        let mut parser = SseParser::new(MAX_EVENT_BYTES);
+        let mut parser = client.framing.decoder();
         loop {
             let Some(frame) = client.wait(body.frame(), &keepalive).await else {
                 return; // the client is gone: dropping `body` cancels the upstream
@@ -360,7 +367,7 @@ async fn drive(
             let events = match parser.push(&data) {
                 Ok(events) => events,
                 Err(e) => {
-                    let end = rounds.error_event(&e.to_string(), "upstream_stream_invalid");
+                    let end = rounds.error_event(&e, "upstream_stream_invalid");
                     client.send(vec![end]).await;
                     return;
                 }

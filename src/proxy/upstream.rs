@@ -37,6 +37,9 @@ pub struct Upstream {
     anthropic_base: Option<Uri>,
     /// Where Gemini API requests go when no `upstream.base_url` is set.
     gemini_base: Option<Uri>,
+    /// Where Bedrock invoke requests go when no `upstream.base_url` is set:
+    /// the runtime endpoint of `AWS_REGION`, if set.
+    bedrock_base: Option<Uri>,
     /// (path prefix, base URL), longest prefix first (`upstream.routes`).
     routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
@@ -88,6 +91,11 @@ impl Upstream {
             base: config.base_url.clone(),
             anthropic_base: config.anthropic_base.clone(),
             gemini_base: config.gemini_base.clone(),
+            bedrock_base: config
+                .gemini_base
+                .as_ref()
+                .and(super::aws_region())
+                .and_then(|r| crate::protocol::bedrock::runtime_endpoint(&r).parse().ok()),
             routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
         })
@@ -130,6 +138,28 @@ impl Upstream {
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
+        // With no single upstream, a Bedrock invoke path goes to the
+        // runtime endpoint of the proxy's AWS region (none known: refused,
+        // rather than sent to another provider).
+        if route.is_empty()
+            && self.gemini_base.is_some()
+            && crate::protocol::bedrock::invoke_route(
+                path_and_query.split('?').next().unwrap_or(""),
+            )
+            .is_some()
+        {
+            let base = self.bedrock_base.as_ref().ok_or_else(|| {
+                ProxyError::BadRequest(
+                    "a Bedrock request needs an upstream: set AWS_REGION, or --upstream https://bedrock-runtime.REGION.amazonaws.com".to_string(),
+                )
+            })?;
+            let authority = base.authority().map_or("", |a| a.as_str());
+            return format!("https://{authority}{path_and_query}")
+                .parse()
+                .map_err(|e| {
+                    ProxyError::BadRequest(format!("cannot build the upstream URL: {e}"))
+                });
+        }
         // With no single upstream, a Vertex AI path (Gemini's or Claude's)
         // goes to the region it names, as the client would have sent it.
         let vertex = (route.is_empty() && self.gemini_base.is_some())

@@ -96,6 +96,13 @@ def foundry_env(base_url: str, key: str = "foundry-e2e-key-0123") -> dict[str, s
             "ANTHROPIC_FOUNDRY_API_KEY": key}
 
 
+def bedrock_env(base_url: str, region: str = "us-east-1") -> dict[str, str]:
+    """Claude Code on Amazon Bedrock through ``base_url``, its own AWS
+    signing skipped (the proxy signs)."""
+    return {"CLAUDE_CODE_USE_BEDROCK": "1", "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
+            "ANTHROPIC_BEDROCK_BASE_URL": base_url, "AWS_REGION": region}
+
+
 def vertex_env(base_url: str, project: str = "proj-e2e", region: str = "us-east5") -> dict[str, str]:
     """Claude Code on Vertex AI through ``base_url`` (its own Google auth
     skipped, as for a gateway that authenticates upstream)."""

@@ -15,6 +15,11 @@ JSON) and answers:
   (stop_reason, cumulative usage), message_stop. Each event is written and
   flushed on its own (chunked transfer encoding, HTTP/1.1).
 - ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+- Claude on Bedrock: ``POST .../model/{id}/invoke`` (a message JSON) and
+  ``/invoke-with-response-stream`` (the events in Bedrock's binary frames,
+  ``bedrock_wire.py``), each checked for a valid SigV4 signature when
+  ``aws_credentials`` is set (a 403 as AWS answers, else); ``GET
+  /inference-profiles``: none.
 - ``HEAD``/``GET`` of anything else, and other POSTs: a 404 in the Anthropic
   error format (recorded like the rest, so a test sees what a client tried).
 
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+import bedrock_wire
 import mock_http
 
 GATE_TIMEOUT = 10.0
@@ -69,9 +75,13 @@ class Recorded:
         """Claude on Vertex AI: ``.../publishers/anthropic/models/{m}:rawPredict``."""
         return "/publishers/anthropic/models/" in self.route
 
+    def is_bedrock(self) -> bool:
+        """Claude on Bedrock: ``.../model/{id}/invoke`` and ``/invoke-with-response-stream``."""
+        return "/model/" in self.route and self.route.endswith(("/invoke", "/invoke-with-response-stream"))
+
     def is_messages(self) -> bool:
         return self.method == "POST" and (
-            self.route.endswith("/v1/messages")
+            self.route.endswith("/v1/messages") or self.is_bedrock()
             or (self.is_vertex() and not self.is_count_tokens()
                 and self.route.endswith((":rawPredict", ":streamRawPredict"))))
 
@@ -80,6 +90,8 @@ class Recorded:
                                           or self.route.endswith("/models/count-tokens:rawPredict"))
 
     def streams(self) -> bool:
+        if self.is_bedrock():
+            return self.route.endswith("/invoke-with-response-stream")
         return isinstance(self.json, dict) and self.json.get("stream") is True
 
 
@@ -262,6 +274,9 @@ class MockAnthropic:
     # Raised in the handler thread by a script: kept for the test to re-raise.
     errors: list[str] = field(default_factory=list)
     gates: list[bool] = field(default_factory=list)
+    # (access key, secret key): Bedrock requests must carry a valid SigV4
+    # signature by it, as AWS requires, else a 403 as AWS answers.
+    aws_credentials: tuple[str, str] | None = None
 
     @property
     def url(self) -> str:
@@ -288,6 +303,7 @@ class MockAnthropic:
             self.errors.clear()
             self.gates.clear()
         self.script = None
+        self.aws_credentials = None
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -341,7 +357,23 @@ def start() -> MockAnthropic:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
+        def _bedrock_stream(self, reply: Reply) -> None:
+            self.recorded.status = 200
+            self.send_response(200)
+            self.send_header("Content-Type", bedrock_wire.CONTENT_TYPE)
+            self.send_header("x-amzn-RequestId", "req-mock-bedrock-1")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _kind, data in sse_events(reply.message):
+                if data.get("type") == "message_stop":
+                    data = dict(data)
+                    data["amazon-bedrock-invocationMetrics"] = {"inputTokenCount": 321, "outputTokenCount": 17}
+                self._chunk(bedrock_wire.chunk(data))
+            self._chunk(b"")
+
         def _stream(self, reply: Reply) -> None:
+            if self.recorded.is_bedrock():
+                return self._bedrock_stream(reply)
             self.recorded.status = 200
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -395,6 +427,10 @@ def start() -> MockAnthropic:
                     self._send(400, error_body("invalid_request_error", "messages: Field required"))
                 else:
                     self._send(200, {"input_tokens": count_tokens_of(r)})
+            elif r.is_bedrock() and mock.aws_credentials is not None and (
+                    problem := bedrock_wire.check_sigv4(r.method, r.path, r.headers, r.body, *mock.aws_credentials)):
+                self._send(403, {"message": f"The request signature we calculated does not match: {problem}"},
+                           [("x-amzn-ErrorType", "InvalidSignatureException")])
             elif r.is_messages():
                 if not isinstance(r.json, dict) or "messages" not in r.json:
                     self._send(400, error_body("invalid_request_error", "messages: Field required"))
@@ -404,7 +440,12 @@ def start() -> MockAnthropic:
                 self._not_found()
 
         def do_GET(self) -> None:
-            self._record()
+            r = self._record()
+            if r.route == "/inference-profiles":
+                # Bedrock's ListInferenceProfiles, which Claude Code on
+                # Bedrock asks before its first turn: none here.
+                self._send(200, {"inferenceProfileSummaries": []})
+                return
             self._not_found()
 
         def do_HEAD(self) -> None:

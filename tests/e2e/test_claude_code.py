@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import claude_code
+from conftest import start_proxy, stop_proxy
 import mock_anthropic as ma
 from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_recall_tools,
                                check_stub, ordered, tenant_of, tool_result_blocks)
@@ -144,7 +145,7 @@ def test_claude_code_runs_against_the_mock_directly(amock, dirs):
 
 
 def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str,
-                  extra_env: dict[str, str] | None = None, key: str = claude_code.API_KEY):
+                  extra_env: dict[str, str] | None = None, key: str | None = claude_code.API_KEY):
     home, work = dirs
     marker = f"E2E-DONE-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
@@ -174,7 +175,7 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert stub.startswith(STUB_HEADER + "\n")
     stored = subprocess.run(
         [str(aproxy.binary), "results", "read", "--db", str(aproxy.db), "--ref", ma.stub_ref(stub),
-         "--tenant", tenant_of(key), "--limit", "-1", "--json"],
+         "--tenant", tenant_of(key) if key else "anonymous", "--limit", "-1", "--json"],
         capture_output=True, text=True, timeout=20)
     assert stored.returncode == 0, stored.stderr
     original = json.loads(stored.stdout)["content"]
@@ -273,6 +274,42 @@ def test_claude_code_on_microsoft_foundry(amock, aproxy, dirs):
     assert posts and all(r.route == "/anthropic/v1/messages" for r in posts), [r.path for r in posts]
     keys = {r.header("x-api-key") or r.header("api-key") for r in posts}
     assert keys == {env["ANTHROPIC_FOUNDRY_API_KEY"]}, keys
+
+
+AWS_KEY, AWS_SECRET = "AKIDTOOLSTUBE2E00001", "e2e/secret/key/for+the/mock/0123456789abcd"
+
+
+@pytest.fixture
+def bproxy(amock, tmp_path):
+    """toolstub serve with AWS credentials in its environment, in front of
+    the mock, which checks every Bedrock request's SigV4 signature."""
+    (tmp_path / "bedrock-proxy").mkdir()
+    p = start_proxy(amock.url, tmp_path / "bedrock-proxy", extra_env={
+        "AWS_ACCESS_KEY_ID": AWS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true"})
+    amock.aws_credentials = (AWS_KEY, AWS_SECRET)
+    yield p
+    stop_proxy(p)
+
+
+def test_claude_code_on_amazon_bedrock(amock, bproxy, dirs):
+    """CLAUDE_CODE_USE_BEDROCK=1 with ANTHROPIC_BEDROCK_BASE_URL at the proxy
+    (the client's own AWS signing skipped): the same two turns on Bedrock's
+    invoke paths, the stream in Bedrock's binary frames both ways, every
+    request the proxy sends signed with SigV4 by its own credentials."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    run_two_turns(amock, bproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                  nonce, "Bash", extra_env=claude_code.bedrock_env(bproxy.url), key=None)
+    posts = amock.messages_posts()
+    assert posts and all(r.route.startswith("/model/") and r.route.endswith("/invoke-with-response-stream")
+                         for r in posts), [r.path for r in posts]
+    for r in posts:
+        assert "model" not in r.json and r.json["anthropic_version"].startswith("bedrock-"), list(r.json)
+        assert r.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY}/")
+    assert_all_answered(amock)
 
 
 def test_claude_code_with_a_small_output_goes_through_unchanged(amock, aproxy, dirs):

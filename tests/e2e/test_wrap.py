@@ -158,7 +158,7 @@ def test_codex_through_wrap(rmock, dirs, tmp_path):
     assert saved > 30_000, p.stderr
 
 
-@pytest.mark.parametrize("cloud", ["vertex", "foundry"])
+@pytest.mark.parametrize("cloud", ["vertex", "foundry", "bedrock"])
 def test_claude_code_on_a_cloud_through_wrap(amock, dirs, tmp_path, cloud):
     """Claude Code on Vertex AI or Foundry keeps its cloud through wrap: the
     cloud's base URL in the environment (the mock, as a gateway) becomes the
@@ -171,7 +171,17 @@ def test_claude_code_on_a_cloud_through_wrap(amock, dirs, tmp_path, cloud):
     marker = f"E2E-WRAP-{cloud.upper()}-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript("Read", {"file_path": str(target)}, marker)
     env = claude_code.env_for(amock.url, home)
-    env.update(claude_code.vertex_env(amock.url) if cloud == "vertex" else claude_code.foundry_env(amock.url))
+    if cloud == "vertex":
+        env.update(claude_code.vertex_env(amock.url))
+    elif cloud == "foundry":
+        env.update(claude_code.foundry_env(amock.url))
+    else:
+        # wrap's proxy signs with the environment's AWS credentials; the
+        # mock checks each signature.
+        env.update(claude_code.bedrock_env(amock.url))
+        env.update({"AWS_ACCESS_KEY_ID": "AKIDWRAPE2E000000001", "AWS_SECRET_ACCESS_KEY": "wrap/e2e/secret",
+                    "AWS_EC2_METADATA_DISABLED": "true"})
+        amock.aws_credentials = ("AKIDWRAPE2E000000001", "wrap/e2e/secret")
     log, db = tmp_path / "wrap.log", tmp_path / "wrap.db"
     p = wrap(["--db", str(db), "--log-file", str(log)],
              [str(claude_code.CLAUDE), "-p", f"{CLAUDE_TURN1} Read {target}.", "--allowedTools", "Read,Bash"],
@@ -186,8 +196,14 @@ def test_claude_code_on_a_cloud_through_wrap(amock, dirs, tmp_path, cloud):
         assert all(r.route.startswith("/v1/projects/proj-e2e/locations/us-east5/publishers/anthropic/models/")
                    for r in posts), [r.path for r in posts]
         assert "/wrap/vertex/v1/projects/proj-e2e/" in log.read_text(), describe(p, log)
-    else:
+    elif cloud == "foundry":
         assert all(r.route == "/anthropic/v1/messages" for r in posts), [r.path for r in posts]
         assert "/wrap/foundry/anthropic/v1/messages" in log.read_text(), describe(p, log)
+    else:
+        assert all(r.route.startswith("/model/") and r.route.endswith("/invoke-with-response-stream")
+                   for r in posts), [r.path for r in posts]
+        assert all(r.header("authorization").startswith("AWS4-HMAC-SHA256 Credential=AKIDWRAPE2E000000001/")
+                   for r in posts)
+        assert "/wrap/bedrock/model/" in log.read_text(), describe(p, log)
     requests, externalized, saved, recalls = summary(p.stderr)
     assert externalized == 1 and recalls == 1, p.stderr

@@ -1456,3 +1456,131 @@ async fn claude_count_tokens_on_vertex_ai_is_rewritten() {
     assert!(stub_ref(&counted).is_some() && offers(&counted, "tool_result_read"));
     s.proxy.shutdown().await;
 }
+
+/// The mock's `reader` on Bedrock: the same rounds, a streamed one in
+/// Bedrock's event-stream frames (each frame written on its own).
+fn bedrock_reader() -> Script {
+    let inner = reader(false);
+    Arc::new(move |r: &Recorded| {
+        let reply = inner(r);
+        if !r.path_and_query.ends_with("/invoke-with-response-stream") {
+            return reply;
+        }
+        let Reply::Full(_, _, body) = reply else {
+            return reply;
+        };
+        let message: Value = serde_json::from_str(&body).expect("json");
+        let usage = &message["usage"];
+        let events = streamed(
+            message["id"].as_str().unwrap_or(""),
+            message["content"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+            message["stop_reason"].as_str().unwrap_or(""),
+            usage["input_tokens"].as_u64().unwrap_or(0),
+            usage["output_tokens"].as_u64().unwrap_or(0),
+        );
+        let frames = events
+            .iter()
+            .map(|e| {
+                toolstub::protocol::bedrock::eventstream::encode(
+                    format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""))
+                        .as_bytes(),
+                )
+            })
+            .collect();
+        Reply::Binary(
+            toolstub::protocol::bedrock::eventstream::CONTENT_TYPE,
+            frames,
+        )
+    })
+}
+
+/// A Claude Code body as it goes to Bedrock: no `model`, no `stream`,
+/// `anthropic_version` in the body.
+fn bedrock_body(listing: &str) -> String {
+    messages_body(&[json!(listing)], &[], "").replacen(
+        r#""model":"claude-test","#,
+        r#""anthropic_version":"bedrock-2023-05-31","#,
+        1,
+    )
+}
+
+const BEDROCK_MODEL: &str = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0";
+
+/// Claude on Amazon Bedrock: `/invoke` and `/invoke-with-response-stream`
+/// rewritten by the Anthropic adapter, the recall round to the same model
+/// resource, the stream decoded from Bedrock's frames and the client's
+/// answer framed again, the body's own fields kept.
+async fn claude_on_bedrock(streaming: bool) {
+    // No AWS credentials in this process: requests go as the client sent
+    // them (and no instance metadata is asked for).
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let s = setup(bedrock_reader()).await;
+    let listing = big_listing(1_500);
+    let path = if streaming {
+        format!("{BEDROCK_MODEL}/invoke-with-response-stream")
+    } else {
+        format!("{BEDROCK_MODEL}/invoke")
+    };
+    let (status, headers, bytes) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[("content-type", "application/json"), ("x-api-key", API_KEY)],
+        bedrock_body(&listing),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let answer = if streaming {
+        assert_eq!(
+            headers["content-type"],
+            toolstub::protocol::bedrock::eventstream::CONTENT_TYPE
+        );
+        let mut decoder = toolstub::protocol::bedrock::eventstream::Decoder::default();
+        let events: Vec<(String, Value)> = decoder
+            .push(&bytes)
+            .expect("valid frames")
+            .into_iter()
+            .map(|e| {
+                let v: Value =
+                    serde_json::from_str(e.data.as_deref().expect("data")).expect("json");
+                (v["type"].as_str().unwrap_or("").to_string(), v)
+            })
+            .collect();
+        assert!(!decoder.has_partial(), "whole frames");
+        accumulate(&events)
+    } else {
+        serde_json::from_slice(&bytes).expect("json")
+    };
+    let read = format!("READ:{}", listing.chars().take(30).collect::<String>());
+    assert_eq!(answer["content"][3]["text"], read, "{answer}");
+    let requests = s.mock.requests();
+    assert_eq!(requests.len(), 2, "one recall round inside the proxy");
+    for r in &requests {
+        assert_eq!(r.path_and_query, path, "both rounds to the model resource");
+        let body = body_json(r);
+        assert!(
+            body.get("model").is_none() && body.get("stream").is_none(),
+            "{body:.200}"
+        );
+        assert_eq!(body["anthropic_version"], "bedrock-2023-05-31");
+    }
+    assert!(stub_ref(&body_json(&requests[0])).is_some(), "stubbed");
+    // Each round's usage, read from the frames (or the JSON) into the ledger.
+    let stats = super::stats_once(&s, ("x-api-key", API_KEY), "", 1, 2).await;
+    assert_eq!(stats["totals"]["input_tokens"], 250, "{stats}");
+    assert_eq!(stats["totals"]["recall_calls"], 1, "{stats}");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn claude_on_bedrock_is_rewritten_and_recalled() {
+    claude_on_bedrock(false).await;
+}
+
+#[tokio::test]
+async fn claude_on_bedrock_streamed_in_event_stream_frames_is_rewritten_and_recalled() {
+    claude_on_bedrock(true).await;
+}

@@ -38,6 +38,8 @@ pub enum Reply {
     /// Server-sent events: sends `chunks`, then fails the body, so the
     /// connection is cut in the middle of the response (no final chunk).
     StreamThenCut(Vec<String>),
+    /// A binary stream of this content type: each chunk sent on its own.
+    Binary(&'static str, Vec<Bytes>),
     /// Sends `chunk` every `gap` until the peer is gone, then notifies
     /// `closed` (the proxy cancelled the upstream request).
     Endless {
@@ -203,6 +205,21 @@ fn respond(reply: Reply) -> Response<MockBody> {
                 }
             });
             sse(ChannelBody(rx).boxed())
+        }
+        Reply::Binary(content_type, chunks) => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+            tokio::spawn(async move {
+                for chunk in chunks {
+                    if tx.send(Ok(Frame::data(chunk))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut response = Response::new(ChannelBody(rx).boxed());
+            response
+                .headers_mut()
+                .insert("content-type", content_type.parse().expect("header"));
+            response
         }
         Reply::StreamThenCut(chunks) => {
             let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);

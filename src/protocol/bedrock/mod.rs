@@ -1,0 +1,170 @@
+//! Claude on Amazon Bedrock: Anthropic Messages under a model resource
+//! (`POST .../model/{modelId}/invoke` and `/invoke-with-response-stream`),
+//! the body without `model` and with `anthropic_version:
+//! "bedrock-2023-05-31"`, whole or streamed as the path says (not the body),
+//! the stream in Bedrock's binary frames ([`eventstream`]). The Anthropic
+//! adapter reads and rewrites it; [`OnBedrock`] only says that the stream
+//! route streams. A body that is not Anthropic's (another model family)
+//! does not parse, so it goes upstream unchanged.
+
+pub mod eventstream;
+
+use super::anthropic::AnthropicMessages;
+use super::{Flavor, ParsedRequest, Protocol, RecallToolNames, RoundsContext};
+use crate::recall::Rounds;
+
+/// The Anthropic adapter on one Bedrock route.
+#[derive(Clone, Copy, Debug)]
+pub struct OnBedrock {
+    /// `/invoke-with-response-stream`.
+    pub streaming: bool,
+}
+
+impl OnBedrock {
+    pub const INVOKE: OnBedrock = OnBedrock { streaming: false };
+    pub const STREAM: OnBedrock = OnBedrock { streaming: true };
+}
+
+impl Protocol for OnBedrock {
+    fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
+        let mut parsed = AnthropicMessages.parse(body)?;
+        parsed.streaming = self.streaming;
+        Some(parsed)
+    }
+
+    fn recall_tools(&self, names: &RecallToolNames) -> Vec<String> {
+        AnthropicMessages.recall_tools(names)
+    }
+
+    fn message_canon(&self, message: &str) -> Option<String> {
+        AnthropicMessages.message_canon(message)
+    }
+
+    fn recall_edits(&self, body: &str) -> Vec<(std::ops::Range<usize>, String)> {
+        AnthropicMessages.recall_edits(body)
+    }
+
+    fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
+        AnthropicMessages.rounds(context)
+    }
+
+    fn append_items(&self, body: &str, items: &[String]) -> Option<String> {
+        AnthropicMessages.append_items(body, items)
+    }
+
+    fn keeps_recall_tools_in_last_round(&self) -> bool {
+        AnthropicMessages.keeps_recall_tools_in_last_round()
+    }
+
+    fn flavor(&self) -> Flavor {
+        Flavor::Anthropic
+    }
+
+    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
+        AnthropicMessages.usage(value)
+    }
+}
+
+/// The Bedrock invoke route of `path`: `Some(true)` for
+/// `.../model/{id}/invoke-with-response-stream`, `Some(false)` for
+/// `.../model/{id}/invoke`.
+pub fn invoke_route(path: &str) -> Option<bool> {
+    let (rest, streaming) = match path.strip_suffix("/invoke-with-response-stream") {
+        Some(rest) => (rest, true),
+        None => (path.strip_suffix("/invoke")?, false),
+    };
+    let (_, model) = rest.rsplit_once("/model/")?;
+    (!model.is_empty() && !model.contains('/')).then_some(streaming)
+}
+
+/// The model id of a Bedrock invoke path, percent-decoded
+/// (`us.anthropic.claude-sonnet-4-5-20250929-v1%3A0` is
+/// `us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
+pub fn model_in_path(path: &str) -> Option<String> {
+    invoke_route(path)?;
+    let rest = path
+        .strip_suffix("/invoke-with-response-stream")
+        .or_else(|| path.strip_suffix("/invoke"))?;
+    let (_, model) = rest.rsplit_once("/model/")?;
+    let bytes = model.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The region of a Bedrock runtime host
+/// (`bedrock-runtime.{region}.amazonaws.com`, `-fips` too).
+pub fn region_of_host(host: &str) -> Option<&str> {
+    let rest = host
+        .strip_prefix("bedrock-runtime.")
+        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let (region, domain) = rest.split_once('.')?;
+    (domain.starts_with("amazonaws.") && !region.is_empty()).then_some(region)
+}
+
+/// The runtime endpoint of a region: `https://bedrock-runtime.{region}.amazonaws.com`.
+pub fn runtime_endpoint(region: &str) -> String {
+    format!("https://bedrock-runtime.{region}.amazonaws.com")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invoke_paths_and_their_models() {
+        let stream =
+            "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream";
+        assert_eq!(invoke_route(stream), Some(true));
+        assert_eq!(
+            invoke_route("/bedrock/model/anthropic.claude-3-haiku/invoke"),
+            Some(false)
+        );
+        assert_eq!(invoke_route("/model//invoke"), None);
+        assert_eq!(invoke_route("/v1/messages"), None);
+        assert_eq!(invoke_route("/model/a/b/invoke"), None);
+        assert_eq!(
+            model_in_path(stream).as_deref(),
+            Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+        );
+        assert_eq!(
+            region_of_host("bedrock-runtime.eu-west-1.amazonaws.com"),
+            Some("eu-west-1")
+        );
+        assert_eq!(
+            region_of_host("bedrock-runtime-fips.us-east-1.amazonaws.com"),
+            Some("us-east-1")
+        );
+        assert_eq!(region_of_host("127.0.0.1"), None);
+        assert_eq!(
+            runtime_endpoint("us-west-2"),
+            "https://bedrock-runtime.us-west-2.amazonaws.com"
+        );
+    }
+
+    #[test]
+    fn the_stream_route_streams_whatever_the_body_says() {
+        let body = r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+        assert!(OnBedrock::STREAM.parse(body).expect("parsed").streaming);
+        assert!(!OnBedrock::INVOKE.parse(body).expect("parsed").streaming);
+        // Another model family's body is no Anthropic request.
+        assert!(OnBedrock::INVOKE.parse(r#"{"inputText":"hi"}"#).is_none());
+    }
+}

@@ -35,6 +35,16 @@
 //!   `function_call`, then the answer). The bare forwarder reads no body,
 //!   so it is measured beside the chat rows only.
 //!
+//! - The Gemini API (`src/protocol/gemini/`) beside the others, by the
+//!   same method: a small `:generateContent` request and a small
+//!   `:streamGenerateContent?alt=sse` one in the passthrough rows (the
+//!   streamed one beside the streamed chat row), the 1 MB output as a
+//!   `functionResponse`'s `response.output` string, paced Gemini streams
+//!   (`data: <GenerateContentResponse>` + CRLF CRLF per event, the last with
+//!   `finishReason`), and a streamed recall round (text, then a signed
+//!   `tool_result_read` `functionCall`, then the answer). The mock's
+//!   answers are in `support::gemini`, the requests in `loadbench/gemini.rs`.
+//!
 //! - Issue 16 item 6: with `LOADBENCH_STORE_URL` (a PostgreSQL URL), a
 //!   second proxy stores in PostgreSQL (a fresh schema of that database,
 //!   dropped at the end), placed as the first one is, and the 1 MB chat
@@ -44,11 +54,13 @@
 //!   store sees it first), with the ratio. The database server itself is
 //!   not pinned.
 //!
-//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|responses|streams|stores`
+//! Environment: `LOADBENCH_ONLY=large|paced|anthropic|responses|gemini|streams|stores`
 //! (only those rows; `anthropic`: the messages rows and the chat rows
 //! beside them; `responses`: the Responses rows and the chat and messages
-//! rows beside them; `stores`: only the SQLite-beside-PostgreSQL 1 MB
-//! rows, which need `LOADBENCH_STORE_URL`), `LOADBENCH_STORE_URL` (see
+//! rows beside them; `gemini`: the Gemini rows and the chat rows beside
+//! them, streamed chat included, every other API's left out; `stores`:
+//! only the SQLite-beside-PostgreSQL 1 MB rows, which need
+//! `LOADBENCH_STORE_URL`), `LOADBENCH_STORE_URL` (see
 //! above; the `large` and default runs add those rows when it is set),
 //! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
 //! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
@@ -57,6 +69,10 @@
 //! `TOOLSTUB_STORE_DURABILITY=normal`.
 
 mod support;
+
+/// The Gemini API's request shapes.
+#[path = "loadbench/gemini.rs"]
+mod gemini;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -194,15 +210,19 @@ fn main() {
         let chat_stream = Payload::new(Api::Chat, &br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#[..]);
         let messages_small = Payload::new(Api::Messages, &br#"{"model":"claude-mock","max_tokens":1024,"messages":[{"role":"user","content":"hello"}]}"#[..]);
         let responses_small = Payload::new(Api::Responses, &br#"{"model":"m","input":[{"role":"user","content":"hello"}]}"#[..]);
+        let gemini_small = Payload::new(Api::Gemini, gemini::SMALL);
+        let gemini_stream = Payload::new(Api::GeminiStream, gemini::SMALL);
         let mut loaded_rss = 0;
         // (name, request, whether the bare forwarder is measured beside
-        // it): the bare forwarder reads no body, so the messages and
-        // Responses rows use the chat row's of their configuration.
+        // it): the bare forwarder reads no body, so the messages,
+        // Responses and Gemini rows use the chat row's of their
+        // configuration.
         let scenarios: Vec<(&str, &Payload, bool)> = match only {
             Only::Large | Only::Streams | Only::Stores => Vec::new(),
             Only::Anthropic => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false)],
             Only::Responses => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false)],
-            Only::All | Only::Paced => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false), ("streaming", &chat_stream, true)],
+            Only::Gemini => vec![("non-streaming", &chat_small, true), (GEMINI, &gemini_small, false), ("streaming", &chat_stream, true), (GEMINI_STREAM, &gemini_stream, false)],
+            Only::All | Only::Paced => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false), (GEMINI, &gemini_small, false), ("streaming", &chat_stream, true), (GEMINI_STREAM, &gemini_stream, false)],
         };
         let configurations: &[(usize, Option<u32>)] = if only == Only::Paced {
             &[(32, Some(PACED_RATE))]
@@ -265,8 +285,11 @@ fn main() {
                 Shape { name: "messages, `tool_result` content as 4 text blocks", api: Api::Messages, build: |salt| anthropic_large_body(salt, true) },
                 Shape { name: "responses, `function_call_output` string", api: Api::Responses, build: |salt| responses_large_body(salt, false) },
                 Shape { name: "responses, `function_call_output` as 4 `input_text` parts", api: Api::Responses, build: |salt| responses_large_body(salt, true) },
+                Shape { name: "gemini, `functionResponse.response.output` string", api: Api::Gemini, build: gemini::large_body },
             ];
-            let costs = large_output_cost(mock_addr, proxy_addr, shapes, only == Only::All).await;
+            // Chat's shape stays first: the table above is `costs[0]`.
+            let shapes: Vec<&Shape> = shapes.iter().filter(|s| only.covers(s.api)).collect();
+            let costs = large_output_cost(mock_addr, proxy_addr, &shapes, only == Only::All).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
             let chat = &costs[0];
             println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", chat.samples);
@@ -302,9 +325,9 @@ fn main() {
             }
         }
         if only != Only::Large && only != Only::Stores {
-            stream_rows(&targets).await;
+            stream_rows(&targets, only).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
-            recall_rows(&targets).await;
+            recall_rows(&targets, only).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
         }
         println!("| proxy RSS | MiB |");
@@ -630,6 +653,11 @@ enum Api {
     Chat,
     Messages,
     Responses,
+    /// Gemini's `:generateContent`.
+    Gemini,
+    /// Gemini's `:streamGenerateContent?alt=sse` (whether a Gemini request
+    /// streams is in its path).
+    GeminiStream,
 }
 
 impl Api {
@@ -638,7 +666,13 @@ impl Api {
             Api::Chat => "/v1/chat/completions",
             Api::Messages => "/v1/messages",
             Api::Responses => "/v1/responses",
+            Api::Gemini => gemini::GENERATE_PATH,
+            Api::GeminiStream => gemini::STREAM_PATH,
         }
+    }
+
+    fn is_gemini(self) -> bool {
+        matches!(self, Api::Gemini | Api::GeminiStream)
     }
 }
 
@@ -675,6 +709,7 @@ impl Payload {
             Api::Messages => builder
                 .header("x-api-key", "sk-ant-bench")
                 .header("anthropic-version", "2023-06-01"),
+            Api::Gemini | Api::GeminiStream => builder.header("x-goog-api-key", "AIza-bench"),
         };
         if let Some(gap) = self.gap {
             builder = builder.header(support::GAP_HEADER, gap.as_micros().to_string());
@@ -724,6 +759,10 @@ enum Only {
     Responses,
     /// The 1 MB rows through a SQLite proxy beside a PostgreSQL one.
     Stores,
+    /// The rows of the Gemini API and the chat rows beside them
+    /// (passthrough whole and streamed, the 1 MB shape, streams, recall
+    /// rounds); no other API's.
+    Gemini,
 }
 
 impl Only {
@@ -734,11 +773,23 @@ impl Only {
             "anthropic" => Only::Anthropic,
             "streams" => Only::Streams,
             "responses" => Only::Responses,
+            "gemini" => Only::Gemini,
             "stores" => Only::Stores,
             "" => Only::All,
             other => panic!(
-                "LOADBENCH_ONLY={other}: expected large, paced, anthropic, responses, streams or stores"
+                "LOADBENCH_ONLY={other}: expected large, paced, anthropic, responses, gemini, streams or stores"
             ),
+        }
+    }
+
+    /// Whether the 1 MB, stream and recall rows of `api` run: `gemini`
+    /// runs chat's beside its own only; `anthropic` and `responses` run
+    /// every API's but Gemini's (as before the Gemini rows).
+    fn covers(self, api: Api) -> bool {
+        match self {
+            Only::Gemini => api == Api::Chat || api.is_gemini(),
+            Only::Anthropic | Only::Responses => !api.is_gemini(),
+            _ => true,
         }
     }
 }
@@ -748,51 +799,109 @@ const MESSAGES: &str = "messages (Anthropic)";
 /// The scenario name of the small OpenAI Responses request.
 const RESPONSES: &str = "responses (OpenAI)";
 
-/// The chat, messages and Responses passthrough rows of each
-/// configuration beside each other, with the bare forwarder measured
-/// beside the chat row.
+/// The scenario names of the small Gemini requests, whole and streamed.
+const GEMINI: &str = "gemini (Google)";
+const GEMINI_STREAM: &str = "gemini streaming (Google)";
+
+/// The columns of the passthrough rows side by side: (column, the prefix
+/// of its rows' names, the prefix of the chat rows it is compared with).
+const BESIDE: [(&str, &str, Option<&str>); 6] = [
+    ("chat", "non-streaming,", None),
+    ("messages", MESSAGES, Some("non-streaming,")),
+    ("responses", RESPONSES, Some("non-streaming,")),
+    ("gemini", GEMINI, Some("non-streaming,")),
+    ("streamed chat", "streaming,", None),
+    ("streamed gemini", GEMINI_STREAM, Some("streaming,")),
+];
+
+/// The passthrough rows of each configuration beside each other (every
+/// API's measured in this run, a streamed one against streamed chat),
+/// with the bare forwarder measured beside the chat row.
 fn print_passthrough_beside(rows: &[(usize, usize, String, Row)]) {
     let of = |prefix: &str, c: usize| {
         rows.iter()
             .find(|(_, rc, name, _)| *rc == c && name.starts_with(prefix))
             .map(|(_, _, name, row)| (name, row))
     };
+    let measured = |prefix: &str| rows.iter().any(|(_, _, name, _)| name.starts_with(prefix));
+    let columns: Vec<_> = BESIDE.iter().filter(|(_, p, _)| measured(p)).collect();
+    if !measured("non-streaming,") || !columns.iter().any(|(_, _, base)| base.is_some()) {
+        return;
+    }
     let configurations: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.1).collect();
     let mut lines = Vec::new();
     for c in configurations {
-        let (Some((name, chat)), Some((_, messages))) = (of("non-streaming,", c), of(MESSAGES, c))
-        else {
+        let (Some((name, chat)), Some(cells)) = (
+            of("non-streaming,", c),
+            // Each column's row and the row it is compared with, when
+            // all were measured in this configuration.
+            columns
+                .iter()
+                .map(|&&(_, prefix, base)| {
+                    let base = match base {
+                        Some(b) => Some(of(b, c)?.1),
+                        None => None,
+                    };
+                    Some((of(prefix, c)?.1, base))
+                })
+                .collect::<Option<Vec<_>>>(),
+        ) else {
             continue;
         };
-        let responses = of(RESPONSES, c).map(|(_, row)| row);
-        let added_p50 = responses.map_or(f64::NAN, Row::added_p50);
-        let added_p99 = responses.map_or(f64::NAN, Row::added_p99);
-        let cpu = responses.map_or(f64::NAN, |r| r.proxy_cpu);
+        // The compared columns in bold.
+        let figure = |f: fn(&Row) -> f64| {
+            cells
+                .iter()
+                .map(|(row, base)| match base {
+                    Some(_) => format!("**{}**", ms(f(row))),
+                    None => ms(f(row)),
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        let cpu: Vec<String> = cells.iter().map(|(row, _)| us(row.proxy_cpu)).collect();
+        let ratios: Vec<String> = cells
+            .iter()
+            .filter_map(|(row, base)| {
+                Some(format!("{:.2}", row.proxy_cpu / base.as_ref()?.proxy_cpu))
+            })
+            .collect();
         let configuration = name.trim_start_matches("non-streaming, ");
         lines.push(format!(
-            "| {configuration} | {} | **{}** | **{}** | {} | {} | **{}** | **{}** | {} | {} / {} / {} / {} µs | {:.2} / {:.2} |",
-            ms(chat.added_p50()),
-            ms(messages.added_p50()),
-            ms(added_p50),
+            "| {configuration} | {} | {} | {} | {} | {} / {} µs | {} |",
+            figure(Row::added_p50),
             ms(chat.bare_added_p50),
-            ms(chat.added_p99()),
-            ms(messages.added_p99()),
-            ms(added_p99),
+            figure(Row::added_p99),
             ms(chat.bare_added_p99),
-            us(chat.proxy_cpu),
-            us(messages.proxy_cpu),
-            us(cpu),
+            cpu.join(" / "),
             us(chat.bare_cpu),
-            messages.proxy_cpu / chat.proxy_cpu,
-            cpu / chat.proxy_cpu,
+            ratios.join(" / "),
         ));
     }
-    if lines.is_empty() {
-        return;
-    }
-    println!("A small request with nothing over budget (forwarded byte for byte): Chat Completions, Anthropic Messages and the Responses API, each row in the same configuration minutes apart; the bare forwarder measured beside the chat row:\n");
-    println!("| configuration | chat added p50 | messages added p50 | responses added p50 | bare added p50 | chat added p99 | messages added p99 | responses added p99 | bare added p99 | CPU per request, chat / messages / responses / bare | CPU, messages / chat, responses / chat |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let names: Vec<&str> = columns.iter().map(|(name, _, _)| *name).collect();
+    let header = |figure: &str| {
+        names
+            .iter()
+            .map(|name| format!("{name} added {figure}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let compared: Vec<String> = columns
+        .iter()
+        .filter_map(|(name, _, base)| {
+            let base = BESIDE.iter().find(|(_, p, _)| Some(*p) == *base)?.0;
+            Some(format!("{name} / {base}"))
+        })
+        .collect();
+    println!("A small request with nothing over budget (forwarded byte for byte), each API's row in the same configuration minutes apart (a streamed one compared with streamed chat); the bare forwarder measured beside the chat row:\n");
+    println!(
+        "| configuration | {} | bare added p50 | {} | bare added p99 | CPU per request, {} / bare | CPU, {} |",
+        header("p50"),
+        header("p99"),
+        names.join(" / "),
+        compared.join(", ")
+    );
+    println!("|---|{}", "---|".repeat(2 * names.len() + 4));
     for line in lines {
         println!("{line}");
     }
@@ -954,7 +1063,7 @@ fn chat_tool_body(ask: &str, output: &str, stream: bool) -> serde_json::Value {
 async fn large_output_cost(
     mock: SocketAddr,
     proxy: SocketAddr,
-    shapes: &[Shape],
+    shapes: &[&Shape],
     idle: bool,
 ) -> Vec<LargeCost> {
     let client = support::client();
@@ -1112,8 +1221,9 @@ const STUB_OUTPUT_CHARS: usize = 25_000;
 /// What an event of a stream is to the measurement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EventKind {
-    /// `message_delta` (Anthropic) or the finish chunk (chat): held by a
-    /// splicer until it knows how the round ends.
+    /// `message_delta` (Anthropic), the finish chunk (chat),
+    /// `response.completed` (Responses) or the `finishReason` event
+    /// (Gemini): held by a splicer until it knows how the round ends.
     Closing,
     Other,
 }
@@ -1144,8 +1254,8 @@ async fn timed(client: &BenchClient, target: SocketAddr, payload: &Payload) -> T
         let now = support::now_ns();
         first_byte.get_or_insert_with(|| started.elapsed().as_secs_f64());
         buffer.extend_from_slice(&data);
-        while let Some(end) = memchr::memmem::find(&buffer, b"\n\n") {
-            let event: Vec<u8> = buffer.drain(..end + 2).collect();
+        while let Some(end) = event_end(&buffer) {
+            let event: Vec<u8> = buffer.drain(..end).collect();
             if let Some((kind, sent)) = stamp_of(&event) {
                 events.push((kind, now.saturating_sub(sent) as f64 / 1e9));
             }
@@ -1156,6 +1266,17 @@ async fn timed(client: &BenchClient, target: SocketAddr, payload: &Payload) -> T
         first_byte: first_byte.unwrap_or(last_byte),
         last_byte,
         events,
+    }
+}
+
+/// Where the first event in `buffer` ends, its blank line included: LF LF,
+/// or CRLF CRLF (Gemini's).
+fn event_end(buffer: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::find(buffer, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::find(buffer, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -1173,7 +1294,8 @@ fn stamp_of(event: &[u8]) -> Option<(EventKind, u64)> {
         .ok()?;
     let closing = event.starts_with(b"event: message_delta")
         || event.starts_with(b"event: response.completed")
-        || memchr::memmem::find(event, b"\"finish_reason\":\"").is_some();
+        || memchr::memmem::find(event, b"\"finish_reason\":\"").is_some()
+        || memchr::memmem::find(event, b"\"finishReason\":\"").is_some();
     Some((
         if closing {
             EventKind::Closing
@@ -1268,9 +1390,9 @@ impl StreamStats {
 /// Item 3 of issue 14: the delay each event of a paced stream adds through
 /// the proxy, without a stub (the stream is forwarded) and with one (the
 /// request offers the recall tools, so the protocol's splicer reads every
-/// event), chat beside messages; the direct path and the proxy side by
-/// side, the cases in turn in every round.
-async fn stream_rows(targets: &Targets) {
+/// event), chat beside the other APIs `only` covers; the direct path and
+/// the proxy side by side, the cases in turn in every round.
+async fn stream_rows(targets: &Targets, only: Only) {
     let client = support::client();
     let output = support::output_text(0, STUB_OUTPUT_CHARS);
     let paced =
@@ -1315,7 +1437,22 @@ async fn stream_rows(targets: &Targets) {
                 responses_tool_body("list the users", output.clone().into(), true),
             ),
         ),
+        (
+            "gemini, no stub (forwarded)",
+            Payload::new(Api::GeminiStream, gemini::SMALL).paced(STREAM_GAP),
+        ),
+        (
+            "gemini, with a stub (splicer)",
+            paced(
+                Api::GeminiStream,
+                gemini::tool_body("list the users", &output),
+            ),
+        ),
     ];
+    let cases: Vec<_> = cases
+        .into_iter()
+        .filter(|(_, payload)| only.covers(payload.api))
+        .collect();
     let (mock, proxy) = (targets.mock, targets.proxy);
     for (_, payload) in &cases {
         for target in [proxy, mock] {
@@ -1346,8 +1483,8 @@ async fn stream_rows(targets: &Targets) {
         }
     }
     let events = support::ANTHROPIC_TEXT_DELTAS + 5;
-    println!("Streams of {events} events {} ms apart (`event: <type>` + `data:`; chat: `data:` chunks and `[DONE]`; Responses: `response.created`, `.in_progress`, `.output_item.added`, 15 `.output_text.delta`, `.output_item.done`, `.completed`), each event stamped by the mock as it leaves; {STREAM_WORKERS} streams in flight per path, the direct path and the proxy side by side; {ROUNDS} rounds of {} ms, the cases in turn; medians over rounds. Per event: transit from the mock's write to the client's read, proxy minus direct.\n", STREAM_GAP.as_millis(), BATCH.as_millis());
-    println!("| stream | direct first byte | added: first byte | added per event p50 | added per event p99 | added: `message_delta` / finish chunk / `response.completed` p50 | added: last byte p50 | streams per path | proxy CPU per stream |");
+    println!("Streams of {events} events {} ms apart (`event: <type>` + `data:`; chat: `data:` chunks and `[DONE]`; Responses: `response.created`, `.in_progress`, `.output_item.added`, 15 `.output_text.delta`, `.output_item.done`, `.completed`; Gemini: {} `data:` responses ended by CRLF CRLF, one text part each, the last with `finishReason`), each event stamped by the mock as it leaves; {STREAM_WORKERS} streams in flight per path, the direct path and the proxy side by side; {ROUNDS} rounds of {} ms, the cases in turn; medians over rounds. Per event: transit from the mock's write to the client's read, proxy minus direct.\n", STREAM_GAP.as_millis(), support::gemini::TEXT_EVENTS, BATCH.as_millis());
+    println!("| stream | direct first byte | added: first byte | added per event p50 | added per event p99 | added: `message_delta` / finish chunk / `response.completed` / `finishReason` event p50 | added: last byte p50 | streams per path | proxy CPU per stream |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (i, (name, _)) in cases.iter().enumerate() {
         let [d, p] = &stats[i];
@@ -1374,19 +1511,19 @@ async fn stream_rows(targets: &Targets) {
 /// rounds itself (the second with the call answered). Added: the proxy's
 /// stream to its last byte against the sum of the two direct rounds, and
 /// to its first byte against the first round's.
-async fn recall_rows(targets: &Targets) {
+async fn recall_rows(targets: &Targets, only: Only) {
     let client = support::client();
     let output = support::output_text(0, STUB_OUTPUT_CHARS);
     let ask = format!("{} the users", support::RECALL_MARKER);
     let read = format!("[lines 1-40 of the output]\n{}", &output[..2000]);
-    let chat = chat_tool_body(&ask, &output, true);
+    let chat = recall_first(Api::Chat, &ask, &output);
     let mut chat_second = chat.clone();
     let arguments = r#"{"ref":"tr_none","offset":0,"limit":2000}"#;
     if let Some(messages) = chat_second["messages"].as_array_mut() {
         messages.push(serde_json::json!({"role": "assistant", "content": "word0 word1 word2 word3 word4 ", "tool_calls": [{"id": support::CHAT_RECALL_ID, "type": "function", "function": {"name": "tool_result_read", "arguments": arguments}}]}));
         messages.push(serde_json::json!({"role": "tool", "tool_call_id": support::CHAT_RECALL_ID, "content": read}));
     }
-    let messages = anthropic_tool_body(&ask, output.clone().into(), true);
+    let messages = recall_first(Api::Messages, &ask, &output);
     let mut messages_second = messages.clone();
     if let Some(list) = messages_second["messages"].as_array_mut() {
         list.push(serde_json::json!({"role": "assistant", "content": [
@@ -1395,7 +1532,7 @@ async fn recall_rows(targets: &Targets) {
         list.push(serde_json::json!({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": support::ANTHROPIC_RECALL_ID, "content": read}]}));
     }
-    let responses = responses_tool_body(&ask, output.clone().into(), true);
+    let responses = recall_first(Api::Responses, &ask, &output);
     let mut responses_second = responses.clone();
     if let Some(input) = responses_second["input"].as_array_mut() {
         let arguments = r#"{"ref":"tr_none","limit":20}"#;
@@ -1405,6 +1542,8 @@ async fn recall_rows(targets: &Targets) {
             "arguments": arguments, "call_id": support::RESPONSES_RECALL_ID, "name": "tool_result_read"}));
         input.push(serde_json::json!({"type": "function_call_output", "call_id": support::RESPONSES_RECALL_ID, "output": read}));
     }
+    let gemini = recall_first(Api::GeminiStream, &ask, &output);
+    let gemini_second = gemini::recall_second(&gemini, &read);
     let paced =
         |api, body: &serde_json::Value| Payload::new(api, body.to_string()).paced(STREAM_GAP);
     let cases = [
@@ -1423,7 +1562,16 @@ async fn recall_rows(targets: &Targets) {
             paced(Api::Responses, &responses),
             paced(Api::Responses, &responses_second),
         ),
+        (
+            "gemini",
+            paced(Api::GeminiStream, &gemini),
+            paced(Api::GeminiStream, &gemini_second),
+        ),
     ];
+    let cases: Vec<_> = cases
+        .into_iter()
+        .filter(|(_, first, _)| only.covers(first.api))
+        .collect();
     let (mock, proxy) = (targets.mock, targets.proxy);
     for (name, first, second) in &cases {
         check_recall_stream(&client, proxy, name, first).await;
@@ -1437,20 +1585,13 @@ async fn recall_rows(targets: &Targets) {
     // A new turn: another conversation (its opening differs, so its session
     // and its hidden exchange are new: the exchange is stored, committed,
     // before the client's last bytes), the same stub (its output known).
-    let new_turns: Vec<[Payload; 3]> = (0..samples)
+    let new_turns: Vec<Vec<Payload>> = (0..samples)
         .map(|n| {
             let ask = format!("{} the users (conversation {n})", support::RECALL_MARKER);
-            [
-                paced(Api::Chat, &chat_tool_body(&ask, &output, true)),
-                paced(
-                    Api::Messages,
-                    &anthropic_tool_body(&ask, output.clone().into(), true),
-                ),
-                paced(
-                    Api::Responses,
-                    &responses_tool_body(&ask, output.clone().into(), true),
-                ),
-            ]
+            cases
+                .iter()
+                .map(|(_, first, _)| paced(first.api, &recall_first(first.api, &ask, &output)))
+                .collect()
         })
         .collect();
     // Per case: direct first byte, direct sum of both rounds; through the
@@ -1506,6 +1647,17 @@ async fn recall_rows(targets: &Targets) {
     println!();
 }
 
+/// The first round of a streamed recall request in `api`'s shape: `ask`,
+/// a client tool's call and its `output`.
+fn recall_first(api: Api, ask: &str, output: &str) -> serde_json::Value {
+    match api {
+        Api::Chat => chat_tool_body(ask, output, true),
+        Api::Messages => anthropic_tool_body(ask, output.into(), true),
+        Api::Responses => responses_tool_body(ask, output.into(), true),
+        Api::Gemini | Api::GeminiStream => gemini::tool_body(ask, output),
+    }
+}
+
 /// What the recall rows measure is a recall round answered inside the
 /// proxy: the client's one stream holds the second round's last words and
 /// neither the recall call nor a second opening or ending.
@@ -1528,33 +1680,41 @@ async fn check_recall_stream(
         .expect("body")
         .to_bytes();
     let text = String::from_utf8_lossy(&bytes);
+    // A Gemini stream has no opening event: every event is a response.
     let (last_word, opening, ending) = match payload.api {
         Api::Chat => (
             format!("word{} ", support::CHAT_TEXT_DELTAS - 1),
-            "\"role\":\"assistant\"",
+            Some("\"role\":\"assistant\""),
             "[DONE]",
         ),
         Api::Messages => (
             format!("word{} ", support::ANTHROPIC_TEXT_DELTAS - 1),
-            "event: message_start",
+            Some("event: message_start"),
             "event: message_stop",
         ),
         Api::Responses => (
             format!("word{} ", support::RESPONSES_TEXT_DELTAS - 1),
-            "event: response.created",
+            Some("event: response.created"),
             "event: response.completed",
+        ),
+        Api::Gemini | Api::GeminiStream => (
+            format!("word{} ", support::gemini::TEXT_EVENTS - 1),
+            None,
+            "\"finishReason\":",
         ),
     };
     let count = |needle: &str| text.matches(needle).count();
     assert!(
         text.contains(&last_word)
             && !text.contains("tool_result_read")
-            && count(opening) == 1
+            && opening.is_none_or(|opening| count(opening) == 1)
             && count(ending) == 1,
         "{name}: the proxy did not answer the recall round inside one stream:\n{text}"
     );
-    if payload.api == Api::Responses {
-        check_responses_stream(name, &text);
+    match payload.api {
+        Api::Responses => check_responses_stream(name, &text),
+        Api::GeminiStream => gemini::check_stream(name, &text),
+        _ => {}
     }
 }
 
@@ -1622,7 +1782,9 @@ async fn wait_healthy(addr: SocketAddr, what: &str) {
 }
 
 /// The mock upstream's answer: Anthropic Messages requests go to
-/// [`support::anthropic_answer`]; chat requests asking for a paced stream
+/// [`support::anthropic_answer`], Responses requests to
+/// [`support::responses_answer`], Gemini requests to
+/// [`support::gemini::answer`]; chat requests asking for a paced stream
 /// or a recall round to [`support::chat_answer`]; any other chat request
 /// gets a small completion, or 10 SSE chunks at once for streams.
 fn mock_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<support::MockBody> {
@@ -1632,6 +1794,9 @@ fn mock_answer(parts: &http::request::Parts, body: &Bytes) -> http::Response<sup
     }
     if path.ends_with("/responses") {
         return support::responses_answer(parts, body);
+    }
+    if path.contains("/models/") {
+        return support::gemini::answer(parts, body);
     }
     if let Some(answer) = support::chat_answer(parts, body) {
         return answer;

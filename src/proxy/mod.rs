@@ -20,6 +20,7 @@ mod body;
 mod dashboard;
 mod error;
 mod framing;
+mod gcp;
 pub mod large_buffers;
 mod ledger;
 pub mod memory;
@@ -67,6 +68,8 @@ pub struct App {
     ledger: ledger::Ledger,
     /// SigV4 for Bedrock requests.
     aws: aws::AwsSigner,
+    /// A Google token for Vertex AI requests that carry none.
+    gcp: gcp::GcpAuth,
 }
 
 /// The store settings the proxy's configuration asks for.
@@ -116,6 +119,7 @@ impl App {
             upstream,
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
             aws: aws::AwsSigner::new(aws_region()),
+            gcp: gcp::GcpAuth::default(),
         })
     }
 }
@@ -600,20 +604,20 @@ async fn whole_request(
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
     let mut request = upstream_request(app, parts, body::full(body.clone()), content_length)?;
-    sign_if_bedrock(app, &mut request, &body, &parts.headers).await;
+    cloud_auth(app, &mut request, &body, &parts.headers).await;
     Ok(request)
 }
 
-/// Signs `request` (its body `body`, the client's headers `client`) for
-/// AWS when it goes to a Bedrock invoke path; after every header edit.
-async fn sign_if_bedrock(
-    app: &App,
-    request: &mut Request<BoxBody>,
-    body: &[u8],
-    client: &HeaderMap,
-) {
-    if crate::protocol::bedrock::invoke_route(request.uri().path()).is_some() {
+/// The cloud's own auth of a rewritten route's request, after every other
+/// header edit: signed for AWS on a Bedrock invoke path (its body `body`,
+/// the client's headers `client`); on a Vertex AI path without a token, a
+/// Google token added.
+async fn cloud_auth(app: &App, request: &mut Request<BoxBody>, body: &[u8], client: &HeaderMap) {
+    let path = request.uri().path();
+    if crate::protocol::bedrock::invoke_route(path).is_some() {
         app.aws.sign(request, body, client).await;
+    } else if path.contains("/locations/") && path.contains("/publishers/") {
+        app.gcp.authorize(request).await;
     }
 }
 

@@ -1584,3 +1584,94 @@ async fn claude_on_bedrock_is_rewritten_and_recalled() {
 async fn claude_on_bedrock_streamed_in_event_stream_frames_is_rewritten_and_recalled() {
     claude_on_bedrock(true).await;
 }
+
+/// Claude Code on Vertex AI told to skip its own Google auth sends no
+/// token: the proxy adds one, from the service-account key of
+/// `GOOGLE_APPLICATION_CREDENTIALS` (exchanged at its `token_uri`, here the
+/// mock), once, and reuses it while it is valid; a client's own token is
+/// never replaced.
+#[tokio::test]
+async fn a_vertex_request_without_a_token_gets_one_from_the_service_account() {
+    let tokens = Arc::new(Mutex::new(0usize));
+    let counted = tokens.clone();
+    let inner = reader(false);
+    let s = setup(Arc::new(move |r: &Recorded| {
+        if r.path_and_query == "/token" {
+            *counted.lock().expect("lock") += 1;
+            return json_reply(
+                json!({"access_token": "ya29.from-the-key", "expires_in": 3600, "token_type": "Bearer"})
+                    .to_string(),
+            );
+        }
+        inner(r)
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/throwaway-test-only-rsa-key.pem"
+    ))
+    .expect("the test key");
+    let account = dir.path().join("service-account.json");
+    std::fs::write(
+        &account,
+        json!({
+            "type": "service_account", "project_id": "my-project", "private_key_id": "k1",
+            "private_key": key, "client_email": "toolstub-test@my-project.iam.gserviceaccount.com",
+            "client_id": "1", "token_uri": format!("http://{}/token", s.mock.addr)
+        })
+        .to_string(),
+    )
+    .expect("key file");
+    std::env::set_var("GOOGLE_APPLICATION_CREDENTIALS", &account);
+    let listing = big_listing(1_500);
+    let path = format!("{VERTEX_MODEL}:rawPredict");
+    for _ in 0..2 {
+        let (status, _, bytes) = send(
+            &client(),
+            "POST",
+            s.url(&path),
+            &[("content-type", "application/json")],
+            vertex_body(&listing, false),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    }
+    let model_calls: Vec<Recorded> = s
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.path_and_query == path)
+        .collect();
+    assert_eq!(
+        model_calls.len(),
+        4,
+        "two turns, each with its recall round"
+    );
+    for r in &model_calls {
+        assert_eq!(
+            r.headers.get("authorization").map(|v| v.as_bytes()),
+            Some(&b"Bearer ya29.from-the-key"[..]),
+            "the proxy's token on every round"
+        );
+    }
+    assert_eq!(*tokens.lock().expect("lock"), 1, "one token, cached");
+    // A client's own token goes through as it is.
+    send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[("authorization", "Bearer ya29.the-clients")],
+        vertex_body(&listing, false),
+    )
+    .await;
+    assert_eq!(
+        s.mock
+            .last()
+            .headers
+            .get("authorization")
+            .map(|v| v.as_bytes()),
+        Some(&b"Bearer ya29.the-clients"[..])
+    );
+    s.proxy.shutdown().await;
+}

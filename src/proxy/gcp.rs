@@ -1,0 +1,55 @@
+//! A Google access token for Vertex AI requests that carry none.
+//!
+//! A client usually sends its own bearer token, which goes through as it is.
+//! One told to skip its own Google auth (Claude Code's
+//! `CLAUDE_CODE_SKIP_VERTEX_AUTH=1`, for a gateway that authenticates
+//! upstream) sends none: toolstub then adds one for the
+//! `cloud-platform` scope, from the standard sources (`gcp_auth`: the
+//! service-account key file of `GOOGLE_APPLICATION_CREDENTIALS`, the
+//! application-default credentials of `gcloud auth application-default
+//! login`, the metadata server, `gcloud`), found on the first such request
+//! and cached until shortly before it expires. Tokens are never logged or
+//! stored.
+
+use super::body::BoxBody;
+use http::{header, HeaderValue, Request};
+use std::sync::Arc;
+use tokio::sync::OnceCell;
+
+const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+#[derive(Default)]
+pub struct GcpAuth {
+    provider: OnceCell<Option<Arc<dyn gcp_auth::TokenProvider>>>,
+}
+
+impl GcpAuth {
+    /// Adds a bearer token to `request` when it has no `Authorization` and
+    /// a token source is found; leaves it as it is otherwise.
+    pub async fn authorize(&self, request: &mut Request<BoxBody>) {
+        if request.headers().contains_key(header::AUTHORIZATION) {
+            return;
+        }
+        let provider = self
+            .provider
+            .get_or_init(|| async {
+                match gcp_auth::provider().await {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no Google credentials: Vertex AI requests without a token go as they are");
+                        None
+                    }
+                }
+            })
+            .await;
+        let Some(provider) = provider else { return };
+        match provider.token(&[SCOPE]).await {
+            Ok(token) => {
+                if let Ok(value) = HeaderValue::from_str(&format!("Bearer {}", token.as_str())) {
+                    request.headers_mut().insert(header::AUTHORIZATION, value);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot get a Google access token"),
+        }
+    }
+}

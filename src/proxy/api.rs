@@ -61,6 +61,9 @@ pub(super) enum Api {
     BedrockInvoke,
     /// `POST .../model/{id}/invoke-with-response-stream`.
     BedrockStream,
+    /// `POST .../model/{id}/count-tokens`: the invoke body it wraps (in
+    /// base64) rewritten as that request would be.
+    BedrockCountTokens,
 }
 
 impl Api {
@@ -71,14 +74,17 @@ impl Api {
             Api::Responses => &OpenAiResponses,
             Api::GeminiGenerate | Api::GeminiCountTokens => &Gemini::GENERATE,
             Api::GeminiStream => &Gemini::STREAM,
-            Api::BedrockInvoke => &OnBedrock::INVOKE,
+            Api::BedrockInvoke | Api::BedrockCountTokens => &OnBedrock::INVOKE,
             Api::BedrockStream => &OnBedrock::STREAM,
         }
     }
 
     /// Whether responses can carry recall calls to answer.
     fn answers_recall(self) -> bool {
-        !matches!(self, Api::CountTokens | Api::GeminiCountTokens)
+        !matches!(
+            self,
+            Api::CountTokens | Api::GeminiCountTokens | Api::BedrockCountTokens
+        )
     }
 
     /// The model the path names (the Gemini API's, and Claude's on Vertex
@@ -110,6 +116,7 @@ impl Api {
             Api::GeminiCountTokens => "count_tokens",
             Api::BedrockInvoke => "bedrock_invoke",
             Api::BedrockStream => "bedrock_invoke_stream",
+            Api::BedrockCountTokens => "count_tokens",
         }
     }
 }
@@ -195,6 +202,9 @@ pub(super) async fn handle(
     };
 
     let read_us = started.elapsed().as_micros() as u64;
+    if api == Api::BedrockCountTokens {
+        return bedrock_count_tokens(app, &parts, &tenant, original).await;
+    }
     let original = match api {
         Api::Responses => super::responses::chain_from_upstream(app, &tenant, original).await,
         _ => original,
@@ -630,6 +640,47 @@ async fn store_outputs(
         first_seen[i] = stored.created;
     }
     Ok(first_seen)
+}
+
+/// Bedrock's CountTokens: the invoke body it wraps rewritten as that
+/// request would be (its outputs stored, so the refs the count covers are
+/// real), wrapped again; unchanged (or unreadable) it goes as it came.
+async fn bedrock_count_tokens(
+    app: &Arc<App>,
+    parts: &http::request::Parts,
+    tenant: &Tenant,
+    original: Bytes,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let Some(inner) = crate::protocol::bedrock::count_tokens_inner(&original).map(Bytes::from)
+    else {
+        app.metrics.unchanged("not_json");
+        return forward_whole(app, parts, original, None).await;
+    };
+    let mut rewritten =
+        match plan(app, Api::BedrockInvoke, inner.clone(), Mode::WithRefs, true).await? {
+            Plan::Rewritten(r) => r,
+            Plan::Unchanged(why) => {
+                app.metrics.unchanged(why);
+                return forward_whole(app, parts, original, None).await;
+            }
+        };
+    let session = derive_session(tenant.as_str(), &rewritten.opening);
+    for output in &mut rewritten.outputs {
+        output.new.session_id.clone_from(&session);
+    }
+    if let Err(e) = store_outputs(app, tenant, &mut rewritten, &inner).await {
+        app.metrics.store_error("put");
+        tracing::error!(error = %e, "storing tool outputs failed");
+        return forward_whole(app, parts, original, None).await;
+    }
+    let Some(body) = crate::protocol::bedrock::count_tokens_wrap(&original, &rewritten.body) else {
+        return forward_whole(app, parts, original, None).await;
+    };
+    let length = body.len();
+    let request = whole_request(app, parts, Bytes::from(body), Some(length)).await?;
+    let (response, latency) = app.upstream.send(request).await?;
+    app.metrics.upstream_latency(latency);
+    Ok(stream_back(response))
 }
 
 /// Runs the pure rewrite, on the blocking pool for large bodies.

@@ -182,6 +182,9 @@ impl Route {
             (&Method::POST, p) if crate::protocol::bedrock::invoke_route(p) == Some(true) => {
                 Route::Api(api::Api::BedrockStream)
             }
+            (&Method::POST, p) if crate::protocol::bedrock::is_count_tokens(p) => {
+                Route::Api(api::Api::BedrockCountTokens)
+            }
             (&Method::POST, p) if p.contains("/models/") && p.ends_with(":generateContent") => {
                 Route::Api(api::Api::GeminiGenerate)
             }
@@ -211,6 +214,7 @@ impl Route {
             Route::Api(api::Api::GeminiCountTokens) => "gemini_count_tokens",
             Route::Api(api::Api::BedrockInvoke) => "bedrock_invoke",
             Route::Api(api::Api::BedrockStream) => "bedrock_invoke_stream",
+            Route::Api(api::Api::BedrockCountTokens) => "bedrock_count_tokens",
             Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",
@@ -614,7 +618,7 @@ async fn whole_request(
 /// Google token added.
 async fn cloud_auth(app: &App, request: &mut Request<BoxBody>, body: &[u8], client: &HeaderMap) {
     let path = request.uri().path();
-    if crate::protocol::bedrock::invoke_route(path).is_some() {
+    if crate::protocol::bedrock::is_model_path(path) {
         app.aws.sign(request, body, client).await;
     } else if path.contains("/locations/") && path.contains("/publishers/") {
         app.gcp.authorize(request).await;

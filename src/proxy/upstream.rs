@@ -143,10 +143,9 @@ impl Upstream {
         // rather than sent to another provider).
         if route.is_empty()
             && self.gemini_base.is_some()
-            && crate::protocol::bedrock::invoke_route(
+            && crate::protocol::bedrock::is_model_path(
                 path_and_query.split('?').next().unwrap_or(""),
             )
-            .is_some()
         {
             let base = self.bedrock_base.as_ref().ok_or_else(|| {
                 ProxyError::BadRequest(

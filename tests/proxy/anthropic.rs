@@ -1675,3 +1675,56 @@ async fn a_vertex_request_without_a_token_gets_one_from_the_service_account() {
     );
     s.proxy.shutdown().await;
 }
+
+/// Bedrock's CountTokens wraps an invoke body in base64: the wrapped body
+/// is rewritten as the invoke request would be (the same stubs, the recall
+/// tools offered), the rest of the wrapper kept; one it cannot read goes
+/// through byte for byte.
+#[tokio::test]
+async fn bedrock_count_tokens_counts_the_rewritten_invoke_body() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        json_reply(json!({"inputTokens": 77}).to_string())
+    }))
+    .await;
+    let listing = big_listing(1_500);
+    let inner = bedrock_body(&listing);
+    let b64 = aws_smithy_types::base64::encode;
+    let path = format!("{BEDROCK_MODEL}/count-tokens");
+    let outer = json!({"input": {"invokeModel": {"body": b64(inner.as_bytes())}}}).to_string();
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[("x-api-key", API_KEY)],
+        outer,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&bytes).expect("json")["inputTokens"],
+        77
+    );
+    let sent = body_json(&s.mock.last());
+    let wrapped = sent["input"]["invokeModel"]["body"].as_str().expect("body");
+    let counted: Value =
+        serde_json::from_slice(&aws_smithy_types::base64::decode(wrapped).expect("base64"))
+            .expect("json");
+    assert!(
+        stub_ref(&counted).is_some(),
+        "the wrapped body's output stubbed"
+    );
+    assert!(offers(&counted, "tool_result_read"));
+    assert_eq!(counted["anthropic_version"], "bedrock-2023-05-31");
+    // Not a CountTokens body: forwarded as it came.
+    let odd = r#"{"input":{"converse":{"messages":[]}}}"#;
+    send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &[("x-api-key", API_KEY)],
+        odd,
+    )
+    .await;
+    assert_eq!(s.mock.last().body, Bytes::from(odd));
+    s.proxy.shutdown().await;
+}

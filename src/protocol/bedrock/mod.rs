@@ -77,6 +77,37 @@ pub fn invoke_route(path: &str) -> Option<bool> {
     (!model.is_empty() && !model.contains('/')).then_some(streaming)
 }
 
+/// Whether `path` is Bedrock's CountTokens (`.../model/{id}/count-tokens`),
+/// whose body wraps an invoke body in base64
+/// (`{"input": {"invokeModel": {"body": "..."}}}`).
+pub fn is_count_tokens(path: &str) -> bool {
+    path.strip_suffix("/count-tokens")
+        .and_then(|rest| rest.rsplit_once("/model/"))
+        .is_some_and(|(_, model)| !model.is_empty() && !model.contains('/'))
+}
+
+/// Whether a request to `path` goes to a Bedrock model resource that
+/// AWS authenticates by signature (invoke, its stream, CountTokens).
+pub fn is_model_path(path: &str) -> bool {
+    invoke_route(path).is_some() || is_count_tokens(path)
+}
+
+/// The invoke body a CountTokens body wraps.
+pub fn count_tokens_inner(body: &[u8]) -> Option<Vec<u8>> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let encoded = value.pointer("/input/invokeModel/body")?.as_str()?;
+    aws_smithy_types::base64::decode(encoded).ok()
+}
+
+/// `body` (a CountTokens body) with its wrapped invoke body replaced by
+/// `inner`, every other member kept.
+pub fn count_tokens_wrap(body: &[u8], inner: &[u8]) -> Option<Vec<u8>> {
+    let mut value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    *value.pointer_mut("/input/invokeModel/body")? =
+        serde_json::Value::String(aws_smithy_types::base64::encode(inner));
+    serde_json::to_vec(&value).ok()
+}
+
 /// The model id of a Bedrock invoke path, percent-decoded
 /// (`us.anthropic.claude-sonnet-4-5-20250929-v1%3A0` is
 /// `us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
@@ -157,6 +188,28 @@ mod tests {
             runtime_endpoint("us-west-2"),
             "https://bedrock-runtime.us-west-2.amazonaws.com"
         );
+    }
+
+    #[test]
+    fn count_tokens_wraps_an_invoke_body() {
+        assert!(is_count_tokens("/model/anthropic.claude-x/count-tokens"));
+        assert!(!is_count_tokens("/model//count-tokens"));
+        assert!(is_model_path("/model/m/invoke") && is_model_path("/model/m/count-tokens"));
+        assert!(!is_model_path("/inference-profiles"));
+        let inner = br#"{"anthropic_version":"bedrock-2023-05-31","messages":[]}"#;
+        let outer = format!(
+            r#"{{"input":{{"invokeModel":{{"body":"{}"}}}},"x":1}}"#,
+            aws_smithy_types::base64::encode(inner)
+        );
+        assert_eq!(
+            count_tokens_inner(outer.as_bytes()).as_deref(),
+            Some(&inner[..])
+        );
+        let wrapped = count_tokens_wrap(outer.as_bytes(), b"{}").expect("wrapped");
+        let v: serde_json::Value = serde_json::from_slice(&wrapped).expect("json");
+        assert_eq!(v["x"], 1);
+        assert_eq!(count_tokens_inner(&wrapped).as_deref(), Some(&b"{}"[..]));
+        assert_eq!(count_tokens_inner(b"{\"input\":{}}"), None);
     }
 
     #[test]

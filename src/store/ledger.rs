@@ -41,6 +41,22 @@ pub const INSERT: &str = "INSERT INTO ledger (tenant, session_id, at, model, too
      cache_read_tokens, cache_write_tokens, output_tokens, recall_calls) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 
+/// Sums the rows written before `?1` (not rolled up yet) into one row per
+/// tenant, UTC day, model, tool, kind and first-seen flag (no session),
+/// marked rolled up; run with [`DELETE_ROLLED`] in one transaction.
+pub const ROLL_UP: &str = "INSERT INTO ledger (tenant, session_id, at, model, tool, kind, \
+     first_seen, requests, rounds, outputs, chars_saved, tokens_saved, input_tokens, \
+     cache_read_tokens, cache_write_tokens, output_tokens, recall_calls, rolled_up) \
+     SELECT tenant, '', (at / 86400000) * 86400000, model, tool, kind, first_seen, \
+     SUM(requests), SUM(rounds), SUM(outputs), SUM(chars_saved), SUM(tokens_saved), \
+     SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), \
+     SUM(output_tokens), SUM(recall_calls), 1 \
+     FROM ledger WHERE at < ?1 AND rolled_up = 0 \
+     GROUP BY tenant, (at / 86400000), model, tool, kind, first_seen";
+
+/// Deletes the rows [`ROLL_UP`] summed.
+pub const DELETE_ROLLED: &str = "DELETE FROM ledger WHERE at < ?1 AND rolled_up = 0";
+
 /// Sets an output's token counts, once.
 pub const SET_TOKENS: &str = "UPDATE outputs SET original_tokens = ?3, stub_tokens = ?4 \
      WHERE tenant = ?1 AND ref = ?2 AND original_tokens IS NULL";
@@ -78,7 +94,7 @@ pub fn queries(query: &ReportQuery) -> Vec<(Part, String, Option<i64>)> {
         (
             Part::Session,
             format!(
-                "SELECT session_id, {SUMS} {SCOPE} GROUP BY session_id \
+                "SELECT session_id, {SUMS} {SCOPE} AND rolled_up = 0 GROUP BY session_id \
                  ORDER BY MAX(at) DESC, session_id LIMIT ?3"
             ),
             Some(sessions),

@@ -134,6 +134,33 @@ impl Default for StoreConfig {
 }
 
 /// Retention cut-off for `now_ms` (None: keep forever).
+/// What a size sweep may drop besides originals: a hidden exchange or a
+/// Responses id map, with its bytes and age (both backends).
+pub(crate) struct Kept {
+    pub kind: KeptKind,
+    pub tenant: String,
+    /// The exchange's key, or the client's response id.
+    pub key: String,
+    pub bytes: i64,
+    pub created_at: i64,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum KeptKind {
+    Exchange,
+    ResponseId,
+}
+
+impl KeptKind {
+    /// Deletes one (`?1` tenant, `?2` key), in SQLite's placeholders.
+    pub(crate) fn delete_sql(self) -> &'static str {
+        match self {
+            KeptKind::Exchange => "DELETE FROM exchanges WHERE tenant = ?1 AND key = ?2",
+            KeptKind::ResponseId => "DELETE FROM response_ids WHERE tenant = ?1 AND client_id = ?2",
+        }
+    }
+}
+
 fn age_cutoff(config: &StoreConfig, now_ms: i64) -> Option<i64> {
     (config.retention_days > 0)
         .then(|| now_ms.saturating_sub(i64::from(config.retention_days) * DAY_MS))

@@ -251,6 +251,11 @@ pub struct SweepReport {
     pub freed_bytes: u64,
     /// Tombstones forgotten.
     pub purged_tombstones: u64,
+    /// Hidden exchanges and Responses id maps deleted to get under
+    /// `max_bytes` (their bytes are in `freed_bytes`).
+    pub dropped_by_size: u64,
+    /// Ledger rows summed into per-day rows (their age past retention).
+    pub ledger_rolled_up: u64,
     /// Whether a batch was full (another sweep has work to do).
     pub more: bool,
 }
@@ -261,6 +266,8 @@ impl SweepReport {
         self.expired_by_size += other.expired_by_size;
         self.freed_bytes += other.freed_bytes;
         self.purged_tombstones += other.purged_tombstones;
+        self.dropped_by_size += other.dropped_by_size;
+        self.ledger_rolled_up += other.ledger_rolled_up;
         self.more |= other.more;
     }
 }

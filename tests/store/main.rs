@@ -987,6 +987,69 @@ mod retention {
             assert_eq!(store.stats().unwrap().original_bytes, 2000);
         }
 
+        fn hidden_exchanges_and_response_ids_count_in_the_size_cap_oldest_first() {
+            use toolstub::store::{Exchange, ResponseId};
+            let cfg = StoreConfig {
+                max_bytes: Some(2500),
+                ..config()
+            };
+            let (_d, store, now) = open_with_clock(cfg);
+            let exchange = |key: &str, bytes: usize| Exchange {
+                key: key.to_string(),
+                session_id: "s".to_string(),
+                replacement: "x".repeat(bytes),
+            };
+            now.fetch_add(1, Ordering::SeqCst);
+            assert!(store.put_exchange(&alice(), exchange("k_old", 1000)).unwrap());
+            now.fetch_add(1, Ordering::SeqCst);
+            let out = store
+                .put_one(&alice(), output("s", "c", "t", &"y".repeat(1000)))
+                .unwrap();
+            now.fetch_add(1, Ordering::SeqCst);
+            store
+                .put_response_id(
+                    &alice(),
+                    ResponseId {
+                        client_id: "resp_c".to_string(),
+                        upstream_id: "resp_u".to_string(),
+                        output: "z".repeat(1000),
+                    },
+                )
+                .unwrap();
+            now.fetch_add(1, Ordering::SeqCst);
+            assert!(store.put_exchange(&alice(), exchange("k_new", 400)).unwrap());
+            store.flush_index().unwrap();
+            // 3,406 bytes against 2,500: the oldest thing, an exchange, goes.
+            let report = store.sweep().unwrap();
+            assert_eq!((report.dropped_by_size, report.expired_by_size), (1, 0), "{report:?}");
+            assert_eq!(report.freed_bytes, 1000);
+            let keys = ["k_old".to_string(), "k_new".to_string()];
+            let kept: Vec<String> = store
+                .exchanges(&alice(), &keys)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(kept, ["k_new"], "the newest exchange a live conversation needs is kept");
+            assert!(store.read(&alice(), &out.result_ref, 0, 1).is_ok());
+            assert!(store.response_id(&alice(), "resp_c").unwrap().is_some());
+            // Under a smaller cap the next oldest goes: the original.
+            let clock_now = now.clone();
+            let store = store.reopen(StoreConfig {
+                max_bytes: Some(1500),
+                clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+                ..config()
+            });
+            let report = store.sweep().unwrap();
+            assert_eq!((report.dropped_by_size, report.expired_by_size), (0, 1), "{report:?}");
+            assert!(matches!(
+                store.read(&alice(), &out.result_ref, 0, 1),
+                Err(StoreError::Expired { .. })
+            ));
+            assert!(store.response_id(&alice(), "resp_c").unwrap().is_some());
+            assert_eq!(store.exchanges(&alice(), &keys).unwrap().len(), 1);
+        }
+
         fn tombstones_are_capped_under_a_size_cap() {
             // A 1-byte cap keeps at most 10,000 tombstones (the floor).
             let cfg = StoreConfig {
@@ -1552,6 +1615,53 @@ mod ledger {
     }
 
     both! {
+        fn ledger_rows_past_retention_are_summed_per_day_and_totals_kept() {
+            let cfg = StoreConfig {
+                retention_days: 30,
+                ..config()
+            };
+            let (_d, s, now) = open_with_clock(cfg);
+            let a = alice();
+            let t0 = now.load(Ordering::SeqCst);
+            let day = 86_400_000;
+            s.record(LedgerBatch {
+                entries: vec![
+                    (a.clone(), turn("s_old", t0, 100, 900)),
+                    (a.clone(), saving("s_old", t0, "Read", true, 700)),
+                    (a.clone(), turn("s_old", t0 + 1_000, 50, 1000)),
+                    (a.clone(), saving("s_old", t0 + 1_000, "Read", false, 700)),
+                    (a.clone(), turn("s_old", t0 + day, 10, 0)),
+                ],
+                tokens: Vec::new(),
+            })
+            .unwrap();
+            let before = s.report(Some(&a), ReportQuery::default()).unwrap().totals;
+            now.fetch_add(40 * day, Ordering::SeqCst);
+            s.record(LedgerBatch {
+                entries: vec![(a.clone(), turn("s_new", t0 + 40 * day, 1, 1))],
+                tokens: Vec::new(),
+            })
+            .unwrap();
+            let report = s.sweep().unwrap();
+            assert_eq!(report.ledger_rolled_up, 5, "{report:?}");
+            let r = s.report(Some(&a), ReportQuery::default()).unwrap();
+            let t = r.totals;
+            assert_eq!(
+                (t.requests, t.tokens_saved, t.tokens_saved_first_seen, t.input_tokens, t.cache_read_tokens),
+                (before.requests + 1, before.tokens_saved, before.tokens_saved_first_seen,
+                 before.input_tokens + 1, before.cache_read_tokens + 1),
+                "every total kept"
+            );
+            let tools: Vec<(&str, u64)> = r.by_tool.iter().map(|(n, s)| (n.as_str(), s.tokens_saved)).collect();
+            assert_eq!(tools, vec![("Read", 1400)]);
+            let sessions: Vec<&str> = r.sessions.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(sessions, ["s_new"], "a summed row is no session");
+            // Swept again: the per-day rows stay as they are.
+            let again = s.sweep().unwrap();
+            assert_eq!(again.ledger_rolled_up, 0);
+            assert_eq!(s.report(Some(&a), ReportQuery::default()).unwrap().totals, t);
+        }
+
         fn reports_sum_by_tool_kind_time_and_session_per_tenant() {
             let (_d, s) = open();
             let (a, b) = (alice(), Tenant::new("bbbbbbbbbbbbbbbb").unwrap());

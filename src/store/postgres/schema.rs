@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_inline_tsv.sql"),
     include_str!("migrations/0003_ledger.sql"),
     include_str!("migrations/0004_stub_facts.sql"),
+    include_str!("migrations/0005_ledger_rollup.sql"),
 ];
 
 /// The schema version this build writes.

@@ -15,14 +15,17 @@ use crate::store::prepare::Prepared;
 use crate::store::{
     age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
 };
+use crate::store::{Kept, KeptKind};
 use deadpool_postgres::GenericClient;
 use std::sync::Weak;
 use std::time::Duration;
 
 /// Outputs expired per sweep transaction.
 const SWEEP_BATCH: i64 = 256;
-/// The advisory lock key of a sweep ("tssweep" in ASCII).
-const SWEEP_LOCK: i64 = 0x0074_7373_7765_6570;
+/// The advisory lock class of a sweep ("tswe" in ASCII), keyed with the
+/// store's schema: replicas of one store take turns, stores in other
+/// schemas of the same database never wait on each other.
+const SWEEP_LOCK: i32 = 0x7473_7765;
 
 /// Adds ledger rows and sets output token counts in one transaction
 /// (statements pipelined).
@@ -375,7 +378,10 @@ async fn sweep(
     let tx = conn.transaction().await.pg("starting a retention sweep")?;
     let mut report = SweepReport::default();
     let mine: bool = tx
-        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+        .query_one(
+            "SELECT pg_try_advisory_xact_lock($1, hashtext(current_schema()))",
+            &[&SWEEP_LOCK],
+        )
         .await
         .pg("taking the sweep lock")?
         .get(0);
@@ -400,29 +406,65 @@ async fn sweep(
         }
         let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH).await?;
         report.more |= victims.len() as i64 == SWEEP_BATCH;
-        for (id, blob) in victims {
+        for (id, blob, _) in victims {
             report.freed_bytes += expire(&tx, id, blob, now_ms).await?;
             report.expired_by_age += 1;
         }
+        use crate::store::ledger;
+        tx.execute(&ledger::postgres_sql(ledger::ROLL_UP), &[&cutoff])
+            .await
+            .pg("summing old ledger rows per day")?;
+        let gone = tx
+            .execute(&ledger::postgres_sql(ledger::DELETE_ROLLED), &[&cutoff])
+            .await
+            .pg("deleting summed ledger rows")?;
+        report.ledger_rolled_up = gone;
     }
     if let Some(max) = config.max_bytes {
         let total: i64 = tx
-            .query_one("SELECT coalesce(sum(byte_len), 0)::int8 FROM blobs", &[])
+            .query_one(
+                "SELECT ((SELECT coalesce(sum(byte_len), 0) FROM blobs) \
+                 + (SELECT coalesce(sum(octet_length(replacement)), 0) FROM exchanges) \
+                 + (SELECT coalesce(sum(octet_length(output) + octet_length(upstream_id)), 0) \
+                    FROM response_ids))::int8",
+                &[],
+            )
             .await
-            .pg("measuring the stored originals")?
+            .pg("measuring the stored originals and exchanges")?
             .get(0);
         let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
         if excess > 0 {
-            let victims = oldest_live(&tx, None, SWEEP_BATCH).await?;
-            let full = victims.len() as i64 == SWEEP_BATCH;
-            for (id, blob) in victims {
-                if excess <= 0 {
-                    break;
+            // The oldest first, whichever kind it is (as on SQLite).
+            let outputs = oldest_live(&tx, None, SWEEP_BATCH).await?;
+            let kept = oldest_kept(&tx, SWEEP_BATCH).await?;
+            let full = outputs.len() as i64 == SWEEP_BATCH || kept.len() as i64 == SWEEP_BATCH;
+            let (mut outputs, mut kept) =
+                (outputs.into_iter().peekable(), kept.into_iter().peekable());
+            while excess > 0 {
+                let output_first = match (outputs.peek(), kept.peek()) {
+                    (Some(o), Some(k)) => o.2 <= k.created_at,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                if output_first {
+                    let Some((id, blob, _)) = outputs.next() else {
+                        break;
+                    };
+                    let freed = expire(&tx, id, blob, now_ms).await?;
+                    excess -= freed as i64;
+                    report.freed_bytes += freed;
+                    report.expired_by_size += 1;
+                } else {
+                    let Some(item) = kept.next() else { break };
+                    let sql = crate::store::ledger::postgres_sql(item.kind.delete_sql());
+                    tx.execute(&sql, &[&item.tenant, &item.key])
+                        .await
+                        .pg("deleting a kept exchange over the size cap")?;
+                    excess -= item.bytes;
+                    report.freed_bytes += u64::try_from(item.bytes).unwrap_or(0);
+                    report.dropped_by_size += 1;
                 }
-                let freed = expire(&tx, id, blob, now_ms).await?;
-                excess -= freed as i64;
-                report.freed_bytes += freed;
-                report.expired_by_size += 1;
             }
             report.more |= full && excess > 0;
         }
@@ -469,16 +511,51 @@ async fn oldest_live<C: GenericClient>(
     tx: &C,
     cutoff: Option<i64>,
     limit: i64,
-) -> Result<Vec<(i64, i64)>, StoreError> {
+) -> Result<Vec<(i64, i64, i64)>, StoreError> {
     let rows = tx
         .query(
-            "SELECT id, blob_id FROM outputs WHERE blob_id IS NOT NULL AND created_at < $1 \
-             ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            "SELECT id, blob_id, created_at FROM outputs WHERE blob_id IS NOT NULL \
+             AND created_at < $1 ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
             &[&cutoff.unwrap_or(i64::MAX), &limit],
         )
         .await
         .pg("finding outputs to expire")?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// The oldest hidden exchanges and Responses id maps, oldest first.
+async fn oldest_kept<C: GenericClient>(tx: &C, limit: i64) -> Result<Vec<Kept>, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT * FROM ( \
+               (SELECT 0::int8 AS k, tenant, key, octet_length(replacement)::int8 AS bytes, \
+                  created_at FROM exchanges ORDER BY created_at LIMIT $1) \
+               UNION ALL \
+               (SELECT 1::int8, tenant, client_id, \
+                  (octet_length(output) + octet_length(upstream_id))::int8, created_at \
+                  FROM response_ids ORDER BY created_at LIMIT $1) \
+             ) kept ORDER BY created_at LIMIT $1",
+            &[&limit],
+        )
+        .await
+        .pg("finding exchanges to drop")?;
+    Ok(rows
+        .iter()
+        .map(|r| Kept {
+            kind: if r.get::<_, i64>(0) == 0 {
+                KeptKind::Exchange
+            } else {
+                KeptKind::ResponseId
+            },
+            tenant: r.get(1),
+            key: r.get(2),
+            bytes: r.get(3),
+            created_at: r.get(4),
+        })
+        .collect())
 }
 
 /// Turns an output into a tombstone and deletes its original (and, by

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_response_ids.sql"),
     include_str!("migrations/0004_ledger.sql"),
     include_str!("migrations/0005_stub_facts.sql"),
+    include_str!("migrations/0006_ledger_rollup.sql"),
 ];
 
 /// The schema version this build writes.

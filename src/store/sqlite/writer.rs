@@ -13,6 +13,7 @@ use super::error::SqlContext;
 use super::prepare::Prepared;
 use super::text::CHUNK_BITS;
 use super::{age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS};
+use crate::store::{Kept, KeptKind};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::VecDeque;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -503,27 +504,61 @@ impl Writer {
             report.more |= gone as i64 == SWEEP_BATCH;
             let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
             report.more |= victims.len() as i64 == SWEEP_BATCH;
-            for (id, blob) in victims {
+            for (id, blob, _) in victims {
                 report.freed_bytes += expire(&tx, id, blob, now_ms)?;
                 report.expired_by_age += 1;
             }
+            let rolled = tx
+                .execute(crate::store::ledger::ROLL_UP, [cutoff])
+                .ctx("summing old ledger rows per day")?;
+            let gone = tx
+                .execute(crate::store::ledger::DELETE_ROLLED, [cutoff])
+                .ctx("deleting summed ledger rows")?;
+            debug_assert!(rolled <= gone);
+            report.ledger_rolled_up = gone as u64;
         }
         if let Some(max) = self.config.max_bytes {
             let total: f64 = tx
-                .query_row("SELECT total(byte_len) FROM blobs", [], |r| r.get(0))
-                .ctx("measuring the stored originals")?;
+                .query_row(
+                    "SELECT (SELECT total(byte_len) FROM blobs) \
+                     + (SELECT total(length(CAST(replacement AS BLOB))) FROM exchanges) \
+                     + (SELECT total(length(CAST(output AS BLOB)) + length(upstream_id)) FROM response_ids)",
+                    [],
+                    |r| r.get(0),
+                )
+                .ctx("measuring the stored originals and exchanges")?;
             let mut excess = total as i64 - i64::try_from(max).unwrap_or(i64::MAX);
             if excess > 0 {
-                let victims = oldest_live(&tx, None, SWEEP_BATCH)?;
-                let full = victims.len() as i64 == SWEEP_BATCH;
-                for (id, blob) in victims {
-                    if excess <= 0 {
-                        break;
+                // The oldest first, whichever kind it is: what a live
+                // conversation needs is the newest.
+                let outputs = oldest_live(&tx, None, SWEEP_BATCH)?;
+                let kept = oldest_kept(&tx, SWEEP_BATCH)?;
+                let full = outputs.len() as i64 == SWEEP_BATCH || kept.len() as i64 == SWEEP_BATCH;
+                let (mut outputs, mut kept) =
+                    (outputs.into_iter().peekable(), kept.into_iter().peekable());
+                while excess > 0 {
+                    let output_first = match (outputs.peek(), kept.peek()) {
+                        (Some(o), Some(k)) => o.2 <= k.created_at,
+                        (Some(_), None) => true,
+                        (None, Some(_)) => false,
+                        (None, None) => break,
+                    };
+                    if output_first {
+                        let Some((id, blob, _)) = outputs.next() else {
+                            break;
+                        };
+                        let freed = expire(&tx, id, blob, now_ms)?;
+                        excess -= freed as i64;
+                        report.freed_bytes += freed;
+                        report.expired_by_size += 1;
+                    } else {
+                        let Some(item) = kept.next() else { break };
+                        tx.execute(item.kind.delete_sql(), params![item.tenant, item.key])
+                            .ctx("deleting a kept exchange over the size cap")?;
+                        excess -= item.bytes;
+                        report.freed_bytes += u64::try_from(item.bytes).unwrap_or(0);
+                        report.dropped_by_size += 1;
                     }
-                    let freed = expire(&tx, id, blob, now_ms)?;
-                    excess -= freed as i64;
-                    report.freed_bytes += freed;
-                    report.expired_by_size += 1;
                 }
                 report.more |= full && excess > 0;
             }
@@ -703,20 +738,51 @@ fn oldest_live(
     tx: &Transaction<'_>,
     cutoff: Option<i64>,
     limit: i64,
-) -> Result<Vec<(i64, i64)>, StoreError> {
+) -> Result<Vec<(i64, i64, i64)>, StoreError> {
     let mut stmt = tx
         .prepare_cached(
-            "SELECT id, blob_id FROM outputs WHERE blob_id IS NOT NULL AND created_at < ?1 \
-             ORDER BY created_at, id LIMIT ?2",
+            "SELECT id, blob_id, created_at FROM outputs WHERE blob_id IS NOT NULL \
+             AND created_at < ?1 ORDER BY created_at, id LIMIT ?2",
         )
         .ctx("preparing the retention scan")?;
     let rows = stmt
         .query_map(params![cutoff.unwrap_or(i64::MAX), limit], |r| {
-            Ok((r.get(0)?, r.get(1)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
         .ctx("finding outputs to expire")?;
     rows.collect::<Result<_, _>>()
         .ctx("reading outputs to expire")
+}
+
+/// The oldest hidden exchanges and Responses id maps, oldest first.
+fn oldest_kept(tx: &Transaction<'_>, limit: i64) -> Result<Vec<Kept>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT 0, tenant, key, length(CAST(replacement AS BLOB)), created_at FROM \
+             (SELECT * FROM exchanges ORDER BY created_at LIMIT ?1) \
+             UNION ALL SELECT 1, tenant, client_id, \
+             length(CAST(output AS BLOB)) + length(upstream_id), created_at FROM \
+             (SELECT * FROM response_ids ORDER BY created_at LIMIT ?1) \
+             ORDER BY 5 LIMIT ?1",
+        )
+        .ctx("preparing the exchange scan")?;
+    let rows = stmt
+        .query_map([limit], |r| {
+            Ok(Kept {
+                kind: if r.get::<_, i64>(0)? == 0 {
+                    KeptKind::Exchange
+                } else {
+                    KeptKind::ResponseId
+                },
+                tenant: r.get(1)?,
+                key: r.get(2)?,
+                bytes: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })
+        .ctx("finding exchanges to drop")?;
+    rows.collect::<Result<_, _>>()
+        .ctx("reading exchanges to drop")
 }
 
 /// Turns an output into a tombstone and deletes its original if no other

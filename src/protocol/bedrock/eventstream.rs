@@ -103,10 +103,20 @@ fn event_of(message: &Message) -> Result<Event, String> {
             json!({"type": "error", "error": {"type": kind, "message": text}}).to_string()
         }
     };
-    let kind = serde_json::from_str::<Value>(&data)
-        .ok()
-        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| "message".to_string());
+    let parsed = serde_json::from_str::<Value>(&data).ok();
+    // One SSE event per frame: a line break inside its data (JSON written
+    // over several lines) would cut it in two.
+    let data = match &parsed {
+        Some(v) if data.contains(['\n', '\r']) => v.to_string(),
+        None => data.replace(['\n', '\r'], " "),
+        Some(_) => data,
+    };
+    let kind = parsed
+        .as_ref()
+        .and_then(|v| v.get("type").and_then(Value::as_str))
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or("message")
+        .to_string();
     Ok(Event {
         raw: Bytes::from(format!("event: {kind}\ndata: {data}\n\n")),
         data: Some(data),
@@ -191,6 +201,24 @@ mod tests {
             .collect();
         assert_eq!(data, events);
         assert!(got[0].raw.starts_with(b"event: message_start\ndata: "));
+    }
+
+    #[test]
+    fn a_chunk_written_over_several_lines_is_still_one_event() {
+        let pretty = "{\n  \"type\": \"ping\"\n\n}";
+        let payload = json!({"bytes": aws_smithy_types::base64::encode(pretty)}).to_string();
+        let message = Message::new(payload)
+            .add_header(string_header(":event-type", "chunk"))
+            .add_header(string_header(":message-type", "event"));
+        let mut bytes = Vec::new();
+        write_message_to(&message, &mut bytes).expect("frame");
+        let events = Decoder::default().push(&bytes).expect("frame");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data.as_deref(), Some(r#"{"type":"ping"}"#));
+        let again = Decoder::default()
+            .push(&encode(&events[0].raw))
+            .expect("frame");
+        assert_eq!(again[0].data, events[0].data);
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct RawUpstream {
     /// More upstreams by path prefix: a request whose path starts with the
     /// prefix goes to that base URL, the prefix removed.
     pub routes: BTreeMap<String, String>,
+    /// Hosts besides Google's own Vertex AI hosts that may get the Google
+    /// token toolstub obtains (a Private Service Connect endpoint).
+    pub google_token_hosts: Vec<String>,
 }
 
 impl Default for RawUpstream {
@@ -100,6 +103,7 @@ impl Default for RawUpstream {
             pool_idle_timeout_ms: 90_000,
             pool_max_idle_per_host: 64,
             routes: BTreeMap::new(),
+            google_token_hosts: Vec::new(),
         }
     }
 }
@@ -333,6 +337,8 @@ pub struct UpstreamConfig {
     pub pool_max_idle_per_host: usize,
     /// (path prefix without a trailing `/`, base URL), longest prefix first.
     pub routes: Vec<(String, http::Uri)>,
+    /// `upstream.google_token_hosts`.
+    pub google_token_hosts: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -697,6 +703,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
             pool_idle_timeout: ms(raw.upstream.pool_idle_timeout_ms),
             pool_max_idle_per_host: raw.upstream.pool_max_idle_per_host,
             routes,
+            google_token_hosts: raw.upstream.google_token_hosts.clone(),
         },
         store: raw.store.clone(),
         failure_mode: e.failure_mode,

@@ -97,10 +97,14 @@ impl AwsSigner {
         for name in SIGNATURE_HEADERS {
             request.headers_mut().remove(name);
         }
-        if let Some(authority) = request.uri().authority().map(|a| a.as_str().to_string()) {
-            if let Ok(value) = HeaderValue::from_str(&authority) {
-                request.headers_mut().insert(header::HOST, value);
-            }
+        // host[:port], never a base URL's userinfo.
+        let host_port = match (request.uri().host(), request.uri().port_u16()) {
+            (Some(h), Some(p)) => Some(format!("{h}:{p}")),
+            (Some(h), None) => Some(h.to_string()),
+            _ => None,
+        };
+        if let Some(value) = host_port.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            request.headers_mut().insert(header::HOST, value);
         }
         let identity = credentials.into();
         let params = match v4::SigningParams::builder()

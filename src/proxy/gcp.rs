@@ -18,6 +18,21 @@ use tokio::sync::OnceCell;
 
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
+/// Whether `host` is Google's Vertex AI (`aiplatform.googleapis.com` or a
+/// region's `{region}-aiplatform.googleapis.com`): the only place a token
+/// of the operator's goes, never a gateway or another provider.
+pub fn is_vertex_host(host: &str) -> bool {
+    host == "aiplatform.googleapis.com"
+        || host
+            .strip_suffix("-aiplatform.googleapis.com")
+            .is_some_and(|region| {
+                !region.is_empty()
+                    && region
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+}
+
 #[derive(Default)]
 pub struct GcpAuth {
     provider: OnceCell<Option<Arc<dyn gcp_auth::TokenProvider>>>,

@@ -620,7 +620,18 @@ async fn cloud_auth(app: &App, request: &mut Request<BoxBody>, body: &[u8], clie
     let path = request.uri().path();
     if crate::protocol::bedrock::is_model_path(path) {
         app.aws.sign(request, body, client).await;
-    } else if path.contains("/locations/") && path.contains("/publishers/") {
+    } else if path.contains("/locations/")
+        && path.contains("/publishers/")
+        && request.uri().host().is_some_and(|h| {
+            gcp::is_vertex_host(h)
+                || app
+                    .config
+                    .upstream
+                    .google_token_hosts
+                    .iter()
+                    .any(|t| t == h)
+        })
+    {
         app.gcp.authorize(request).await;
     }
 }

@@ -358,6 +358,7 @@ mod tests {
                 "/anthropic".to_string(),
                 "http://127.0.0.1:9".parse().expect("uri"),
             )],
+            google_token_hosts: Vec::new(),
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(

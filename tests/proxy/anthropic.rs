@@ -1595,7 +1595,7 @@ async fn a_vertex_request_without_a_token_gets_one_from_the_service_account() {
     let tokens = Arc::new(Mutex::new(0usize));
     let counted = tokens.clone();
     let inner = reader(false);
-    let s = setup(Arc::new(move |r: &Recorded| {
+    let script: Script = Arc::new(move |r: &Recorded| {
         if r.path_and_query == "/token" {
             *counted.lock().expect("lock") += 1;
             return json_reply(
@@ -1604,9 +1604,14 @@ async fn a_vertex_request_without_a_token_gets_one_from_the_service_account() {
             );
         }
         inner(r)
-    }))
-    .await;
+    });
+    // The mock's host gets the proxy's token only because it is named:
+    // by default only Google's Vertex AI hosts do.
     let dir = tempfile::tempdir().expect("tempdir");
+    let named = dir.path().join("toolstub.toml");
+    std::fs::write(&named, "[upstream]\ngoogle_token_hosts = [\"127.0.0.1\"]\n").expect("config");
+    let s = super::setup_with_file(script.clone(), &named).await;
+    let unnamed = setup(script).await;
     let key = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/throwaway-test-only-rsa-key.pem"
@@ -1674,6 +1679,22 @@ async fn a_vertex_request_without_a_token_gets_one_from_the_service_account() {
         Some(&b"Bearer ya29.the-clients"[..])
     );
     s.proxy.shutdown().await;
+    // A host not named (a gateway, another provider) never gets it.
+    let (status, _, _) = send(
+        &client(),
+        "POST",
+        unnamed.url(&path),
+        &[("content-type", "application/json")],
+        vertex_body(&listing, false),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(unnamed
+        .mock
+        .requests()
+        .iter()
+        .all(|r| r.headers.get("authorization").is_none()));
+    unnamed.proxy.shutdown().await;
 }
 
 /// Bedrock's CountTokens wraps an invoke body in base64: the wrapped body

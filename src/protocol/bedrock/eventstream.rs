@@ -79,8 +79,13 @@ fn header<'m>(message: &'m Message, name: &str) -> Option<&'m str> {
 
 /// The SSE event a frame carries.
 fn event_of(message: &Message) -> Result<Event, String> {
-    let payload: Value = serde_json::from_slice(message.payload())
-        .map_err(|e| format!("a Bedrock stream frame's payload is not JSON: {e}"))?;
+    // An `error` frame may carry its code and message in headers only, its
+    // payload empty.
+    let payload: Value = match serde_json::from_slice(message.payload()) {
+        Ok(v) => v,
+        Err(_) if header(message, ":message-type") != Some("event") => json!({}),
+        Err(e) => return Err(format!("a Bedrock stream frame's payload is not JSON: {e}")),
+    };
     let data = match header(message, ":message-type") {
         Some("event") => {
             let encoded = payload
@@ -99,6 +104,7 @@ fn event_of(message: &Message) -> Result<Event, String> {
                 .get("message")
                 .or_else(|| payload.get("Message"))
                 .and_then(Value::as_str)
+                .or_else(|| header(message, ":error-message"))
                 .unwrap_or("the Bedrock stream failed");
             json!({"type": "error", "error": {"type": kind, "message": text}}).to_string()
         }
@@ -238,6 +244,25 @@ mod tests {
         assert_eq!(
             header(&message, ":exception-type"),
             Some("throttlingException")
+        );
+    }
+
+    #[test]
+    fn an_error_frame_with_its_message_in_headers() {
+        let message = Message::new(Bytes::new())
+            .add_header(string_header(":message-type", "error"))
+            .add_header(string_header(":error-code", "InternalFailure"))
+            .add_header(string_header(":error-message", "it broke"));
+        let mut bytes = Vec::new();
+        write_message_to(&message, &mut bytes).expect("frame");
+        let events = Decoder::default()
+            .push(&bytes)
+            .expect("an event, not an invalid stream");
+        let v: Value =
+            serde_json::from_str(events[0].data.as_deref().expect("data")).expect("json");
+        assert_eq!(
+            v,
+            json!({"type": "error", "error": {"type": "InternalFailure", "message": "it broke"}})
         );
     }
 

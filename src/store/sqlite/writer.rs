@@ -533,15 +533,21 @@ impl Writer {
                 // conversation needs is the newest.
                 let outputs = oldest_live(&tx, None, SWEEP_BATCH)?;
                 let kept = oldest_kept(&tx, SWEEP_BATCH)?;
-                let full = outputs.len() as i64 == SWEEP_BATCH || kept.len() as i64 == SWEEP_BATCH;
+                let (outputs_full, kept_full) = (
+                    outputs.len() as i64 == SWEEP_BATCH,
+                    kept.len() as i64 == SWEEP_BATCH,
+                );
+                let full = outputs_full || kept_full;
                 let (mut outputs, mut kept) =
                     (outputs.into_iter().peekable(), kept.into_iter().peekable());
                 while excess > 0 {
                     let output_first = match (outputs.peek(), kept.peek()) {
                         (Some(o), Some(k)) => o.2 <= k.created_at,
-                        (Some(_), None) => true,
-                        (None, Some(_)) => false,
-                        (None, None) => break,
+                        (Some(_), None) if !kept_full => true,
+                        (None, Some(_)) if !outputs_full => false,
+                        // A full batch run out: what comes after it may be older
+                        // than the other side's next; the next sweep looks again.
+                        _ => break,
                     };
                     if output_first {
                         let Some((id, blob, _)) = outputs.next() else {

@@ -104,6 +104,13 @@ impl Api {
             .map(str::to_string)
     }
 
+    fn is_bedrock(self) -> bool {
+        matches!(
+            self,
+            Api::BedrockInvoke | Api::BedrockStream | Api::BedrockCountTokens
+        )
+    }
+
     /// The ledger's label of the API.
     fn label(self) -> &'static str {
         match self {
@@ -177,9 +184,9 @@ pub(super) async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
-    let (parts, body) = req.into_parts();
-    let tenant = tenant_of_request(&parts.headers, &parts.uri);
-    let accounting = Accounting::of(app, api, &tenant);
+    let (mut parts, body) = req.into_parts();
+    let mut tenant = tenant_of_request(&parts.headers, &parts.uri);
+    let mut accounting = Accounting::of(app, api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);
         let tap = unread(&accounting, app, SessionOf::Unknown);
@@ -202,6 +209,16 @@ pub(super) async fn handle(
     };
 
     let read_us = started.elapsed().as_micros() as u64;
+    if api.is_bedrock() {
+        // Whether the proxy signs it, and whose it is, once its signature
+        // (if any) is checked against the body.
+        let (signing, key) = app.aws.decide(&parts, &original).await;
+        parts.extensions.insert(signing);
+        if let Some(key) = key {
+            tenant = Tenant::from_credential(&key);
+            accounting = Accounting::of(app, api, &tenant);
+        }
+    }
     if api == Api::BedrockCountTokens {
         return bedrock_count_tokens(app, &parts, &tenant, original).await;
     }

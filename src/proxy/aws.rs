@@ -7,10 +7,15 @@
 //! (environment, shared config and credentials files, SSO, web identity,
 //! container and instance credentials: `aws-config`'s default chain, read
 //! on the first Bedrock request and refreshed before they expire), every
-//! request to a Bedrock invoke path is signed again with them, for
+//! request to a Bedrock model path is signed again with them, for
 //! `bedrock` in the region of its upstream host (else the client's
-//! signature's, else `AWS_REGION`). Without credentials it goes as the
-//! client signed it. Credentials are never logged or stored.
+//! signature's, else `AWS_REGION`), when the client sent no
+//! `Authorization` (it skipped its own AWS auth for this gateway) or its
+//! SigV4 signature checks good against the proxy's own key (the same
+//! identity, as under `toolstub wrap`); the key then names the tenant. Any
+//! other request (a Bedrock API key, another identity's signature) goes as
+//! the client sent it, and its tenant is not its access key, which is no
+//! secret. Credentials are never logged or stored.
 
 use super::body::BoxBody;
 use aws_credential_types::provider::ProvideCredentials;
@@ -75,6 +80,34 @@ impl AwsSigner {
                 tracing::warn!(error = %e, "no AWS credentials: Bedrock requests go as the client signed them");
                 None
             }
+        }
+    }
+
+    /// What may be done with a client request's signature, and the access
+    /// key that names its tenant when its signature is checked good.
+    pub async fn decide(
+        &self,
+        parts: &http::request::Parts,
+        body: &[u8],
+    ) -> (Signing, Option<String>) {
+        let Some(auth) = parts.headers.get(header::AUTHORIZATION) else {
+            return (Signing::Resign, None);
+        };
+        if !auth.as_bytes().starts_with(b"AWS4-HMAC-SHA256") {
+            return (Signing::AsSent, None);
+        }
+        let Some(credentials) = self.credentials().await else {
+            return (Signing::AsSent, None);
+        };
+        match verified_key(
+            parts,
+            body,
+            credentials.access_key_id(),
+            credentials.secret_access_key(),
+            SystemTime::now(),
+        ) {
+            Some(key) => (Signing::Resign, Some(key.to_string())),
+            None => (Signing::AsSent, None),
         }
     }
 
@@ -159,6 +192,93 @@ fn scope_region(headers: &HeaderMap) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A request as a client signs it for the proxy's host, with
+    /// `aws-sigv4` itself.
+    fn signed_for_the_proxy(secret: &str, body: &[u8]) -> http::request::Parts {
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri("http://127.0.0.1:8790/model/us.anthropic.claude-x-v1%3A0/invoke-with-response-stream")
+            .header("host", "127.0.0.1:8790")
+            .header("content-type", "application/json")
+            .header("anthropic-beta", "a,  b")
+            .body(())
+            .expect("request");
+        let identity = Credentials::new("AKIDPROXY", secret, None, None, "test").into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region("us-east-1")
+            .name("bedrock")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .expect("params")
+            .into();
+        let headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().expect("ascii").to_string()))
+            .collect();
+        let signable = SignableRequest::new(
+            "POST",
+            request.uri().to_string(),
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            SignableBody::Bytes(body),
+        )
+        .expect("signable");
+        sign(signable, &params)
+            .expect("signed")
+            .into_parts()
+            .0
+            .apply_to_request_http1x(&mut request);
+        request.into_parts().0
+    }
+
+    #[test]
+    fn a_clients_signature_by_the_proxys_key_is_checked() {
+        let body = br#"{"anthropic_version":"bedrock-2023-05-31"}"#;
+        let parts = signed_for_the_proxy("the-secret", body);
+        let now = SystemTime::now();
+        assert_eq!(
+            verified_key(&parts, body, "AKIDPROXY", "the-secret", now),
+            Some("AKIDPROXY")
+        );
+        assert_eq!(
+            verified_key(&parts, b"{}", "AKIDPROXY", "the-secret", now),
+            None,
+            "another body"
+        );
+        assert_eq!(
+            verified_key(&parts, body, "AKIDPROXY", "not-it", now),
+            None,
+            "another secret"
+        );
+        assert_eq!(
+            verified_key(&parts, body, "AKIDOTHER", "the-secret", now),
+            None,
+            "another key"
+        );
+        let late = now + Duration::from_secs(3_600);
+        assert_eq!(
+            verified_key(&parts, body, "AKIDPROXY", "the-secret", late),
+            None,
+            "too old"
+        );
+        let mut forged = parts;
+        forged
+            .headers
+            .insert("anthropic-beta", HeaderValue::from_static("c"));
+        assert_eq!(
+            verified_key(&forged, body, "AKIDPROXY", "the-secret", now),
+            None,
+            "a header changed"
+        );
+        assert_eq!(
+            parse_amz_date("20261202T140453Z"),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_220_293))
+        );
+        assert_eq!(parse_amz_date("2026-12-02"), None);
+    }
+
     #[test]
     fn the_region_of_a_clients_signature() {
         let mut headers = HeaderMap::new();
@@ -169,4 +289,207 @@ mod tests {
         assert_eq!(scope_region(&headers).as_deref(), Some("eu-central-1"));
         assert_eq!(scope_region(&HeaderMap::new()), None);
     }
+}
+
+/// What the proxy may do with a Bedrock request's signature, decided once
+/// per client request (kept in its extensions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signing {
+    /// Sign it again with the proxy's credentials: the client sent no
+    /// `Authorization` (it skipped its own AWS auth for this gateway), or
+    /// its SigV4 signature was checked good against the proxy's own key.
+    Resign,
+    /// Leave it as the client sent it (a Bedrock API key, or a signature
+    /// by a key the proxy does not hold).
+    AsSent,
+}
+
+/// A client's SigV4 `Authorization`, parsed.
+struct ClientSignature<'a> {
+    key_id: &'a str,
+    date: &'a str,
+    region: &'a str,
+    service: &'a str,
+    signed_headers: &'a str,
+    signature: &'a str,
+}
+
+impl<'a> ClientSignature<'a> {
+    fn parse(value: &'a str) -> Option<ClientSignature<'a>> {
+        let rest = value.strip_prefix("AWS4-HMAC-SHA256 ")?;
+        let mut credential = None;
+        let mut signed_headers = None;
+        let mut signature = None;
+        for field in rest.split(',') {
+            let (name, v) = field.trim().split_once('=')?;
+            match name {
+                "Credential" => credential = Some(v),
+                "SignedHeaders" => signed_headers = Some(v),
+                "Signature" => signature = Some(v),
+                _ => {}
+            }
+        }
+        let mut scope = credential?.split('/');
+        let (key_id, date, region, service) =
+            (scope.next()?, scope.next()?, scope.next()?, scope.next()?);
+        (scope.next()? == "aws4_request").then_some(ClientSignature {
+            key_id,
+            date,
+            region,
+            service,
+            signed_headers: signed_headers?,
+            signature: signature?,
+        })
+    }
+}
+
+/// The access key id of a request whose SigV4 signature is good for
+/// `secret`'s key (`key_id`), made within 15 minutes of `now`.
+fn verified_key<'a>(
+    parts: &'a http::request::Parts,
+    body: &[u8],
+    key_id: &str,
+    secret: &str,
+    now: SystemTime,
+) -> Option<&'a str> {
+    use sha2::{Digest, Sha256};
+    let auth = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let sig = ClientSignature::parse(auth)?;
+    if sig.key_id != key_id {
+        return None;
+    }
+    let amz_date = parts.headers.get("x-amz-date")?.to_str().ok()?;
+    let signed_at = parse_amz_date(amz_date)?;
+    let skew = now
+        .duration_since(signed_at)
+        .or_else(|e| Ok::<_, ()>(e.duration()))
+        .ok()?;
+    if skew > Duration::from_secs(900) || !amz_date.starts_with(sig.date) {
+        return None;
+    }
+    let encode = |s: &str| {
+        let mut out = String::with_capacity(s.len());
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    };
+    let path = parts.uri.path();
+    let canonical_uri: Vec<String> = path.split('/').map(encode).collect();
+    let mut query: Vec<(String, String)> = parts
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (encode(&percent_decode(k)), encode(&percent_decode(v)))
+        })
+        .collect();
+    query.sort();
+    let canonical_query: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut canonical_headers = String::new();
+    for name in sig.signed_headers.split(';') {
+        let values: Vec<String> = parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        if values.is_empty() {
+            return None;
+        }
+        canonical_headers.push_str(&format!("{name}:{}\n", values.join(",")));
+    }
+    let payload = match parts.headers.get("x-amz-content-sha256") {
+        Some(v) => v.to_str().ok()?.to_string(),
+        None => hex_of(&Sha256::digest(body)),
+    };
+    let canonical = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}",
+        parts.method,
+        canonical_uri.join("/"),
+        canonical_query.join("&"),
+        canonical_headers,
+        sig.signed_headers,
+        payload
+    );
+    let scope = format!("{}/{}/{}/aws4_request", sig.date, sig.region, sig.service);
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex_of(&Sha256::digest(canonical.as_bytes()))
+    );
+    let key = v4::generate_signing_key(secret, signed_at, sig.region, sig.service);
+    let want = v4::calculate_signature(key, to_sign.as_bytes());
+    // Compared in constant time: a timing difference must not tell a
+    // forger how many leading characters were right.
+    let same = want.len() == sig.signature.len()
+        && want
+            .bytes()
+            .zip(sig.signature.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    same.then_some(sig.key_id)
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `20261202T140453Z` as a time.
+fn parse_amz_date(value: &str) -> Option<SystemTime> {
+    let b = value.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| value.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (hh, mm, ss) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + hh * 3_600 + mm * 60 + ss).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }

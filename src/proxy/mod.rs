@@ -608,7 +608,7 @@ async fn whole_request(
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
     let mut request = upstream_request(app, parts, body::full(body.clone()), content_length)?;
-    cloud_auth(app, &mut request, &body, &parts.headers).await;
+    cloud_auth(app, &mut request, &body, parts).await;
     Ok(request)
 }
 
@@ -616,10 +616,17 @@ async fn whole_request(
 /// header edit: signed for AWS on a Bedrock invoke path (its body `body`,
 /// the client's headers `client`); on a Vertex AI path without a token, a
 /// Google token added.
-async fn cloud_auth(app: &App, request: &mut Request<BoxBody>, body: &[u8], client: &HeaderMap) {
+async fn cloud_auth(
+    app: &App,
+    request: &mut Request<BoxBody>,
+    body: &[u8],
+    client: &http::request::Parts,
+) {
     let path = request.uri().path();
     if crate::protocol::bedrock::is_model_path(path) {
-        app.aws.sign(request, body, client).await;
+        if client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign) {
+            app.aws.sign(request, body, &client.headers).await;
+        }
     } else if path.contains("/locations/")
         && path.contains("/publishers/")
         && request.uri().host().is_some_and(|h| {
@@ -690,10 +697,11 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
     .find_map(|name| headers.get(*name))
     .map_or_else(Tenant::anonymous, |value| {
         let value = String::from_utf8_lossy(value.as_bytes());
-        // A SigV4 signature differs on every request: its access key names
-        // the tenant.
+        // A SigV4 signature differs on every request, and its access key
+        // is no secret: such a request has no tenant of its own until its
+        // signature checks good (`aws::AwsSigner::decide`).
         match sigv4_access_key(&value) {
-            Some(key) => Tenant::from_credential(key),
+            Some(_) => Tenant::anonymous(),
             None => Tenant::from_credential(&value),
         }
     })
@@ -821,7 +829,7 @@ mod tests {
     use crate::store::Durability;
 
     #[test]
-    fn a_sigv4_signature_names_its_access_key_as_the_tenant() {
+    fn an_unchecked_sigv4_signature_names_no_tenant() {
         let signed = |signature: &str| {
             let mut h = HeaderMap::new();
             h.insert(
@@ -832,8 +840,9 @@ mod tests {
             );
             tenant_of(&h)
         };
-        assert_eq!(signed("aaaa"), signed("bbbb"), "one key, one tenant");
-        assert_eq!(signed("aaaa"), Tenant::from_credential("AKIDEXAMPLE"));
+        // An access key is no secret: anyone could name another's.
+        assert_eq!(signed("aaaa"), Tenant::anonymous());
+        assert_eq!(signed("bbbb"), Tenant::anonymous());
         assert_eq!(sigv4_access_key("Bearer AWS4"), None);
     }
 

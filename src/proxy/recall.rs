@@ -117,7 +117,7 @@ impl RecallRequest {
             HeaderValue::from_static("identity"),
         );
         // Signed last: the signature covers the headers as sent.
-        super::cloud_auth(app, &mut request, &body, &self.parts.headers).await;
+        super::cloud_auth(app, &mut request, &body, &self.parts).await;
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
         Ok(super::tapped(response, self.tap.clone()))

@@ -28,6 +28,9 @@ use tokio::sync::{Mutex, OnceCell};
 
 /// Credentials this close to their expiry are fetched again.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+/// After the chain found none, how long before it is asked again (each
+/// ask may probe instance metadata, with its timeouts).
+const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The headers of a client's own signature, replaced by the proxy's.
 const SIGNATURE_HEADERS: [&str; 4] = [
@@ -37,9 +40,17 @@ const SIGNATURE_HEADERS: [&str; 4] = [
     "x-amz-content-sha256",
 ];
 
+/// The last answer of the credential chain.
+enum Cached {
+    Nothing,
+    Found(Credentials),
+    /// None found, at this time.
+    Missing(std::time::Instant),
+}
+
 pub struct AwsSigner {
     chain: OnceCell<aws_config::default_provider::credentials::DefaultCredentialsChain>,
-    cached: Mutex<Option<Credentials>>,
+    cached: Mutex<Cached>,
     /// `AWS_REGION` (or `AWS_DEFAULT_REGION`) when the proxy started.
     region: Option<String>,
 }
@@ -48,7 +59,7 @@ impl AwsSigner {
     pub fn new(region: Option<String>) -> AwsSigner {
         AwsSigner {
             chain: OnceCell::new(),
-            cached: Mutex::new(None),
+            cached: Mutex::new(Cached::Nothing),
             region,
         }
     }
@@ -60,8 +71,10 @@ impl AwsSigner {
             c.expiry()
                 .is_none_or(|at| at > SystemTime::now() + REFRESH_BEFORE)
         };
-        if let Some(c) = cached.as_ref().filter(|c| fresh(c)) {
-            return Some(c.clone());
+        match &*cached {
+            Cached::Found(c) if fresh(c) => return Some(c.clone()),
+            Cached::Missing(at) if at.elapsed() < RETRY_AFTER => return None,
+            _ => {}
         }
         let chain = self
             .chain
@@ -73,11 +86,12 @@ impl AwsSigner {
             .await;
         match chain.provide_credentials().await {
             Ok(c) => {
-                *cached = Some(c.clone());
+                *cached = Cached::Found(c.clone());
                 Some(c)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no AWS credentials: Bedrock requests go as the client signed them");
+                *cached = Cached::Missing(std::time::Instant::now());
                 None
             }
         }

@@ -14,7 +14,12 @@
 use super::body::BoxBody;
 use http::{header, HeaderValue, Request};
 use std::sync::Arc;
-use tokio::sync::OnceCell;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// After no Google credentials were found, how long before they are looked
+/// for again (the metadata server may just have been slow).
+const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
@@ -35,7 +40,15 @@ pub fn is_vertex_host(host: &str) -> bool {
 
 #[derive(Default)]
 pub struct GcpAuth {
-    provider: OnceCell<Option<Arc<dyn gcp_auth::TokenProvider>>>,
+    provider: Mutex<Source>,
+}
+
+#[derive(Default)]
+enum Source {
+    #[default]
+    Unknown,
+    Found(Arc<dyn gcp_auth::TokenProvider>),
+    Missing(Instant),
 }
 
 impl GcpAuth {
@@ -45,19 +58,24 @@ impl GcpAuth {
         if request.headers().contains_key(header::AUTHORIZATION) {
             return;
         }
-        let provider = self
-            .provider
-            .get_or_init(|| async {
-                match gcp_auth::provider().await {
-                    Ok(p) => Some(p),
+        let provider = {
+            let mut source = self.provider.lock().await;
+            match &*source {
+                Source::Found(p) => p.clone(),
+                Source::Missing(at) if at.elapsed() < RETRY_AFTER => return,
+                _ => match gcp_auth::provider().await {
+                    Ok(p) => {
+                        *source = Source::Found(p.clone());
+                        p
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "no Google credentials: Vertex AI requests without a token go as they are");
-                        None
+                        *source = Source::Missing(Instant::now());
+                        return;
                     }
-                }
-            })
-            .await;
-        let Some(provider) = provider else { return };
+                },
+            }
+        };
         match provider.token(&[SCOPE]).await {
             Ok(token) => {
                 if let Ok(value) = HeaderValue::from_str(&format!("Bearer {}", token.as_str())) {

@@ -54,6 +54,18 @@ pub const ROLL_UP: &str = "INSERT INTO ledger (tenant, session_id, at, model, to
      FROM ledger WHERE at < ?1 AND rolled_up = 0 \
      GROUP BY tenant, (at / 86400000), model, tool, kind, first_seen";
 
+/// The oldest row not rolled up yet, before `?1`: a sweep rolls up one
+/// UTC day at a time (one bounded transaction each).
+pub const OLDEST_TO_ROLL_UP: &str = "SELECT MIN(at) FROM ledger WHERE at < ?1 AND rolled_up = 0";
+
+/// Where a sweep's roll-up stops: the end of the UTC day of `oldest`, or
+/// `cutoff` if sooner; and whether rows are left for the next sweep.
+pub fn roll_up_bound(oldest: i64, cutoff: i64) -> (i64, bool) {
+    const DAY: i64 = 86_400_000;
+    let day_end = (oldest.div_euclid(DAY) + 1).saturating_mul(DAY);
+    (day_end.min(cutoff), day_end < cutoff)
+}
+
 /// Deletes the rows [`ROLL_UP`] summed.
 pub const DELETE_ROLLED: &str = "DELETE FROM ledger WHERE at < ?1 AND rolled_up = 0";
 

@@ -411,14 +411,23 @@ async fn sweep(
             report.expired_by_age += 1;
         }
         use crate::store::ledger;
-        tx.execute(&ledger::postgres_sql(ledger::ROLL_UP), &[&cutoff])
+        let oldest: Option<i64> = tx
+            .query_one(&ledger::postgres_sql(ledger::OLDEST_TO_ROLL_UP), &[&cutoff])
             .await
-            .pg("summing old ledger rows per day")?;
-        let gone = tx
-            .execute(&ledger::postgres_sql(ledger::DELETE_ROLLED), &[&cutoff])
-            .await
-            .pg("deleting summed ledger rows")?;
-        report.ledger_rolled_up = gone;
+            .pg("finding ledger rows to sum")?
+            .get(0);
+        if let Some(oldest) = oldest {
+            let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
+            tx.execute(&ledger::postgres_sql(ledger::ROLL_UP), &[&bound])
+                .await
+                .pg("summing old ledger rows per day")?;
+            let gone = tx
+                .execute(&ledger::postgres_sql(ledger::DELETE_ROLLED), &[&bound])
+                .await
+                .pg("deleting summed ledger rows")?;
+            report.ledger_rolled_up = gone;
+            report.more |= more;
+        }
     }
     if let Some(max) = config.max_bytes {
         let total: i64 = tx

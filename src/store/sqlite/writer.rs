@@ -508,14 +508,20 @@ impl Writer {
                 report.freed_bytes += expire(&tx, id, blob, now_ms)?;
                 report.expired_by_age += 1;
             }
-            let rolled = tx
-                .execute(crate::store::ledger::ROLL_UP, [cutoff])
-                .ctx("summing old ledger rows per day")?;
-            let gone = tx
-                .execute(crate::store::ledger::DELETE_ROLLED, [cutoff])
-                .ctx("deleting summed ledger rows")?;
-            debug_assert!(rolled <= gone);
-            report.ledger_rolled_up = gone as u64;
+            use crate::store::ledger;
+            let oldest: Option<i64> = tx
+                .query_row(ledger::OLDEST_TO_ROLL_UP, [cutoff], |r| r.get(0))
+                .ctx("finding ledger rows to sum")?;
+            if let Some(oldest) = oldest {
+                let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
+                tx.execute(ledger::ROLL_UP, [bound])
+                    .ctx("summing old ledger rows per day")?;
+                let gone = tx
+                    .execute(ledger::DELETE_ROLLED, [bound])
+                    .ctx("deleting summed ledger rows")?;
+                report.ledger_rolled_up = gone as u64;
+                report.more |= more;
+            }
         }
         if let Some(max) = self.config.max_bytes {
             let total: f64 = tx

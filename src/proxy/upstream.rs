@@ -138,12 +138,12 @@ impl Upstream {
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
-        // With no single upstream, a Bedrock invoke path goes to the
-        // runtime endpoint of the proxy's AWS region (none known: refused,
-        // rather than sent to another provider).
+        // With no single upstream, a Bedrock runtime path (invoke,
+        // converse, ...) goes to the runtime endpoint of the proxy's AWS
+        // region (none known: refused, rather than sent to another provider).
         if route.is_empty()
             && self.gemini_base.is_some()
-            && crate::protocol::bedrock::is_model_path(
+            && crate::protocol::bedrock::is_runtime_path(
                 path_and_query.split('?').next().unwrap_or(""),
             )
         {

@@ -92,6 +92,29 @@ pub fn is_model_path(path: &str) -> bool {
     invoke_route(path).is_some() || is_count_tokens(path)
 }
 
+/// Whether `path` is an operation on a Bedrock runtime model
+/// (`.../model/{id}/invoke`, `/invoke-with-response-stream`, `/converse`,
+/// `/converse-stream`, `/count-tokens`, `/apply-guardrail`...): with no
+/// single upstream it goes to Bedrock's runtime, rewritten or not.
+pub fn is_runtime_path(path: &str) -> bool {
+    let Some((rest, op)) = path.rsplit_once('/') else {
+        return false;
+    };
+    let Some((_, model)) = rest.rsplit_once("/model/") else {
+        return false;
+    };
+    !model.is_empty()
+        && !model.contains('/')
+        && matches!(
+            op,
+            "invoke"
+                | "invoke-with-response-stream"
+                | "converse"
+                | "converse-stream"
+                | "count-tokens"
+        )
+}
+
 /// The invoke body a CountTokens body wraps.
 pub fn count_tokens_inner(body: &[u8]) -> Option<Vec<u8>> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -196,6 +219,8 @@ mod tests {
         assert!(!is_count_tokens("/model//count-tokens"));
         assert!(is_model_path("/model/m/invoke") && is_model_path("/model/m/count-tokens"));
         assert!(!is_model_path("/inference-profiles"));
+        assert!(is_runtime_path("/model/m/converse-stream") && is_runtime_path("/model/m/invoke"));
+        assert!(!is_runtime_path("/model/m/other") && !is_runtime_path("/v1/messages"));
         let inner = br#"{"anthropic_version":"bedrock-2023-05-31","messages":[]}"#;
         let outer = format!(
             r#"{{"input":{{"invokeModel":{{"body":"{}"}}}},"x":1}}"#,

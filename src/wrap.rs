@@ -550,7 +550,10 @@ fn child_command(
     }
     if is_opencode(program) {
         let existing = std::env::var("OPENCODE_CONFIG_CONTENT").ok();
-        if let Some(config) = opencode_config(existing.as_deref(), endpoints) {
+        let own = std::env::current_dir()
+            .map(|cwd| opencode_file_base_urls(&cwd))
+            .unwrap_or_default();
+        if let Some(config) = opencode_config(existing.as_deref(), endpoints, &own) {
             command.env("OPENCODE_CONFIG_CONTENT", config);
         }
     }
@@ -606,9 +609,14 @@ fn is_opencode(program: &OsStr) -> bool {
 /// providers at the proxy, the rest of `existing` kept. Its providers (the
 /// AI SDK's) append the API's path to a base URL that ends in the version
 /// (`.../v1`, `.../v1beta`), where Claude Code's ends before it. A
-/// provider whose `baseURL` `existing` sets is left as it is. `None` when
+/// provider whose `baseURL` `existing` sets, or the config files do
+/// (`own`), is left as it is: that is where its traffic goes. `None` when
 /// `existing` is not a JSON object (left as the user wrote it).
-fn opencode_config(existing: Option<&str>, endpoints: &Endpoints) -> Option<String> {
+fn opencode_config(
+    existing: Option<&str>,
+    endpoints: &Endpoints,
+    own: &std::collections::BTreeSet<String>,
+) -> Option<String> {
     let mut config = match existing.filter(|e| !e.trim().is_empty()) {
         Some(text) => serde_json::from_str::<serde_json::Value>(text)
             .ok()
@@ -620,6 +628,9 @@ fn opencode_config(existing: Option<&str>, endpoints: &Endpoints) -> Option<Stri
         ("openai", endpoints.openai.clone()),
         ("google", format!("{}/v1beta", endpoints.gemini)),
     ] {
+        if own.contains(provider) {
+            continue;
+        }
         let options = config
             .as_object_mut()?
             .entry("provider")
@@ -638,6 +649,109 @@ fn opencode_config(existing: Option<&str>, endpoints: &Endpoints) -> Option<Stri
             .or_insert(serde_json::Value::String(url));
     }
     Some(config.to_string())
+}
+
+/// The providers whose `baseURL` opencode's config files set: `$OPENCODE_CONFIG`,
+/// the global `opencode.json[c]` (`$XDG_CONFIG_HOME/opencode`, else
+/// `~/.config/opencode`) and the project's, in `cwd` and its parents.
+fn opencode_file_base_urls(cwd: &Path) -> std::collections::BTreeSet<String> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    if let Some(path) = std::env::var_os("OPENCODE_CONFIG") {
+        files.push(PathBuf::from(path));
+    }
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    let mut dirs: Vec<PathBuf> = config_home
+        .map(|c| c.join("opencode"))
+        .into_iter()
+        .collect();
+    dirs.extend(cwd.ancestors().map(Path::to_path_buf));
+    for dir in dirs {
+        for name in ["opencode.json", "opencode.jsonc", "config.json"] {
+            files.push(dir.join(name));
+        }
+    }
+    let mut own = std::collections::BTreeSet::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&without_jsonc(&text)) else {
+            continue;
+        };
+        if let Some(providers) = value.get("provider").and_then(|p| p.as_object()) {
+            for (name, provider) in providers {
+                if provider.pointer("/options/baseURL").is_some() {
+                    own.insert(name.clone());
+                }
+            }
+        }
+    }
+    own
+}
+
+/// JSON with comments (`//`, `/* */`) and trailing commas, as plain JSON:
+/// comments out first, then the commas before a closing bracket.
+fn without_jsonc(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            plain.push(c);
+            match c {
+                '\\' => plain.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        plain.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for n in chars.by_ref() {
+                    if last == '*' && n == '/' {
+                        break;
+                    }
+                    last = n;
+                }
+            }
+            _ => {
+                in_string = c == '"';
+                plain.push(c);
+            }
+        }
+    }
+    let mut out = String::with_capacity(plain.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in plain.char_indices() {
+        if in_string {
+            out.push(c);
+            in_string = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+            continue;
+        }
+        if c == ',' {
+            let next = plain[i + 1..].chars().find(|n| !n.is_whitespace());
+            if matches!(next, Some('}') | Some(']')) {
+                continue;
+            }
+        }
+        in_string = c == '"';
+        out.push(c);
+    }
+    out
 }
 
 /// The provider id wrap gives Codex.
@@ -1054,9 +1168,10 @@ mod tests {
         assert!(is_opencode(OsStr::new("/x/node_modules/.bin/opencode")));
         assert!(!is_opencode(OsStr::new("opencode-helper")));
         let endpoints = Endpoints::plain("http://127.0.0.1:9");
-        let config: serde_json::Value =
-            serde_json::from_str(&opencode_config(None, &endpoints).expect("config"))
-                .expect("json");
+        let config: serde_json::Value = serde_json::from_str(
+            &opencode_config(None, &endpoints, &Default::default()).expect("config"),
+        )
+        .expect("json");
         assert_eq!(
             config["provider"]["anthropic"]["options"]["baseURL"],
             "http://127.0.0.1:9/v1"
@@ -1070,9 +1185,10 @@ mod tests {
             "http://127.0.0.1:9/v1beta"
         );
         let mine = r#"{"model":"anthropic/claude-x","provider":{"anthropic":{"options":{"timeout":5,"baseURL":"https://gw"}},"ollama":{"npm":"x"}}}"#;
-        let merged: serde_json::Value =
-            serde_json::from_str(&opencode_config(Some(mine), &endpoints).expect("config"))
-                .expect("json");
+        let merged: serde_json::Value = serde_json::from_str(
+            &opencode_config(Some(mine), &endpoints, &Default::default()).expect("config"),
+        )
+        .expect("json");
         assert_eq!(merged["model"], "anthropic/claude-x");
         assert_eq!(merged["provider"]["anthropic"]["options"]["timeout"], 5);
         assert_eq!(
@@ -1084,8 +1200,37 @@ mod tests {
             "http://127.0.0.1:9/v1"
         );
         assert_eq!(merged["provider"]["ollama"]["npm"], "x");
-        assert_eq!(opencode_config(Some("[1]"), &endpoints), None);
-        assert_eq!(opencode_config(Some("{not json"), &endpoints), None);
+        assert_eq!(
+            opencode_config(Some("[1]"), &endpoints, &Default::default()),
+            None
+        );
+        assert_eq!(
+            opencode_config(Some("{not json"), &endpoints, &Default::default()),
+            None
+        );
+        // A provider whose base URL the config files set is left to them.
+        let own: std::collections::BTreeSet<String> = ["anthropic".to_string()].into();
+        let left: serde_json::Value =
+            serde_json::from_str(&opencode_config(None, &endpoints, &own).expect("config"))
+                .expect("json");
+        assert!(left["provider"].get("anthropic").is_none(), "{left}");
+        assert_eq!(
+            left["provider"]["openai"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let project = dir.path().join("repo").join("src");
+        std::fs::create_dir_all(&project).expect("dirs");
+        std::fs::write(
+            dir.path().join("repo").join("opencode.jsonc"),
+            "{\n  // my gateway\n  \"provider\": { \"anthropic\": { \"options\": { \"baseURL\": \"https://gw/v1\", }, }, /* x */ },\n}\n",
+        )
+        .expect("config");
+        assert!(opencode_file_base_urls(&project).contains("anthropic"));
+        assert_eq!(
+            without_jsonc(r#"{"a": "x // y", "b": [1,2,],}"#),
+            r#"{"a": "x // y", "b": [1,2]}"#
+        );
     }
 
     #[test]

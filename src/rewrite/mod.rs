@@ -116,6 +116,9 @@ pub struct Externalized<'b> {
     /// them with `:externalization_failed`.
     pub reason: String,
     pub stub: String,
+    /// Where its content began in the client's body: the outputs are in
+    /// body order.
+    pub at: usize,
 }
 
 /// A rewritten request.
@@ -236,6 +239,9 @@ fn rewrite_parsed<'b>(
             &mut outputs,
             &mut splices,
         );
+        // Aged outputs come after the others were chosen: in body order
+        // again, as every consumer of the list reads it.
+        outputs.sort_by_key(|o| o.at);
     }
     if outputs.is_empty() {
         return Outcome::Unchanged(Unchanged::NothingOverBudget);
@@ -409,6 +415,7 @@ fn externalize<'b>(
     ));
     splices.extend(output.removed.iter().map(|r| (r.clone(), String::new())));
     outputs.push(Externalized {
+        at: output.content_span.start,
         result_ref: (mode == Mode::WithRefs).then(|| p.result_ref.clone()),
         sha256: p.sha256.clone(),
         tool_call_id: output.tool_call_id.as_deref().map(str::to_string),

@@ -742,6 +742,35 @@ fn aging_replaces_a_seen_output_where_the_change_pays_and_keeps_it_replaced() {
 }
 
 #[test]
+fn aged_outputs_take_their_place_in_body_order() {
+    // A later output stubbed at first sight, an earlier one aged: the list
+    // of outputs is in the body's order (the fuzz target's invariant).
+    let mid = big_json(650);
+    let outputs = [
+        big_json(3_000),
+        mid,
+        "ok".into(),
+        "ok".into(),
+        big_json(3_001),
+    ];
+    let body = conversation(&outputs);
+    let Outcome::Rewritten(r) = rewrite(
+        body.as_bytes(),
+        &aging_policy(1, 920),
+        &OpenAiChat,
+        Mode::WithRefs,
+    ) else {
+        panic!("rewritten")
+    };
+    let reasons: Vec<&str> = r.outputs.iter().map(|o| o.reason.as_str()).collect();
+    assert!(reasons.contains(&"aged"), "{reasons:?}");
+    assert!(
+        r.outputs.windows(2).all(|w| w[0].at < w[1].at),
+        "{reasons:?}"
+    );
+}
+
+#[test]
 fn aging_leaves_an_output_where_the_change_would_not_pay() {
     let mid = big_json(650);
     // No stub before it: aging would add the recall tools, at the head of

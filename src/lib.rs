@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod metrics;
 pub mod parallel;
+pub mod percent;
 pub mod pricing;
 pub mod protocol;
 pub mod proxy;

@@ -107,7 +107,7 @@ impl AwsSigner {
         let Some(auth) = parts.headers.get(header::AUTHORIZATION) else {
             return (Signing::Resign, None);
         };
-        if !auth.as_bytes().starts_with(b"AWS4-HMAC-SHA256") {
+        if !auth.to_str().is_ok_and(is_sigv4) {
             return (Signing::AsSent, None);
         }
         let Some(credentials) = self.credentials().await else {
@@ -192,14 +192,13 @@ impl AwsSigner {
 /// (`Credential=AKID/20261202/us-east-1/bedrock/aws4_request`).
 fn scope_region(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let scope = value
-        .split("Credential=")
-        .nth(1)?
-        .split([',', ' '])
-        .next()?;
-    let mut parts = scope.split('/');
-    let (_key, _date, region) = (parts.next()?, parts.next()?, parts.next()?);
+    let region = ClientSignature::parse(value)?.region;
     (!region.is_empty()).then(|| region.to_string())
+}
+
+/// Whether an `Authorization` value is a SigV4 signature.
+pub fn is_sigv4(value: &str) -> bool {
+    value.starts_with("AWS4-HMAC-SHA256")
 }
 
 #[cfg(test)]
@@ -402,9 +401,10 @@ fn verified_key<'a>(
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (encode(&percent_decode(k)), encode(&percent_decode(v)))
+            let decoded = |s: &str| crate::percent::decode(s, false).map(|d| encode(&d));
+            Some((decoded(k)?, decoded(v)?))
         })
-        .collect();
+        .collect::<Option<_>>()?;
     query.sort();
     let canonical_query: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut canonical_headers = String::new();
@@ -458,30 +458,6 @@ fn verified_key<'a>(
 
 fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `20261202T140453Z` as a time.

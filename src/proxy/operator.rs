@@ -206,34 +206,11 @@ impl Query {
 }
 
 fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, ProxyError> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'%' => {
-                let hex = |j: usize| bytes.get(j).and_then(|&c| char::from(c).to_digit(16));
-                let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
-                    return Err(ProxyError::BadRequest(format!(
-                        "malformed percent-escape in {s:?}"
-                    )));
-                };
-                // Two hex digits: at most 0xff.
-                out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| ProxyError::BadRequest(format!("{s:?} does not decode to UTF-8")))
+    crate::percent::decode(s, plus_is_space).ok_or_else(|| {
+        ProxyError::BadRequest(format!(
+            "malformed percent-escape in {s:?}, or not UTF-8 once decoded"
+        ))
+    })
 }
 
 /// With a token configured, the request must carry the same one. Both sides

@@ -161,6 +161,45 @@ impl KeptKind {
     }
 }
 
+/// What a size sweep drops next: an output (id, original's id) or a kept
+/// exchange or id map.
+pub(crate) enum Victim {
+    Output(i64, i64),
+    Kept(Kept),
+}
+
+/// Both backends' size-sweep order: the oldest first, whichever kind
+/// (what a live conversation needs is the newest), from a batch of each
+/// (outputs as (id, original's id, created_at)), oldest first, `batch` at
+/// most. A full batch that runs out ends the list: what comes after it may
+/// be older than the other kind's next, so the next sweep looks again.
+/// Also whether a batch was full.
+pub(crate) fn size_victims(
+    outputs: Vec<(i64, i64, i64)>,
+    kept: Vec<Kept>,
+    batch: i64,
+) -> (Vec<Victim>, bool) {
+    let outputs_full = outputs.len() as i64 == batch;
+    let kept_full = kept.len() as i64 == batch;
+    let mut victims = Vec::with_capacity(outputs.len() + kept.len());
+    let (mut outputs, mut kept) = (outputs.into_iter().peekable(), kept.into_iter().peekable());
+    loop {
+        let output_first = match (outputs.peek(), kept.peek()) {
+            (Some(o), Some(k)) => o.2 <= k.created_at,
+            (Some(_), None) if !kept_full => true,
+            (None, Some(_)) if !outputs_full => false,
+            _ => break,
+        };
+        let next = if output_first {
+            outputs.next().map(|(id, blob, _)| Victim::Output(id, blob))
+        } else {
+            kept.next().map(Victim::Kept)
+        };
+        victims.extend(next);
+    }
+    (victims, outputs_full || kept_full)
+}
+
 fn age_cutoff(config: &StoreConfig, now_ms: i64) -> Option<i64> {
     (config.retention_days > 0)
         .then(|| now_ms.saturating_sub(i64::from(config.retention_days) * DAY_MS))
@@ -175,4 +214,41 @@ pub(crate) fn stub_facts_json(facts: Option<&StubFacts>) -> Option<String> {
 /// value this build cannot read (the stub is then reported as unknown).
 pub(crate) fn stub_facts_parse(column: Option<&str>) -> Option<StubFacts> {
     column.and_then(|c| serde_json::from_str(c).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(at: i64) -> Kept {
+        Kept {
+            kind: KeptKind::Exchange,
+            tenant: "t".to_string(),
+            key: format!("k{at}"),
+            bytes: 1,
+            created_at: at,
+        }
+    }
+
+    fn order(victims: &[Victim]) -> Vec<String> {
+        victims
+            .iter()
+            .map(|v| match v {
+                Victim::Output(id, _) => format!("o{id}"),
+                Victim::Kept(k) => k.key.clone(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_size_sweep_takes_the_oldest_first_and_stops_where_a_full_batch_ends() {
+        let (v, full) = size_victims(vec![(1, 1, 10), (2, 2, 30)], vec![kept(20)], 5);
+        assert_eq!(order(&v), ["o1", "k20", "o2"]);
+        assert!(!full);
+        // The outputs' batch is full and runs out first: the newer exchange
+        // waits for the next sweep.
+        let (v, full) = size_victims(vec![(1, 1, 10), (2, 2, 30)], vec![kept(40)], 2);
+        assert_eq!(order(&v), ["o1", "o2"]);
+        assert!(full);
+    }
 }

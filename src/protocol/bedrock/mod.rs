@@ -140,27 +140,7 @@ pub fn model_in_path(path: &str) -> Option<String> {
         .strip_suffix("/invoke-with-response-stream")
         .or_else(|| path.strip_suffix("/invoke"))?;
     let (_, model) = rest.rsplit_once("/model/")?;
-    let bytes = model.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    crate::percent::decode(model, false)
 }
 
 /// The region of a Bedrock runtime host

@@ -13,7 +13,7 @@ use super::error::SqlContext;
 use super::prepare::Prepared;
 use super::text::CHUNK_BITS;
 use super::{age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS};
-use crate::store::{Kept, KeptKind};
+use crate::store::{size_victims, Kept, KeptKind, Victim};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::VecDeque;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -535,41 +535,29 @@ impl Writer {
                 .ctx("measuring the stored originals and exchanges")?;
             let mut excess = total as i64 - i64::try_from(max).unwrap_or(i64::MAX);
             if excess > 0 {
-                // The oldest first, whichever kind it is: what a live
-                // conversation needs is the newest.
-                let outputs = oldest_live(&tx, None, SWEEP_BATCH)?;
-                let kept = oldest_kept(&tx, SWEEP_BATCH)?;
-                let (outputs_full, kept_full) = (
-                    outputs.len() as i64 == SWEEP_BATCH,
-                    kept.len() as i64 == SWEEP_BATCH,
+                let (victims, full) = size_victims(
+                    oldest_live(&tx, None, SWEEP_BATCH)?,
+                    oldest_kept(&tx, SWEEP_BATCH)?,
+                    SWEEP_BATCH,
                 );
-                let full = outputs_full || kept_full;
-                let (mut outputs, mut kept) =
-                    (outputs.into_iter().peekable(), kept.into_iter().peekable());
-                while excess > 0 {
-                    let output_first = match (outputs.peek(), kept.peek()) {
-                        (Some(o), Some(k)) => o.2 <= k.created_at,
-                        (Some(_), None) if !kept_full => true,
-                        (None, Some(_)) if !outputs_full => false,
-                        // A full batch run out: what comes after it may be older
-                        // than the other side's next; the next sweep looks again.
-                        _ => break,
-                    };
-                    if output_first {
-                        let Some((id, blob, _)) = outputs.next() else {
-                            break;
-                        };
-                        let freed = expire(&tx, id, blob, now_ms)?;
-                        excess -= freed as i64;
-                        report.freed_bytes += freed;
-                        report.expired_by_size += 1;
-                    } else {
-                        let Some(item) = kept.next() else { break };
-                        tx.execute(item.kind.delete_sql(), params![item.tenant, item.key])
-                            .ctx("deleting a kept exchange over the size cap")?;
-                        excess -= item.bytes;
-                        report.freed_bytes += u64::try_from(item.bytes).unwrap_or(0);
-                        report.dropped_by_size += 1;
+                for victim in victims {
+                    if excess <= 0 {
+                        break;
+                    }
+                    match victim {
+                        Victim::Output(id, blob) => {
+                            let freed = expire(&tx, id, blob, now_ms)?;
+                            excess -= freed as i64;
+                            report.freed_bytes += freed;
+                            report.expired_by_size += 1;
+                        }
+                        Victim::Kept(item) => {
+                            tx.execute(item.kind.delete_sql(), params![item.tenant, item.key])
+                                .ctx("deleting a kept exchange over the size cap")?;
+                            excess -= item.bytes;
+                            report.freed_bytes += u64::try_from(item.bytes).unwrap_or(0);
+                            report.dropped_by_size += 1;
+                        }
                     }
                 }
                 report.more |= full && excess > 0;

@@ -91,6 +91,17 @@ const PACED_RATE: u32 = 2000;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let [_, flag] = args.as_slice() {
+        if flag == "--mock" {
+            // The mock alone (for `scripts/wrk-passthrough`): its address on
+            // stdout, then it serves until killed.
+            let addr = support::start_streaming_mock(Arc::new(mock_answer), 1);
+            println!("{addr}");
+            loop {
+                std::thread::park();
+            }
+        }
+    }
     if let [_, flag, listen, upstream] = args.as_slice() {
         if flag == "--forwarder" {
             return forwarder::run(

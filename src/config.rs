@@ -46,6 +46,11 @@ pub struct RawPrice {
     pub output: f64,
 }
 
+/// hyper's own header limit: it parses up to this many fields without an
+/// allocation, and allocates room for the configured number on every
+/// request otherwise.
+pub const HYPER_MAX_HEADERS: usize = 100;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawServer {
@@ -67,7 +72,7 @@ impl Default for RawServer {
             header_read_timeout_ms: 30_000,
             body_read_timeout_ms: 60_000,
             shutdown_grace_ms: 30_000,
-            max_headers: 256,
+            max_headers: HYPER_MAX_HEADERS,
             log_format: "text".to_string(),
             log_level: "info".to_string(),
         }

@@ -247,38 +247,45 @@ fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
     if memchr::memmem::find(data, b"\"usage\"").is_none() {
         return;
     }
-    if let Ok(slim) = serde_json::from_slice::<Slim>(data) {
-        if let Some(reported) = extract(&slim.into_value()) {
-            observed.apply(reported);
-        }
+    let slim = std::str::from_utf8(data).ok().and_then(slim);
+    if let Some(reported) = slim.as_ref().and_then(extract) {
+        observed.apply(reported);
     }
 }
 
-/// The members of a response or event where usage and the model can be,
-/// everything else skipped unbuilt (a whole response's content is most of
-/// its bytes).
-#[derive(serde::Deserialize)]
-struct Slim {
-    usage: Option<Value>,
-    model: Option<Value>,
-    message: Option<Box<Slim>>,
-    response: Option<Box<Slim>>,
+/// The members of a response or event where usage and the model can be
+/// (`usage`, `model`, and those of a `message` or `response` object within),
+/// as an object of them alone: everything else is skipped by the scanner,
+/// unbuilt (a whole response's content is most of its bytes). `None`
+/// unless `text` is one valid JSON object.
+fn slim(text: &str) -> Option<Value> {
+    let mut scanner = crate::protocol::json_scan::Scanner::new(text);
+    let value = slim_object(&mut scanner)?;
+    scanner.finish()?;
+    Some(value)
 }
 
-impl Slim {
-    fn into_value(self) -> Value {
-        let mut object = serde_json::Map::new();
-        let mut put = |key: &str, value: Option<Value>| {
-            if let Some(v) = value {
-                object.insert(key.to_string(), v);
+fn slim_object(scanner: &mut crate::protocol::json_scan::Scanner<'_>) -> Option<Value> {
+    let mut object = serde_json::Map::new();
+    scanner.object(|scanner, key| {
+        match key {
+            "usage" | "model" => {
+                let raw = scanner.value()?;
+                if raw != "null" {
+                    object.insert(key.to_string(), serde_json::from_str(raw).ok()?);
+                }
             }
-        };
-        put("usage", self.usage);
-        put("model", self.model);
-        put("message", self.message.map(|m| m.into_value()));
-        put("response", self.response.map(|r| r.into_value()));
-        Value::Object(object)
-    }
+            "message" | "response" if scanner.peek()? == b'{' => {
+                let inner = slim_object(scanner)?;
+                object.insert(key.to_string(), inner);
+            }
+            _ => {
+                scanner.value()?;
+            }
+        }
+        Some(())
+    })?;
+    Some(Value::Object(object))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
-use crate::rewrite::{derive_session, rewrite_with, splice, Mode, Outcome, Turn};
+use crate::rewrite::{derive_session, rewrite_reading, splice, Mode, Outcome, Turn};
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -242,11 +242,12 @@ pub(super) async fn handle(
             }
             rewritten
         }
-        Plan::Unchanged(why) => {
+        Plan::Unchanged(why, read) => {
             app.metrics.unchanged(why);
-            let derive = match session_header {
-                Some(s) => SessionOf::Known(s, path_model),
-                None => SessionOf::Derive(api.protocol(), original.clone(), path_model),
+            let derive = match (session_header, read) {
+                (Some(s), read) => SessionOf::Known(s, read.and_then(|r| r.model).or(path_model)),
+                (None, Some(read)) => SessionOf::Read(read, path_model),
+                (None, None) => SessionOf::Derive(api.protocol(), original.clone(), path_model),
             };
             let tap = unread(&accounting, app, derive);
             return forward_whole(app, &parts, original, tap).await;
@@ -305,7 +306,7 @@ pub(super) async fn handle(
                             .as_ref()
                             .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
                     }
-                    Plan::Unchanged(_) => {
+                    Plan::Unchanged(..) => {
                         let known = SessionOf::Known(session, rewritten.model.clone());
                         let tap = unread(&accounting, app, known);
                         return forward_whole(app, &parts, original, tap).await;
@@ -515,7 +516,8 @@ fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str>
 
 /// The rewrite's outcome, owned, so it can cross from the blocking pool.
 pub(super) enum Plan {
-    Unchanged(&'static str),
+    /// Why, and what the rewrite read of the body (when it read it).
+    Unchanged(&'static str, Option<crate::rewrite::Read>),
     Rewritten(Box<OwnedRewrite>),
 }
 
@@ -676,7 +678,7 @@ async fn bedrock_count_tokens(
     let mut rewritten =
         match plan(app, Api::BedrockInvoke, inner.clone(), Mode::WithRefs, true).await? {
             Plan::Rewritten(r) => r,
-            Plan::Unchanged(why) => {
+            Plan::Unchanged(why, _) => {
                 app.metrics.unchanged(why);
                 return forward_whole(app, parts, original, None).await;
             }
@@ -730,9 +732,9 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
         };
         &policy
     };
-    match rewrite_with(body, policy, api.protocol(), mode, &app.memo) {
-        Outcome::Unchanged(why) => Plan::Unchanged(why.as_str()),
-        Outcome::Rewritten(r) => Plan::Rewritten(Box::new(OwnedRewrite {
+    match rewrite_reading(body, policy, api.protocol(), mode, &app.memo) {
+        (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),
+        (Outcome::Rewritten(r), _) => Plan::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),
             saved_chars: r.saved_chars,
             opening: r.opening,

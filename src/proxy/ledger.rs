@@ -75,6 +75,9 @@ impl RequestNote {
 pub enum SessionOf {
     /// The session and the model the request names.
     Known(String, Option<String>),
+    /// Derived from what the rewrite read of a body it left unchanged;
+    /// the model when the body names none (the path did).
+    Read(crate::rewrite::Read, Option<String>),
     /// Derived in the background from a body the rewrite left unchanged;
     /// the model when the body names none (the path did).
     Derive(&'static dyn Protocol, Bytes, Option<String>),
@@ -354,34 +357,50 @@ fn count_one(remembered: &Mutex<HashMap<String, u64>>, item: ToCount) -> Counted
     Counted { original, stub }
 }
 
-/// The ledger task: files each job, writes rows in batches.
+/// The ledger task: files each job, writes rows in batches: when
+/// [`FLUSH_ROWS`] rows are waiting, or [`FLUSH_AFTER`] after the first of
+/// them (whatever keeps arriving meanwhile).
 async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<Metrics>) {
     let mut batch = LedgerBatch::default();
+    let mut jobs = Vec::with_capacity(64);
+    let mut due: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     loop {
-        let job = if batch.is_empty() {
-            match rx.recv().await {
-                Some(job) => Some(job),
-                None => break,
-            }
-        } else {
-            match tokio::time::timeout(FLUSH_AFTER, rx.recv()).await {
-                Ok(Some(job)) => Some(job),
-                Ok(None) => break,
-                Err(_) => None,
-            }
+        // How many jobs came, or `None` when the batch is due.
+        let received = match due.as_mut() {
+            None => Some(rx.recv_many(&mut jobs, 64).await),
+            Some(due) => tokio::select! {
+                biased;
+                n = rx.recv_many(&mut jobs, 64) => Some(n),
+                () = due.as_mut() => None,
+            },
         };
-        match job {
-            Some(Job::Flush(done)) => {
+        match received {
+            Some(0) => break,
+            None => {
                 flush(&store, &metrics, &mut batch).await;
-                let _ = done.send(());
+                due = None;
+                continue;
             }
-            Some(job) => {
-                file(job, &metrics, &mut batch).await;
-                if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
+            Some(_) => {}
+        }
+        for job in jobs.drain(..) {
+            match job {
+                Job::Flush(done) => {
                     flush(&store, &metrics, &mut batch).await;
+                    due = None;
+                    let _ = done.send(());
+                }
+                job => {
+                    file(job, &metrics, &mut batch).await;
+                    if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
+                        flush(&store, &metrics, &mut batch).await;
+                        due = None;
+                    }
                 }
             }
-            None => flush(&store, &metrics, &mut batch).await,
+        }
+        if due.is_none() && !batch.is_empty() {
+            due = Some(Box::pin(tokio::time::sleep(FLUSH_AFTER)));
         }
     }
     flush(&store, &metrics, &mut batch).await;
@@ -405,7 +424,7 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
         Job::Turn(turn) => file_turn(turn, metrics, batch).await,
         Job::Usage(note, observed) => {
             metrics.upstream_tokens(note.api, &observed.usage);
-            batch.entries.push((
+            batch.add(
                 note.tenant.clone(),
                 LedgerEntry {
                     session_id: note.session(),
@@ -415,12 +434,12 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
                     usage: observed.usage,
                     ..LedgerEntry::default()
                 },
-            ));
+            );
         }
         Job::Flush(done) => {
             let _ = done.send(());
         }
-        Job::Recall(note, calls) => batch.entries.push((
+        Job::Recall(note, calls) => batch.add(
             note.tenant.clone(),
             LedgerEntry {
                 session_id: note.session(),
@@ -428,7 +447,7 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
                 recall_calls: calls,
                 ..LedgerEntry::default()
             },
-        )),
+        ),
     }
 }
 
@@ -447,6 +466,10 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
     let (session, model) = match session {
         SessionOf::Known(s, model) => (s, model),
         SessionOf::Unknown => (String::new(), None),
+        SessionOf::Read(read, fallback) => (
+            crate::rewrite::derive_session(note.tenant.as_str(), &read.opening),
+            read.model.or(fallback),
+        ),
         // A small body is read here (microseconds); a large one off the
         // runtime.
         SessionOf::Derive(protocol, body, fallback) if body.len() <= INLINE_DERIVE_BYTES => {
@@ -495,7 +518,7 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
         }
     }
     // The request itself: one turn of its session.
-    batch.entries.push((
+    batch.add(
         note.tenant.clone(),
         LedgerEntry {
             session_id: session.clone(),
@@ -504,9 +527,9 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
             requests: 1,
             ..LedgerEntry::default()
         },
-    ));
+    );
     for ((tool, _, first_seen), (outputs, chars, tokens, kind)) in groups {
-        batch.entries.push((
+        batch.add(
             note.tenant.clone(),
             LedgerEntry {
                 session_id: session.clone(),
@@ -520,7 +543,7 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
                 tokens_saved: tokens,
                 ..LedgerEntry::default()
             },
-        ));
+        );
     }
 }
 

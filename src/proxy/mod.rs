@@ -361,12 +361,16 @@ pub async fn run(
     // connection can be drained gracefully.
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
-    builder
-        .http1()
+    let mut http1 = builder.http1();
+    http1
         .timer(TokioTimer::new())
         .header_read_timeout(app.config.header_read_timeout)
-        .max_headers(app.config.max_headers)
         .keep_alive(true);
+    // hyper's own limit is parsed on the stack; naming any limit, even that
+    // one, makes it allocate and fill room for it on every request.
+    if app.config.max_headers != crate::config::HYPER_MAX_HEADERS {
+        http1.max_headers(app.config.max_headers);
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

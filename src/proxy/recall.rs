@@ -89,7 +89,7 @@ impl RecallRequest {
                     r.restore(&self.restorations);
                     r.body
                 }
-                Plan::Unchanged(_) => self.original.clone(),
+                Plan::Unchanged(..) => self.original.clone(),
             },
         )
     }

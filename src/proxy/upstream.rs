@@ -187,19 +187,23 @@ impl Upstream {
         // Named in errors, so an operator sees which upstream failed (the
         // base URL is configuration, never a credential).
         // Host and port only: userinfo in a base URL stays out of messages.
-        let authority = match (request.uri().host(), request.uri().port_u16()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            _ => String::new(),
-        };
+        // (Built only when it fails.)
+        let uri = request.uri().clone();
         match tokio::time::timeout(self.first_byte_timeout, self.client.request(request)).await {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
-            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(format!(
-                "{authority}: {}",
-                error_chain(&e)
-            ))),
+            Ok(Err(e)) => {
+                let authority = match (uri.host(), uri.port_u16()) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    (Some(host), None) => host.to_string(),
+                    _ => String::new(),
+                };
+                Err(ProxyError::UpstreamUnreachable(format!(
+                    "{authority}: {}",
+                    error_chain(&e)
+                )))
+            }
             Ok(Ok(response)) => Ok((response, started.elapsed())),
         }
     }
@@ -208,38 +212,62 @@ impl Upstream {
 /// The client's headers as they go upstream: without hop-by-hop headers
 /// (including those the `Connection` header names), `Host`, `Expect` (the
 /// proxy reads or streams the body itself) and the proxy's own
-/// `x-toolstub-*` headers.
+/// `x-toolstub-*` headers. One pass that copies the rest (names and values
+/// are reference-counted), rather than a clone and a removal per name: it
+/// runs on every request.
 pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
-    let mut headers = incoming.clone();
-    strip_hop_by_hop(&mut headers);
-    headers.remove(header::HOST);
-    headers.remove(header::EXPECT);
-    let own: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with("x-toolstub-"))
-        .cloned()
-        .collect();
-    for name in own {
-        headers.remove(name);
+    let named = connection_named(incoming);
+    let mut headers = HeaderMap::with_capacity(incoming.len());
+    for (name, value) in incoming {
+        let dropped = is_hop_by_hop(name)
+            || name == header::HOST
+            || name == header::EXPECT
+            || name.as_str().starts_with("x-toolstub-")
+            || named.contains(name);
+        if !dropped {
+            headers.append(name.clone(), value.clone());
+        }
     }
     headers
 }
 
-/// Removes hop-by-hop headers, in place (also used for responses).
+/// Removes hop-by-hop headers, in place (also used for responses). Most
+/// messages carry none: then nothing is removed (or hashed).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    let named = connection_named(headers);
+    if named.is_empty() && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     for name in named {
         headers.remove(name);
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// One of [`HOP_BY_HOP`].
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::PROXY_AUTHENTICATE
+        || name == header::PROXY_AUTHORIZATION
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// The headers a `Connection` header names (RFC 9110 7.6.1).
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
 }
 
 /// An error and its sources on one line (hyper's errors hide the cause).

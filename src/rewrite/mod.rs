@@ -179,16 +179,42 @@ pub fn rewrite_with<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> Outcome<'b> {
+    rewrite_reading(body, policy, protocol, mode, memo).0
+}
+
+/// What a request the rewrite read and left unchanged is, for its
+/// accounting: the proxy files it under its session without reading the
+/// body a second time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// The conversation's opening ([`derive_session`]'s input).
+    pub opening: String,
+    /// The model the request names.
+    pub model: Option<String>,
+}
+
+/// [`rewrite_with`], and for a body it read and found nothing to do in,
+/// what it read ([`Read`]).
+pub fn rewrite_reading<'b>(
+    body: &'b [u8],
+    policy: &Policy,
+    protocol: &dyn Protocol,
+    mode: Mode,
+    memo: &Memo,
+) -> (Outcome<'b>, Option<Read>) {
     if !policy.enabled {
-        return Outcome::Unchanged(Unchanged::Disabled);
+        return (Outcome::Unchanged(Unchanged::Disabled), None);
     }
     let Ok(text) = std::str::from_utf8(body) else {
-        return Outcome::Unchanged(Unchanged::NotUnderstood);
+        return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
     let Some(parsed) = protocol.parse(text) else {
-        return Outcome::Unchanged(Unchanged::NotUnderstood);
+        return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
-    rewrite_parsed(text, parsed, policy, protocol, mode, memo)
+    match rewrite_parsed(text, parsed, policy, protocol, mode, memo) {
+        Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
+        Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),
+    }
 }
 
 fn rewrite_parsed<'b>(
@@ -198,7 +224,7 @@ fn rewrite_parsed<'b>(
     protocol: &dyn Protocol,
     mode: Mode,
     memo: &Memo,
-) -> Outcome<'b> {
+) -> Result<Box<Rewritten<'b>>, Read> {
     let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
     let mut outputs: Vec<Externalized<'b>> = Vec::new();
     let mut splices: Vec<(Range<usize>, String)> = Vec::new();
@@ -244,7 +270,10 @@ fn rewrite_parsed<'b>(
         outputs.sort_by_key(|o| o.at);
     }
     if outputs.is_empty() {
-        return Outcome::Unchanged(Unchanged::NothingOverBudget);
+        return Err(Read {
+            opening: parsed.opening,
+            model: parsed.model,
+        });
     }
     let first_stub = splices.iter().map(|(r, _)| r.start).min().unwrap_or(0);
     if policy.recall_enabled && mode == Mode::WithRefs {
@@ -275,7 +304,7 @@ fn rewrite_parsed<'b>(
         .messages
         .last()
         .and_then(|m| protocol.message_canon(&body[m.span.clone()]));
-    Outcome::Rewritten(Box::new(Rewritten {
+    Ok(Box::new(Rewritten {
         body: splice(body, splices),
         outputs,
         saved_chars,

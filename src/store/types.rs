@@ -312,11 +312,62 @@ pub struct OutputTokens {
 pub struct LedgerBatch {
     pub entries: Vec<(Tenant, LedgerEntry)>,
     pub tokens: Vec<(Tenant, OutputTokens)>,
+    /// Where each row of `entries` is, by what it is counted under: rows
+    /// that differ only in their counts become one ([`LedgerBatch::add`]).
+    /// Lookup only: the rows go in the order they were first added.
+    pub index: std::collections::HashMap<RowKey, usize>,
 }
+
+/// What a ledger row is counted under: its tenant and every column but
+/// the counts (`at` to the millisecond, so no report can tell a merged
+/// row from the rows it sums).
+pub type RowKey = (
+    Tenant,
+    String,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<&'static str>,
+    bool,
+);
 
 impl LedgerBatch {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.tokens.is_empty()
+    }
+
+    /// Adds a row, summed into the batch's row of the same tenant,
+    /// session, time, model, tool, kind and first sight when there is one:
+    /// a request and its upstream's usage (filed at the request's time),
+    /// or requests of one session in the same millisecond, are one row.
+    /// Reports sum rows, so they read the same; the store writes half the
+    /// rows or fewer.
+    pub fn add(&mut self, tenant: Tenant, entry: LedgerEntry) {
+        let key: RowKey = (
+            tenant,
+            entry.session_id.clone(),
+            entry.at,
+            entry.model.clone(),
+            entry.tool.clone(),
+            entry.kind.map(|k| k.as_str()),
+            entry.first_seen,
+        );
+        match self.index.get(&key) {
+            Some(&i) => {
+                let row = &mut self.entries[i].1;
+                row.requests += entry.requests;
+                row.rounds += entry.rounds;
+                row.outputs += entry.outputs;
+                row.chars_saved += entry.chars_saved;
+                row.tokens_saved += entry.tokens_saved;
+                row.usage.add(&entry.usage);
+                row.recall_calls += entry.recall_calls;
+            }
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key.0, entry));
+            }
+        }
     }
 }
 
@@ -374,4 +425,91 @@ pub struct Report {
     pub sessions: Vec<(String, Sums)>,
     /// Saved tokens per model (what pricing needs).
     pub by_model: Vec<crate::pricing::ModelSavings>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(session: &str, at: i64, model: Option<&str>) -> LedgerEntry {
+        LedgerEntry {
+            session_id: session.to_string(),
+            at,
+            model: model.map(str::to_string),
+            ..LedgerEntry::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_sums_rows_that_differ_only_in_their_counts() {
+        let a = Tenant::from_credential("key-a");
+        let b = Tenant::from_credential("key-b");
+        let mut batch = LedgerBatch::default();
+        // A request, then its upstream's usage at the request's time.
+        batch.add(
+            a.clone(),
+            LedgerEntry {
+                requests: 1,
+                ..row("s1", 10, Some("m"))
+            },
+        );
+        batch.add(
+            a.clone(),
+            LedgerEntry {
+                rounds: 1,
+                usage: crate::usage::Usage {
+                    input: 5,
+                    output: 2,
+                    ..Default::default()
+                },
+                ..row("s1", 10, Some("m"))
+            },
+        );
+        // Any other tenant, session, time or model is a row of its own.
+        batch.add(
+            b.clone(),
+            LedgerEntry {
+                requests: 1,
+                ..row("s1", 10, Some("m"))
+            },
+        );
+        batch.add(
+            a.clone(),
+            LedgerEntry {
+                requests: 1,
+                ..row("s2", 10, Some("m"))
+            },
+        );
+        batch.add(
+            a.clone(),
+            LedgerEntry {
+                requests: 1,
+                ..row("s1", 11, Some("m"))
+            },
+        );
+        batch.add(
+            a.clone(),
+            LedgerEntry {
+                rounds: 1,
+                ..row("s1", 10, Some("m-2026"))
+            },
+        );
+        assert_eq!(batch.entries.len(), 5);
+        let (tenant, first) = &batch.entries[0];
+        assert_eq!(tenant, &a);
+        assert_eq!((first.requests, first.rounds), (1, 1));
+        assert_eq!((first.usage.input, first.usage.output), (5, 2));
+        assert_eq!(batch.entries[1].0, b, "rows keep the order they came in");
+        let taken = std::mem::take(&mut batch);
+        assert_eq!(taken.entries.len(), 5);
+        batch.add(
+            a,
+            LedgerEntry {
+                requests: 1,
+                ..row("s1", 10, Some("m"))
+            },
+        );
+        assert_eq!(batch.entries.len(), 1, "a new batch starts empty");
+        assert_eq!(batch.entries[0].1.requests, 1);
+    }
 }

@@ -1633,6 +1633,7 @@ mod ledger {
                     (a.clone(), turn("s_old", t0 + day, 10, 0)),
                 ],
                 tokens: Vec::new(),
+                ..Default::default()
             })
             .unwrap();
             let before = s.report(Some(&a), ReportQuery::default()).unwrap().totals;
@@ -1640,6 +1641,7 @@ mod ledger {
             s.record(LedgerBatch {
                 entries: vec![(a.clone(), turn("s_new", t0 + 40 * day, 1, 1))],
                 tokens: Vec::new(),
+                ..Default::default()
             })
             .unwrap();
             let report = s.sweep().unwrap();
@@ -1685,6 +1687,7 @@ mod ledger {
                         stub_tokens: 250,
                     },
                 )],
+                ..Default::default()
             };
             s.record(batch).unwrap();
             let r = s.report(Some(&a), ReportQuery::default()).unwrap();
@@ -1721,6 +1724,7 @@ mod ledger {
             s.record(LedgerBatch {
                 entries: Vec::new(),
                 tokens: vec![(a.clone(), OutputTokens { result_ref: stored.result_ref.clone(), original_tokens: 1, stub_tokens: 1 })],
+                ..Default::default()
             }).unwrap();
             assert_eq!(s.meta(&a, &stored.result_ref).unwrap().original_tokens, Some(3_750));
             // Nothing recorded: zeros, no rows.

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_ledger.sql"),
     include_str!("migrations/0005_stub_facts.sql"),
     include_str!("migrations/0006_ledger_rollup.sql"),
+    include_str!("migrations/0007_ledger_write_cost.sql"),
 ];
 
 /// The schema version this build writes.

@@ -440,19 +440,21 @@ mod tests {
         }
     }
 
+    /// One request's row.
+    fn request(session: &str, at: i64, model: Option<&str>) -> LedgerEntry {
+        LedgerEntry {
+            requests: 1,
+            ..row(session, at, model)
+        }
+    }
+
     #[test]
     fn a_batch_sums_rows_that_differ_only_in_their_counts() {
         let a = Tenant::from_credential("key-a");
         let b = Tenant::from_credential("key-b");
         let mut batch = LedgerBatch::default();
         // A request, then its upstream's usage at the request's time.
-        batch.add(
-            a.clone(),
-            LedgerEntry {
-                requests: 1,
-                ..row("s1", 10, Some("m"))
-            },
-        );
+        batch.add(a.clone(), request("s1", 10, Some("m")));
         batch.add(
             a.clone(),
             LedgerEntry {
@@ -466,27 +468,9 @@ mod tests {
             },
         );
         // Any other tenant, session, time or model is a row of its own.
-        batch.add(
-            b.clone(),
-            LedgerEntry {
-                requests: 1,
-                ..row("s1", 10, Some("m"))
-            },
-        );
-        batch.add(
-            a.clone(),
-            LedgerEntry {
-                requests: 1,
-                ..row("s2", 10, Some("m"))
-            },
-        );
-        batch.add(
-            a.clone(),
-            LedgerEntry {
-                requests: 1,
-                ..row("s1", 11, Some("m"))
-            },
-        );
+        batch.add(b.clone(), request("s1", 10, Some("m")));
+        batch.add(a.clone(), request("s2", 10, Some("m")));
+        batch.add(a.clone(), request("s1", 11, Some("m")));
         batch.add(
             a.clone(),
             LedgerEntry {
@@ -502,13 +486,7 @@ mod tests {
         assert_eq!(batch.entries[1].0, b, "rows keep the order they came in");
         let taken = std::mem::take(&mut batch);
         assert_eq!(taken.entries.len(), 5);
-        batch.add(
-            a,
-            LedgerEntry {
-                requests: 1,
-                ..row("s1", 10, Some("m"))
-            },
-        );
+        batch.add(a, request("s1", 10, Some("m")));
         assert_eq!(batch.entries.len(), 1, "a new batch starts empty");
         assert_eq!(batch.entries[0].1.requests, 1);
     }

@@ -430,7 +430,13 @@ impl FenceLine {
 /// part of a one-line string. O(1): most lines hold no such thing.
 fn triple_quotes(line: &str) -> usize {
     let delimiter = |s: &str| s.starts_with("\"\"\"") || s.starts_with("'''");
-    let body = line.trim_start_matches(['r', 'u', 'b', 'f', 'R', 'U', 'B', 'F']);
+    // The string prefixes are ASCII: skipped as bytes (a pattern of chars
+    // cost more per line than the rest of this check).
+    let prefix = line
+        .bytes()
+        .take_while(|b| matches!(b, b'r' | b'u' | b'b' | b'f' | b'R' | b'U' | b'B' | b'F'))
+        .count();
+    let body = &line[prefix..];
     let opens = delimiter(body);
     let end = line
         .as_bytes()
@@ -655,7 +661,8 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
         _ => (keyword, after),
     };
     let symbol = |kw: &str, name: &str| {
-        let mut label = String::new();
+        // Sized once: `export async ` at most stands before the keyword.
+        let mut label = String::with_capacity(16 + kw.len() + name.len());
         if is_export && matches!(kw, "function" | "class") {
             label.push_str("export ");
         }
@@ -792,8 +799,11 @@ fn classify(line: &str, indented: bool) -> Option<Found<'_>> {
 /// the parentheses are always empty. (`function name {` is the keyword
 /// form, read with the other `function` forms.)
 fn shell_function(line: &str) -> Option<Found<'static>> {
+    // The name's characters are ASCII: the first byte outside them (the
+    // first byte of a non-ASCII char too) ends it, at a char boundary.
     let end = line
-        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+        .bytes()
+        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':')))
         .unwrap_or(line.len());
     let name = &line[..end];
     let body = line[end..].trim_start().strip_prefix("()")?.trim_start();
@@ -1084,7 +1094,7 @@ fn type_alias(after: &str) -> Option<String> {
 fn binding(after: &str) -> bool {
     let after = after.strip_prefix("mut ").unwrap_or(after).trim_start();
     if after.starts_with(['{', '[']) {
-        return after.contains("} =") || after.contains("] =");
+        return has(after, "} =") || has(after, "] =");
     }
     let Some((_, tail)) = split_identifier(after) else {
         return false;
@@ -1172,10 +1182,12 @@ fn sql(line: &str) -> Option<Found<'_>> {
 /// `where P: FnOnce() -> F {`, `inner: Arc::new(Inner {`,
 /// `match f().await? {`) and were listed as functions before.
 fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Found<'_>> {
-    let open = line.find('(')?;
+    // Byte searches: most lines are looked at here, and `str::find` of a
+    // char cost several times a `memchr` on a line's bytes.
+    let open = memchr::memchr(b'(', line.as_bytes())?;
     let head = line[..open].trim_end();
     let tail = line[open..].trim_end();
-    if tail.ends_with(';') || !head.contains(' ') && !head.contains('*') {
+    if tail.ends_with(';') || memchr::memchr2(b' ', b'*', head.as_bytes()).is_none() {
         return None;
     }
     let name_start = head
@@ -1188,14 +1200,14 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
     if name.is_empty()
         || before.is_empty()
         || !is_path(name.trim_start_matches('~'), ":")
-        || NOT_TYPES.contains(&name)
+        || is_not_type(name)
     {
         return None;
     }
     let type_words_ok = before.split_whitespace().all(|w| {
         let w = w.trim_matches(['*', '&']);
         w.is_empty()
-            || (!NOT_TYPES.contains(&w)
+            || (!is_not_type(w)
                 // A type starts with a letter or `_` (not `12`, a listing's
                 // line number) and never ends in a lone `:` (a field, a
                 // label, a `where` bound).
@@ -1226,6 +1238,7 @@ fn c_like_function(line: &str, had_modifier: bool, indented: bool) -> Option<Fou
 }
 
 /// Words that start statements or expressions, never a type or a function name.
+#[cfg(test)]
 const NOT_TYPES: &[&str] = &[
     "if",
     "for",
@@ -1279,6 +1292,64 @@ const NOT_TYPES: &[&str] = &[
     "operator",
 ];
 
+/// Whether `word` is one of [`NOT_TYPES`]: a `match` on the word, which
+/// compares only against the words of its length, where a walk of the list
+/// called `memcmp` for each of them, several times on every line of code.
+fn is_not_type(word: &str) -> bool {
+    matches!(
+        word,
+        "if" | "for"
+            | "while"
+            | "switch"
+            | "return"
+            | "else"
+            | "new"
+            | "throw"
+            | "case"
+            | "sizeof"
+            | "catch"
+            | "do"
+            | "and"
+            | "or"
+            | "not"
+            | "the"
+            | "a"
+            | "an"
+            | "is"
+            | "to"
+            | "of"
+            | "in"
+            | "match"
+            | "where"
+            | "let"
+            | "mut"
+            | "await"
+            | "yield"
+            | "loop"
+            | "go"
+            | "defer"
+            | "unless"
+            | "until"
+            | "elif"
+            | "foreach"
+            | "lock"
+            | "using"
+            | "with"
+            | "typeof"
+            | "delete"
+            | "assert"
+            | "echo"
+            | "print"
+            | "func"
+            | "fn"
+            | "select"
+            | "__attribute__"
+            | "__declspec"
+            | "decltype"
+            | "operator"
+    )
+}
+
 /// The byte index of the `)` that closes the `(` opening `s`, if on this line.
 fn closing_paren(s: &str) -> Option<usize> {
     let mut depth = 0usize;
@@ -1305,7 +1376,7 @@ fn only_qualifiers(q: &str) -> bool {
     if q.is_empty() {
         return true;
     }
-    if q.contains("=>") || q.contains(" = ") || q.starts_with(['.', '?', '=', ')', '[']) {
+    if has(q, "=>") || has(q, " = ") || q.starts_with(['.', '?', '=', ')', '[']) {
         return false;
     }
     if q.starts_with("->") || q.starts_with(':') {
@@ -1438,13 +1509,11 @@ fn python_block(line: &str) -> bool {
         Some(("else" | "try" | "finally", "")) => true,
         Some(("except", rest)) => rest.is_empty() || split_identifier(rest).is_some(),
         Some(("elif", _)) => true,
-        Some(("if" | "while", rest)) => {
-            rest.contains("==") || rest.contains("!=") || rest.contains('(')
-        }
+        Some(("if" | "while", rest)) => has(rest, "==") || has(rest, "!=") || rest.contains('('),
         Some(("for", rest)) => rest
             .split_once(" in ")
             .is_some_and(|(target, _)| target.split(',').all(|t| is_identifier(t.trim()))),
-        Some(("with", rest)) => rest.contains('(') && rest.contains(" as "),
+        Some(("with", rest)) => rest.contains('(') && has(rest, " as "),
         _ => false,
     }
 }
@@ -1457,6 +1526,26 @@ fn is_call_statement(line: &str) -> bool {
     if !line.ends_with(')') {
         return false;
     }
+    // ASCII callees are read as bytes: the callee is dotted parts, each a
+    // letter, `_` or `$` and then letters, digits, `_` or `$`.
+    let bytes = line.as_bytes();
+    let mut part_start = true;
+    for &b in bytes {
+        match b {
+            b'(' => return !part_start,
+            b'.' if !part_start => part_start = true,
+            b'0'..=b'9' if !part_start => {}
+            b if b.is_ascii_alphabetic() || b == b'_' || b == b'$' => part_start = false,
+            b if b >= 0x80 => return is_call_statement_chars(line),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// [`is_call_statement`] read char by char (callees with non-ASCII names),
+/// `line` without its `;`.
+fn is_call_statement_chars(line: &str) -> bool {
     let end = line
         .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '$' | '.')))
         .unwrap_or(line.len());
@@ -1553,8 +1642,36 @@ fn split_word(s: &str) -> Option<(&str, &str)> {
     }
 }
 
-/// A leading identifier (`[A-Za-z_$][A-Za-z0-9_$]*`) and the rest.
+/// A leading identifier (`[A-Za-z_$][A-Za-z0-9_$]*`, letters and digits
+/// in the Unicode sense) and the rest.
+///
+/// Nearly every line goes through here, some several times: ASCII bytes are
+/// judged as bytes, and the char-by-char reading
+/// ([`split_identifier_chars`]) takes over only at a non-ASCII byte, where
+/// it decides the same way.
 fn split_identifier(s: &str) -> Option<(&str, &str)> {
+    let bytes = s.as_bytes();
+    let first = *bytes.first()?;
+    if first >= 0x80 || first.is_ascii_whitespace() {
+        return split_identifier_chars(s);
+    }
+    if !(first.is_ascii_alphabetic() || first == b'_' || first == b'$') {
+        return None;
+    }
+    for (i, &b) in bytes.iter().enumerate().skip(1) {
+        if b >= 0x80 {
+            return split_identifier_chars(s);
+        }
+        if !(b.is_ascii_alphanumeric() || b == b'_' || b == b'$') {
+            return Some((&s[..i], &s[i..]));
+        }
+    }
+    Some((s, ""))
+}
+
+/// [`split_identifier`] read char by char (Unicode whitespace, letters and
+/// digits).
+fn split_identifier_chars(s: &str) -> Option<(&str, &str)> {
     let s = s.trim_start();
     let first = s.chars().next()?;
     if !(first.is_alphabetic() || first == '_' || first == '$') {
@@ -1570,14 +1687,35 @@ fn is_identifier(s: &str) -> bool {
     split_identifier(s).is_some_and(|(_, rest)| rest.is_empty())
 }
 
-/// Identifiers joined by any of the `separators` (`a.b.c`, `std::io`, `App\X`).
+/// Identifiers joined by any of the `separators` (`a.b.c`, `std::io`, `App\X`),
+/// which are ASCII: a byte is looked up among them, not a `char` searched
+/// for in a string (which cost more than the rest of the check).
 fn is_path(s: &str, separators: &str) -> bool {
+    let separators = separators.as_bytes();
     !s.is_empty()
         && s.chars()
             .next()
             .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '@' || c == '\\')
-        && s.chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '@' || separators.contains(c))
+        && s.chars().all(|c| {
+            if c.is_ascii() {
+                let b = c as u8;
+                b.is_ascii_alphanumeric() || b == b'_' || b == b'@' || separators.contains(&b)
+            } else {
+                c.is_alphanumeric()
+            }
+        })
+}
+
+/// Whether `needle` occurs in `hay`: a search for its first byte and a
+/// comparison. The lines looked in are short and the needles a few ASCII
+/// bytes, where setting up the standard library's substring searcher on
+/// every call cost more than the search.
+fn has(hay: &str, needle: &str) -> bool {
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    memchr::memchr_iter(first, hay).any(|i| hay[i + 1..].starts_with(rest))
 }
 
 #[cfg(test)]
@@ -1629,6 +1767,58 @@ mod tests {
             assert!(is_modifier(w), "{w}");
         }
         assert!(!is_modifier("class"));
+    }
+
+    #[test]
+    fn not_type_matcher_agrees_with_the_list() {
+        for w in NOT_TYPES {
+            assert!(is_not_type(w), "{w}");
+        }
+        assert!(!is_not_type("int"));
+        assert!(!is_not_type(""));
+    }
+
+    /// The byte readings of identifiers and calls decide as the char
+    /// readings do, non-ASCII letters, digits and blanks included.
+    #[test]
+    fn byte_readings_agree_with_char_readings() {
+        let samples = [
+            "",
+            " x",
+            "\u{a0}x",
+            "x",
+            "x1 y",
+            "_a$b(c)",
+            "1x",
+            "é(x)",
+            "aé(x)",
+            "a.é(x)",
+            "a²(x)",
+            "a.b.c(d)",
+            "a..b()",
+            ".a()",
+            "a.()",
+            "a.1b()",
+            "$()",
+            "a ()",
+            "Ωmega.x()",
+            "f(x);",
+            "x\u{2003}(y)",
+            "٣a()",
+            "a٣()",
+            "ab\u{a0}",
+            "f()",
+            "(x)",
+        ];
+        for s in samples {
+            assert_eq!(split_identifier(s), split_identifier_chars(s), "{s:?}");
+            let line = s.strip_suffix(';').unwrap_or(s);
+            let chars = line.ends_with(')') && is_call_statement_chars(line);
+            assert_eq!(is_call_statement(s), chars, "{s:?}");
+            for needle in ["==", " as ", "(", "é", ""] {
+                assert_eq!(has(s, needle), s.contains(needle), "{s:?} {needle:?}");
+            }
+        }
     }
 
     fn code(text: &str) -> Option<Synopsis> {

@@ -2,11 +2,12 @@
 //!
 //! The real `toolstub` binary, a child process, serves mixed traffic at a
 //! fixed concurrency for a fixed time in front of a mock upstream, on
-//! loopback: passthrough GETs, small chat completions, rewriting chat
-//! completions with large outputs (new and repeated), streaming (plain and
-//! through the recall splice), and recall rounds (the mock calls
-//! `tool_result_read` once when it sees a stub in a request marked for
-//! recall). The store runs with a small `max_bytes` and a short sweep
+//! loopback: passthrough GETs and, each in all three APIs (Chat
+//! Completions, Anthropic Messages, Responses, a third of the time each),
+//! small requests, rewriting requests with large outputs (new and
+//! repeated), streaming (plain and with stubs), and recall rounds (the mock
+//! calls `tool_result_read` once when it sees a stub in a request marked for
+//! recall; Responses recall rounds stream). The store runs with a small `max_bytes` and a short sweep
 //! interval, so retention must hold the database size.
 //!
 //! Every few seconds it samples the proxy's RSS and the database and WAL
@@ -73,6 +74,115 @@ fn pick(n: u64) -> Kind {
         15..=16 => Kind::StreamStub,
         _ => Kind::Recall,
     }
+}
+
+/// The API a request speaks. Every kind but `Passthrough` is sent in all
+/// three shapes, a third of the time each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Messages,
+    Responses,
+}
+
+const APIS: [Api; 3] = [Api::Chat, Api::Messages, Api::Responses];
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// The credential header, as each API's clients send it.
+    fn auth(self, key: &'static str) -> (&'static str, &'static str) {
+        match self {
+            Api::Messages => ("x-api-key", key.trim_start_matches("Bearer ")),
+            Api::Chat | Api::Responses => ("authorization", key),
+        }
+    }
+
+    /// A request with one user message.
+    fn small(self, text: &str, stream: bool) -> String {
+        let ask = serde_json::json!(text);
+        let stream = if stream { r#","stream":true"# } else { "" };
+        match self {
+            Api::Chat => format!(
+                r#"{{"model":"mock","messages":[{{"role":"user","content":{ask}}}]{stream}}}"#
+            ),
+            Api::Messages => format!(
+                r#"{{"model":"claude-mock","max_tokens":64,"messages":[{{"role":"user","content":{ask}}}]{stream}}}"#
+            ),
+            Api::Responses => format!(
+                r#"{{"model":"gpt-mock","input":[{{"type":"message","role":"user","content":{ask}}}]{stream}}}"#
+            ),
+        }
+    }
+
+    /// A request whose one tool call `id` returned `output`.
+    fn tool(self, id: &str, output: &str, ask: &str, stream: bool) -> String {
+        let extra = if stream { r#","stream":true"# } else { "" };
+        let (ask, json) = (serde_json::json!(ask), serde_json::json!(output));
+        match self {
+            Api::Chat => support::chat_body(&[id.to_string()], &[output], extra).replacen(
+                r#""content":"go""#,
+                &format!(r#""content":{ask}"#),
+                1,
+            ),
+            Api::Messages => format!(
+                r#"{{"model":"claude-mock","max_tokens":64,"messages":[{{"role":"user","content":{ask}}},{{"role":"assistant","content":[{{"type":"tool_use","id":"{id}","name":"fetch","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"{id}","content":{json}}}]}}]{extra}}}"#
+            ),
+            Api::Responses => format!(
+                r#"{{"model":"gpt-mock","input":[{{"type":"message","role":"user","content":{ask}}},{{"type":"function_call","call_id":"{id}","name":"fetch","arguments":"{{}}"}},{{"type":"function_call_output","call_id":"{id}","output":{json}}}]{extra}}}"#
+            ),
+        }
+    }
+
+    /// Whether a recall round of this API is sent streaming (the mock's
+    /// Responses recall round only streams).
+    fn recall_streams(self) -> bool {
+        self == Api::Responses
+    }
+
+    /// Whether `text` is the whole answer a request of `kind` expects.
+    fn answered(self, kind: Kind, text: &str) -> bool {
+        let streamed = matches!(kind, Kind::Stream | Kind::StreamStub)
+            || (kind == Kind::Recall && self.recall_streams());
+        let whole = match (self, streamed) {
+            (Api::Chat, true) => text.ends_with("data: [DONE]\n\n") && !text.contains("\"error\""),
+            (Api::Messages, true) => {
+                text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+                    && !text.contains("event: error")
+            }
+            (Api::Responses, true) => {
+                text.contains("event: response.completed") && !text.contains("event: error")
+            }
+            (_, false) => true,
+        };
+        whole
+            && match (self, kind) {
+                (_, Kind::Passthrough) => text.contains("\"owned_by\":\"soak\""),
+                (Api::Chat, Kind::Recall) => text.contains("READ ok"),
+                // The mock's answer once its `tool_result_read` is answered.
+                (_, Kind::Recall) => text.contains("word14"),
+                (_, Kind::Stream | Kind::StreamStub) => true,
+                _ => text.contains("Done."),
+            }
+    }
+}
+
+/// The counter of requests of this kind in this API (`Passthrough`, a GET
+/// of no API, counts in the first).
+fn slot(kind: Kind, api: Api) -> usize {
+    let k = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+    let a = if kind == Kind::Passthrough {
+        0
+    } else {
+        APIS.iter().position(|a| *a == api).unwrap_or(0)
+    };
+    k * APIS.len() + a
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -201,7 +311,16 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mock = support::start_mock(Arc::new(mock_answer), 1);
+    let mock = support::start_streaming_mock(
+        Arc::new(
+            |parts: &http::request::Parts, body: &Bytes| match parts.uri.path() {
+                "/v1/messages" => support::anthropic_answer(parts, body),
+                "/v1/responses" => support::responses_answer(parts, body),
+                _ => mock_answer(parts, body).map(http_body_util::BodyExt::boxed),
+            },
+        ),
+        1,
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("soak.db");
     let wal = dir.path().join("soak.db-wal");
@@ -223,7 +342,11 @@ fn main() {
             .collect(),
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let done: Arc<Vec<AtomicU64>> = Arc::new(KINDS.iter().map(|_| AtomicU64::new(0)).collect());
+    let done: Arc<Vec<AtomicU64>> = Arc::new(
+        (0..KINDS.len() * APIS.len())
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+    );
     let errors = Arc::new(AtomicU64::new(0));
     let first_errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let latency_max_ms = Arc::new(AtomicU64::new(0));
@@ -248,6 +371,7 @@ fn main() {
                 while !stop.load(Ordering::Relaxed) {
                     seq += 1;
                     let kind = pick(rng.next());
+                    let api = APIS[(rng.next() % APIS.len() as u64) as usize];
                     let key = KEYS[(rng.next() % KEYS.len() as u64) as usize];
                     let repeated = || {
                         let i = (rng.clone().next() % pool.len() as u64) as usize;
@@ -255,15 +379,10 @@ fn main() {
                     };
                     let (method, path, body) = match kind {
                         Kind::Passthrough => ("GET", "/v1/models", String::new()),
-                        Kind::SmallChat => (
+                        Kind::SmallChat | Kind::Stream => (
                             "POST",
-                            "/v1/chat/completions",
-                            format!(r#"{{"model":"mock","messages":[{{"role":"user","content":"hello {seq}"}}]}}"#),
-                        ),
-                        Kind::Stream => (
-                            "POST",
-                            "/v1/chat/completions",
-                            format!(r#"{{"model":"mock","stream":true,"messages":[{{"role":"user","content":"hello {seq}"}}]}}"#),
+                            api.path(),
+                            api.small(&format!("hello {seq}"), kind == Kind::Stream),
                         ),
                         Kind::RewriteNew => {
                             let chars = rng.range(25_000, 120_000) as usize;
@@ -272,11 +391,7 @@ fn main() {
                                 chars,
                             );
                             let id = format!("call_w{w}_{seq}");
-                            (
-                                "POST",
-                                "/v1/chat/completions",
-                                support::chat_body(&[id], &[&text], ""),
-                            )
+                            ("POST", api.path(), api.tool(&id, &text, "go", false))
                         }
                         Kind::RewriteRepeated | Kind::StreamStub | Kind::Recall => {
                             let (id, text) = repeated();
@@ -293,20 +408,12 @@ fn main() {
                             } else {
                                 (id, text)
                             };
-                            let extra = if kind == Kind::StreamStub {
-                                r#","stream":true"#
-                            } else {
-                                ""
+                            let (ask, stream) = match (kind, api) {
+                                (Kind::Recall, Api::Chat) => ("recall", false),
+                                (Kind::Recall, _) => (support::RECALL_MARKER, api.recall_streams()),
+                                _ => ("go", kind == Kind::StreamStub),
                             };
-                            let mut body = support::chat_body(&[id], &[&text], extra);
-                            if kind == Kind::Recall {
-                                body = body.replacen(
-                                    r#""content":"go""#,
-                                    r#""content":"recall""#,
-                                    1,
-                                );
-                            }
-                            ("POST", "/v1/chat/completions", body)
+                            ("POST", api.path(), api.tool(&id, &text, ask, stream))
                         }
                     };
                     let t = Instant::now();
@@ -314,7 +421,7 @@ fn main() {
                         &client,
                         method,
                         format!("http://{addr}{path}"),
-                        &[("authorization", key), ("content-type", "application/json")],
+                        &[api.auth(key), ("content-type", "application/json")],
                         Bytes::from(body),
                         Duration::from_secs(60),
                     )
@@ -325,27 +432,18 @@ fn main() {
                         Ok((status, _)) if *status != 200 => Some(format!("status {status}")),
                         Ok((_, body)) => {
                             let text = String::from_utf8_lossy(body);
-                            let ok = match kind {
-                                Kind::Stream | Kind::StreamStub => {
-                                    text.ends_with("data: [DONE]\n\n") && !text.contains("\"error\"")
-                                }
-                                Kind::Recall => text.contains("READ ok"),
-                                Kind::Passthrough => text.contains("\"owned_by\":\"soak\""),
-                                _ => text.contains("Done."),
-                            };
-                            (!ok).then(|| format!("unexpected body: {}", &text[..text.len().min(300)]))
+                            (!api.answered(kind, &text)).then(|| format!("unexpected body: {}", &text[..text.len().min(300)]))
                         }
                     };
                     match problem {
                         None => {
-                            done[KINDS.iter().position(|k| *k == kind).unwrap_or(0)]
-                                .fetch_add(1, Ordering::Relaxed);
+                            done[slot(kind, api)].fetch_add(1, Ordering::Relaxed);
                         }
                         Some(p) => {
                             errors.fetch_add(1, Ordering::Relaxed);
                             let mut first = first_errors.lock().expect("lock");
                             if first.len() < 10 {
-                                first.push(format!("{kind:?}: {p}"));
+                                first.push(format!("{api:?} {kind:?}: {p}"));
                             }
                         }
                     }
@@ -459,8 +557,17 @@ fn main() {
         "| requests completed | {total} ({:.0} req/s) |",
         total as f64 / elapsed.as_secs_f64()
     );
-    for (i, k) in KINDS.iter().enumerate() {
-        println!("| {k:?} | {} |", done[i].load(Ordering::Relaxed));
+    for k in KINDS {
+        let apis = if k == Kind::Passthrough {
+            &APIS[..1]
+        } else {
+            &APIS[..]
+        };
+        let counts: Vec<String> = apis
+            .iter()
+            .map(|a| format!("{a:?} {}", done[slot(k, *a)].load(Ordering::Relaxed)))
+            .collect();
+        println!("| {k:?} | {} |", counts.join(", "));
     }
     println!("| errors (client side) | **{errors}** |");
     println!("| 5xx in the proxy's metrics | {proxy_5xx} |");

@@ -10,7 +10,11 @@
 //!   directly, through the proxy and through the bare forwarder, and reports
 //!   the medians over rounds of p50/p99 latency and throughput, the added
 //!   latency, the cost of a request carrying a 1 MB JSON tool output (first
-//!   seen, back to back and after an idle gap; repeated), and the proxy's
+//!   seen, back to back and after an idle gap; repeated; chat alone, then
+//!   in each API's shape interleaved, where six new 1 MB outputs per round
+//!   keep the store's indexer busy), the first-seen row against the stored
+//!   baseline `benches/loadbench-baseline.json` (exit status 3 at 2x or
+//!   more), and the proxy's
 //!   RSS idle and under load. Saturating rows alternate batches per path;
 //!   paced rows run the direct path and one other side by side (each at the
 //!   full rate), because this machine has slow spells of 20-60 ms that
@@ -300,12 +304,19 @@ fn main() {
             ];
             // Chat's shape stays first: the table above is `costs[0]`.
             let shapes: Vec<&Shape> = shapes.iter().filter(|s| only.covers(s.api)).collect();
-            let costs = large_output_cost(mock_addr, proxy_addr, &shapes, only == Only::All).await;
+            // The headline row: one client's 1 MB outputs back to back, the
+            // store seeing only them (as an agent's burst of turns would).
+            // Interleaved with the other five shapes' new outputs (below),
+            // the writer is never quiet and indexes 5 MB more between two
+            // of these: that row measures a saturated store, not this cost.
+            let alone = large_output_cost(mock_addr, proxy_addr, &shapes[..1], 0, only == Only::All).await;
+            let chat = &alone[0];
+            check_baseline(chat.first_seen);
+            let costs = large_output_cost(mock_addr, proxy_addr, &shapes, 1, false).await;
             loaded_rss = loaded_rss.max(support::rss_kib(targets.proxy_pid));
-            let chat = &costs[0];
             println!("| request with a 1 MB JSON tool output (c=1, median of {} each) | added latency |", chat.samples);
             println!("|---|---|");
-            println!("| first seen, back to back (new content: synopsis, SHA-256, durable insert) | **{}** |", ms(chat.first_seen));
+            println!("| first seen, back to back (new content: synopsis, SHA-256, durable insert; chat alone) | **{}** |", ms(chat.first_seen));
             if let Some(after_idle) = chat.first_seen_after_idle {
                 println!("| first seen, each after {} ms idle (as between agent turns) | **{}** |", IDLE_GAP.as_millis(), ms(after_idle));
             }
@@ -349,6 +360,36 @@ fn main() {
     drop((proxy, bare, pg_proxy));
     drop(pg_schema);
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(regression) = REGRESSION.get() {
+        eprintln!("\nloadbench: REGRESSION: {regression}");
+        std::process::exit(3);
+    }
+}
+
+/// The stored baseline of the load bench's first-seen row, measured on this
+/// kind of machine; a run at twice it or more fails (exit status 3).
+const BASELINE: &str = "benches/loadbench-baseline.json";
+/// A regression found by [`check_baseline`], reported once the proxy is down.
+static REGRESSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Compares the first-seen 1 MB chat row (seconds) with [`BASELINE`].
+fn check_baseline(first_seen: f64) {
+    let stored = std::fs::read_to_string(BASELINE)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["first_seen_1mb_chat_ms"].as_f64());
+    let Some(baseline_ms) = stored else {
+        println!("(No first-seen baseline at {BASELINE}: nothing to compare.)\n");
+        return;
+    };
+    let ratio = first_seen * 1e3 / baseline_ms;
+    println!("First seen against the stored baseline ({BASELINE}: {baseline_ms:.3} ms): **{ratio:.2}x** (a run at 2x or more fails).\n");
+    if ratio >= 2.0 {
+        let _ = REGRESSION.set(format!(
+            "a first-seen 1 MB chat output added {:.3} ms, {ratio:.2}x the stored baseline of {baseline_ms:.3} ms ({BASELINE})",
+            first_seen * 1e3
+        ));
+    }
 }
 
 /// `program`, pinned to `cpu` with taskset when given.
@@ -1070,18 +1111,20 @@ fn chat_tool_body(ask: &str, output: &str, stream: bool) -> serde_json::Value {
 /// The 1 MB rows: for each shape, a request with new content (first seen)
 /// and the same request again (repeated), against the direct request of a
 /// new body, the shapes interleaved request by request; with `idle`, the
-/// first shape's first-seen request also after an idle gap.
+/// first shape's first-seen request also after an idle gap. Each `series`
+/// has contents of its own, so no call sees another's outputs again.
 async fn large_output_cost(
     mock: SocketAddr,
     proxy: SocketAddr,
     shapes: &[&Shape],
+    series: u64,
     idle: bool,
 ) -> Vec<LargeCost> {
     let client = support::client();
     let samples = 30;
     // Each shape its own contents: the memo and the store must not know
     // one shape's output from another's.
-    let salt = |shape: usize, n: u64| shape as u64 * 1_000_000 + n;
+    let salt = |shape: usize, n: u64| series * 100_000_000 + shape as u64 * 1_000_000 + n;
     let payload = |shape: usize, n: u64| {
         Payload::new(shapes[shape].api, (shapes[shape].build)(salt(shape, n)))
     };

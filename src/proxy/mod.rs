@@ -39,11 +39,11 @@ use crate::protocol::Flavor;
 use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
 use anyhow::{Context, Result};
 use body::{boxed, full};
+use futures_util::FutureExt;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -349,19 +349,24 @@ impl Server {
 }
 
 /// The accept loop: one task per connection, HTTP/1.1, graceful shutdown.
+///
+/// Connections are served by hyper's own HTTP/1 connection (the server
+/// speaks HTTP/1.1 only), with upgrades: a WebSocket connection is
+/// tunnelled to the upstream as it is ([`tunnel`]). hyper-util's `auto`
+/// builder did the same at a cost on every request: it first read the
+/// connection's opening bytes to tell HTTP/2 from HTTP/1 and then served
+/// every read through a rewinding wrapper. Graceful shutdown is done here:
+/// each connection task holds a receiver of `drain`; on shutdown each
+/// connection finishes the request it is serving and closes, and the loop
+/// waits (within the grace period) until every receiver is gone.
 pub async fn run(
     listener: TcpListener,
     app: Arc<App>,
     role: Role,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
-    // HTTP/1.1 with upgrades (WebSocket connections are tunnelled to the
-    // upstream as they are); hyper-util's builder, because its upgradeable
-    // connection can be drained gracefully.
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
-    let mut http1 = builder.http1();
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(TokioTimer::new())
         .header_read_timeout(app.config.header_read_timeout)
@@ -386,30 +391,51 @@ pub async fn run(
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let service = service_fn(move |req| handle(app.clone(), role, req));
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let watched = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = watched.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
+                let conn = http1
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                let draining = draining.clone();
+                tokio::spawn(serve_until_drained(conn, draining));
             }
             () = &mut shutdown => break,
         }
     }
     drop(listener);
+    drop(draining);
+    let _ = drain.send(true);
     let grace = app.config.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, drain.closed()).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
             "requests still in flight after the grace period"
         );
     }
+}
+
+/// Serves one connection; once `draining` turns true (or its sender is
+/// gone), the request in flight is finished and the connection closed.
+/// The receiver is held until then: the accept loop's drain waits for it.
+async fn serve_until_drained<I, S>(
+    conn: hyper::server::conn::http1::UpgradeableConnection<I, S>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = BoxBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        biased;
+        ended = conn.as_mut() => ended,
+        _ = draining.wait_for(|drain| *drain).map(|seen| seen.map(drop)) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+    drop(draining);
 }
 
 /// Serves one request and records its metrics and log line.

@@ -383,6 +383,38 @@ async fn other_routes_pass_through_unchanged() {
 }
 
 #[tokio::test]
+async fn shutdown_lets_the_request_in_flight_finish_then_closes() {
+    // The upstream answers a while after it has the request, so shutdown
+    // starts with the request in flight on a kept-alive connection.
+    let script: Script = Arc::new(|_: &Recorded| {
+        Reply::After(Duration::from_millis(300), Box::new(ok_json("finished")))
+    });
+    let s = setup(script).await;
+    let client = client();
+    let url = s.url("/v1/chat/completions");
+    let body = r#"{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}"#;
+    let in_flight = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { send(&client, "POST", url, &[("authorization", KEY)], body).await }
+    });
+    while s.mock.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let Setup { proxy, mock, _dir } = s;
+    let addr = proxy.addr;
+    proxy.shutdown().await;
+    let (status, _, answer) = in_flight.await.expect("the request task");
+    assert_eq!(status, 200, "the request in flight was answered");
+    let v: Value = serde_json::from_slice(&answer).expect("json");
+    assert_eq!(v["choices"][0]["message"]["content"], "finished");
+    assert_eq!(mock.requests().len(), 1);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting once shut down"
+    );
+}
+
+#[tokio::test]
 async fn upstream_errors_pass_through_with_their_headers() {
     let script: Script = Arc::new(|_: &Recorded| {
         Reply::Full(

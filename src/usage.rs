@@ -120,9 +120,26 @@ impl Observed {
     }
 }
 
+/// A reading of usage out of a JSON value, as a function.
+pub type ExtractFn = Box<dyn Fn(&Value) -> Option<Reported> + Send + Sync>;
+
 /// Reads one protocol's usage out of a JSON value (a whole response or one
 /// event's data).
-pub type Extract = Box<dyn Fn(&Value) -> Option<Reported> + Send + Sync>;
+pub enum Extract {
+    /// The protocol's own reading ([`crate::protocol::Protocol::usage`]):
+    /// the proxy's, set up per response without an allocation.
+    Protocol(&'static dyn crate::protocol::Protocol),
+    Fn(ExtractFn),
+}
+
+impl Extract {
+    fn reported(&self, value: &Value) -> Option<Reported> {
+        match self {
+            Extract::Protocol(protocol) => protocol.usage(value),
+            Extract::Fn(f) => f(value),
+        }
+    }
+}
 
 /// A whole JSON body is kept for its usage up to this size; a larger one
 /// is passed through unread (responses carry usage at their end, and no
@@ -158,13 +175,33 @@ impl UsageScanner {
         content_type: Option<&str>,
         extract: impl Fn(&Value) -> Option<Reported> + Send + Sync + 'static,
     ) -> UsageScanner {
-        let extract: Extract = Box::new(extract);
-        let content_type = content_type.unwrap_or("").to_ascii_lowercase();
-        let mode = if content_type.starts_with("text/event-stream") {
+        UsageScanner::with(content_type, Extract::Fn(Box::new(extract)))
+    }
+
+    /// A scanner for a body of this content type, read as `protocol` reads
+    /// usage.
+    pub fn for_protocol(
+        content_type: Option<&str>,
+        protocol: &'static dyn crate::protocol::Protocol,
+    ) -> UsageScanner {
+        UsageScanner::with(content_type, Extract::Protocol(protocol))
+    }
+
+    fn with(content_type: Option<&str>, extract: Extract) -> UsageScanner {
+        let content_type = content_type.unwrap_or("").as_bytes();
+        let starts = |prefix: &str| {
+            content_type
+                .get(..prefix.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+        };
+        let mode = if starts("text/event-stream") {
             Mode::Sse(Vec::new())
-        } else if content_type.starts_with(crate::protocol::bedrock::eventstream::CONTENT_TYPE) {
+        } else if starts(crate::protocol::bedrock::eventstream::CONTENT_TYPE) {
             Mode::EventStream(Box::default())
-        } else if content_type.contains("json") {
+        } else if content_type
+            .windows(4)
+            .any(|w| w.eq_ignore_ascii_case(b"json"))
+        {
             Mode::Json(Vec::new())
         } else {
             Mode::Off
@@ -244,11 +281,14 @@ fn read_line(observed: &mut Observed, extract: &Extract, line: &[u8]) {
 
 /// Parses `data` only if it can hold usage.
 fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
-    if memchr::memmem::find(data, b"\"usage\"").is_none() {
+    // Built once: a searcher set up per call cost more than the search.
+    static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
+    if USAGE.find(data).is_none() {
         return;
     }
     let slim = std::str::from_utf8(data).ok().and_then(slim);
-    if let Some(reported) = slim.as_ref().and_then(extract) {
+    if let Some(reported) = slim.as_ref().and_then(|v| extract.reported(v)) {
         observed.apply(reported);
     }
 }

@@ -181,11 +181,12 @@ fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Opt
 pub(super) async fn handle(
     app: &Arc<App>,
     api: Api,
+    memo: &super::TenantMemo,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
     let (mut parts, body) = req.into_parts();
-    let mut tenant = tenant_of_request(&parts.headers, &parts.uri);
+    let mut tenant = tenant_of_request(&parts.headers, &parts.uri, memo);
     let mut accounting = Accounting::of(app, api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);

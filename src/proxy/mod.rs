@@ -390,7 +390,8 @@ pub async fn run(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| handle(app.clone(), role, req));
+                let memo = Arc::new(TenantMemo::default());
+                let service = service_fn(move |req| handle(app.clone(), role, memo.clone(), req));
                 let conn = http1
                     .serve_connection(TokioIo::new(stream), service)
                     .with_upgrades();
@@ -442,13 +443,17 @@ async fn serve_until_drained<I, S>(
 async fn handle(
     app: Arc<App>,
     role: Role,
+    memo: Arc<TenantMemo>,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
     let route = Route::of(req.method(), req.uri().path());
     let flavor = route.flavor(req.uri().path(), req.headers());
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    // For the log line and the few answers that name the path: a count on
+    // the request's URI, not a copy of it.
+    let uri = req.uri().clone();
+    let path = uri.path();
     let separate_operator =
         app.config.operator_api.enabled && app.config.operator_api.listen.is_some();
     let result = match route {
@@ -459,7 +464,7 @@ async fn handle(
             ))
         }
         Route::Operator => operator::handle(&app, req).await,
-        Route::Dashboard => dashboard::handle(&app, &method, &path),
+        Route::Dashboard => dashboard::handle(&app, &method, path),
         _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
             "this address serves the operator API only (/toolstub/v1/...), not {path}"
         ))),
@@ -473,7 +478,7 @@ async fn handle(
                 text,
             ))
         }
-        Route::Api(api) => api::handle(&app, api, req).await,
+        Route::Api(api) => api::handle(&app, api, &memo, req).await,
         Route::ResponseById => responses::by_id(&app, req).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
@@ -601,9 +606,9 @@ fn tapped<B>(response: Response<B>, tap: Option<usage_tap::Tap>) -> Response<usa
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    response.map(|body| usage_tap::Tapped::new(body, content_type.as_deref(), tap))
+        .and_then(|v| v.to_str().ok());
+    let watch = usage_tap::Watch::of(content_type, tap);
+    response.map(|body| usage_tap::Tapped::new(body, watch))
 }
 
 /// The upstream request for the client's request parts; `content_length`
@@ -614,11 +619,13 @@ fn upstream_request(
     body: BoxBody,
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
-    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let flavor =
         Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers);
-    let uri = app.upstream.uri_for(path_and_query, flavor)?;
+    let (uri, host) = app.upstream.target(&parts.uri, flavor)?;
     let mut headers = upstream_headers(&parts.headers);
+    if let Some(host) = host {
+        headers.insert(header::HOST, host);
+    }
     if let Some(n) = content_length {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
     }
@@ -699,17 +706,17 @@ where
 }
 
 /// [`tenant_of`] for a request that may carry its key in the query (the
-/// Gemini API's `?key=`), when no header names a credential.
-pub fn tenant_of_request(headers: &HeaderMap, uri: &http::Uri) -> Tenant {
-    let tenant = tenant_of(headers);
-    if tenant != Tenant::anonymous() {
+/// Gemini API's `?key=`), when no header names a credential; `memo` holds
+/// the tenant of the connection's last credential.
+pub(crate) fn tenant_of_request(headers: &HeaderMap, uri: &http::Uri, memo: &TenantMemo) -> Tenant {
+    if let Some(tenant) = header_tenant(headers, Some(memo)) {
         return tenant;
     }
     uri.query()
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("key=").filter(|k| !k.is_empty()))
-        .map_or(tenant, Tenant::from_credential)
+        .map_or_else(Tenant::anonymous, Tenant::from_credential)
 }
 
 /// SPEC section 6: the tenant is the first 16 hex digits of the SHA-256 of
@@ -717,25 +724,64 @@ pub fn tenant_of_request(headers: &HeaderMap, uri: &http::Uri) -> Tenant {
 /// `x-goog-api-key`), or `anonymous`. The credential itself goes nowhere
 /// else.
 pub fn tenant_of(headers: &HeaderMap) -> Tenant {
-    [
+    header_tenant(headers, None).unwrap_or_else(Tenant::anonymous)
+}
+
+/// The tenant a credential header names; `None` without one, or when it
+/// is a SigV4 signature: a signature differs on every request, and its
+/// access key is no secret, so such a request has no tenant of its own
+/// until its signature checks good (`aws::AwsSigner::decide`).
+fn header_tenant(headers: &HeaderMap, memo: Option<&TenantMemo>) -> Option<Tenant> {
+    let value = [
         header::AUTHORIZATION.as_str(),
         "x-api-key",
         "api-key",
         "x-goog-api-key",
     ]
     .iter()
-    .find_map(|name| headers.get(*name))
-    .map_or_else(Tenant::anonymous, |value| {
-        let value = String::from_utf8_lossy(value.as_bytes());
-        // A SigV4 signature differs on every request, and its access key
-        // is no secret: such a request has no tenant of its own until its
-        // signature checks good (`aws::AwsSigner::decide`).
-        if aws::is_sigv4(&value) {
-            Tenant::anonymous()
-        } else {
-            Tenant::from_credential(&value)
-        }
-    })
+    .find_map(|name| headers.get(*name))?;
+    if let Some(tenant) = memo.and_then(|m| m.get(value)) {
+        return Some(tenant);
+    }
+    let credential = String::from_utf8_lossy(value.as_bytes());
+    if aws::is_sigv4(&credential) {
+        return None;
+    }
+    let tenant = Tenant::from_credential(&credential);
+    if let Some(memo) = memo {
+        memo.set(value, &tenant);
+    }
+    Some(tenant)
+}
+
+/// The tenant of one connection's last credential, so that the requests a
+/// client sends on one connection (nearly always with one credential)
+/// hash it once. Held in memory for the connection's life only, never
+/// logged (no `Debug`) nor stored; a request with another credential
+/// replaces it. SigV4 values are never held (they name no tenant).
+#[derive(Default)]
+pub(crate) struct TenantMemo(std::sync::Mutex<Option<(Box<[u8]>, Tenant)>>);
+
+impl TenantMemo {
+    fn get(&self, credential: &header::HeaderValue) -> Option<Tenant> {
+        let held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        held.as_ref()
+            .filter(|(value, _)| **value == *credential.as_bytes())
+            .map(|(_, tenant)| tenant.clone())
+    }
+
+    /// Holds a copy: the header's own bytes share the connection's read
+    /// buffer, which hyper reuses only once nothing else holds it.
+    fn set(&self, credential: &header::HeaderValue, tenant: &Tenant) {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *held = Some((credential.as_bytes().into(), tenant.clone()));
+    }
 }
 
 /// `GET` of `path` on `base_url` with the upstream client (HTTP or HTTPS,
@@ -869,6 +915,40 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_remembers_its_last_credential_and_nothing_else() {
+        let with = |name: &str, value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                value.parse().expect("value"),
+            );
+            h
+        };
+        let uri: http::Uri = "/v1/chat/completions".parse().expect("uri");
+        let memo = TenantMemo::default();
+        let (a, b) = (with("authorization", "Bearer a"), with("x-api-key", "b"));
+        for _ in 0..2 {
+            // Each credential names its own tenant, remembered or not.
+            assert_eq!(tenant_of_request(&a, &uri, &memo), tenant_of(&a));
+            assert_eq!(tenant_of_request(&b, &uri, &memo), tenant_of(&b));
+        }
+        assert_ne!(tenant_of(&a), tenant_of(&b));
+        assert_eq!(tenant_of(&a), Tenant::from_credential("Bearer a"));
+        // A signature is never remembered as a tenant.
+        let signed = with(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261202/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=aa",
+        );
+        assert_eq!(tenant_of_request(&signed, &uri, &memo), Tenant::anonymous());
+        assert_eq!(tenant_of_request(&b, &uri, &memo), tenant_of(&b));
+        assert_eq!(tenant_of_request(&signed, &uri, &memo), Tenant::anonymous());
+        assert_eq!(
+            tenant_of_request(&HeaderMap::new(), &uri, &memo),
+            Tenant::anonymous()
+        );
+    }
+
+    #[test]
     fn a_key_in_the_query_names_the_tenant_when_no_header_does() {
         let uri = |q: &str| -> http::Uri {
             format!("/v1beta/models/m:generateContent?{q}")
@@ -876,8 +956,9 @@ mod tests {
                 .expect("uri")
         };
         let none = HeaderMap::new();
-        let a = tenant_of_request(&none, &uri("key=AIza-a"));
-        let b = tenant_of_request(&none, &uri("alt=sse&key=AIza-b"));
+        let memo = TenantMemo::default();
+        let a = tenant_of_request(&none, &uri("key=AIza-a"), &memo);
+        let b = tenant_of_request(&none, &uri("alt=sse&key=AIza-b"), &memo);
         assert_ne!(a, b, "one key never reads another's outputs");
         assert_ne!(a, Tenant::anonymous());
         let mut header = HeaderMap::new();
@@ -888,12 +969,12 @@ mod tests {
             "the same key in a header is the same tenant"
         );
         assert_eq!(
-            tenant_of_request(&header, &uri("key=AIza-b")),
+            tenant_of_request(&header, &uri("key=AIza-b"), &memo),
             a,
             "a header wins"
         );
         assert_eq!(
-            tenant_of_request(&none, &uri("apikey=x&key=")),
+            tenant_of_request(&none, &uri("apikey=x&key="), &memo),
             Tenant::anonymous()
         );
     }

@@ -8,7 +8,7 @@ use super::error::ProxyError;
 use crate::config::UpstreamConfig;
 use crate::protocol::Flavor;
 use anyhow::{Context, Result};
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -33,6 +33,9 @@ const HOP_BY_HOP: [&str; 9] = [
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, BoxBody>,
     base: Uri,
+    /// The `Host` header of a request to `base`, as the client would
+    /// write it (built once, not per request).
+    base_host: Option<HeaderValue>,
     /// Where Anthropic requests go when no `upstream.base_url` is set.
     anthropic_base: Option<Uri>,
     /// Where Gemini API requests go when no `upstream.base_url` is set.
@@ -89,6 +92,7 @@ impl Upstream {
         Ok(Upstream {
             client,
             base: config.base_url.clone(),
+            base_host: host_header(&config.base_url),
             anthropic_base: config.anthropic_base.clone(),
             gemini_base: config.gemini_base.clone(),
             bedrock_base: config
@@ -177,6 +181,37 @@ impl Upstream {
             .map_err(|e| ProxyError::BadRequest(format!("cannot build the upstream URL: {e}")))
     }
 
+    /// [`Upstream::uri_for`] of a request's URI, with the `Host` header it
+    /// goes with when known. A request to the single upstream, whose base
+    /// URL has no path, takes the request's own path and query and the
+    /// base's scheme and authority as they are (nothing formatted or parsed
+    /// again) and the base's `Host` header, built once; any other is built
+    /// by `uri_for`, and the client adds its `Host`.
+    pub fn target(
+        &self,
+        uri: &Uri,
+        flavor: Flavor,
+    ) -> Result<(Uri, Option<HeaderValue>), ProxyError> {
+        let path_and_query = uri.path_and_query();
+        let pq = path_and_query.map_or("/", |pq| pq.as_str());
+        let (route, base) = self.route(pq, flavor);
+        let plain = route.is_empty()
+            && std::ptr::eq(base, &self.base)
+            && self.gemini_base.is_none()
+            && matches!(base.path(), "" | "/")
+            && pq.starts_with('/');
+        if let (true, Some(path_and_query)) = (plain, path_and_query) {
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = Some(base.scheme().cloned().unwrap_or(http::uri::Scheme::HTTPS));
+            parts.authority = base.authority().cloned();
+            parts.path_and_query = Some(path_and_query.clone());
+            if let Ok(target) = Uri::from_parts(parts) {
+                return Ok((target, self.base_host.clone()));
+            }
+        }
+        Ok((self.uri_for(pq, flavor)?, None))
+    }
+
     /// Sends a request and waits for the response headers, within the
     /// first-byte timeout. Dropping the returned future cancels the request.
     pub async fn send(
@@ -212,20 +247,20 @@ impl Upstream {
 /// The client's headers as they go upstream: without hop-by-hop headers
 /// (including those the `Connection` header names), `Host`, `Expect` (the
 /// proxy reads or streams the body itself) and the proxy's own
-/// `x-toolstub-*` headers. One pass that copies the rest (names and values
-/// are reference-counted), rather than a clone and a removal per name: it
-/// runs on every request.
+/// `x-toolstub-*` headers. It runs on every request: the map is cloned
+/// (names and values are reference-counted, nothing is hashed again) and
+/// only what must go is removed, usually `Host` alone.
 pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
     let named = connection_named(incoming);
-    let mut headers = HeaderMap::with_capacity(incoming.len());
-    for (name, value) in incoming {
+    let mut headers = incoming.clone();
+    for name in incoming.keys() {
         let dropped = is_hop_by_hop(name)
             || name == header::HOST
             || name == header::EXPECT
             || name.as_str().starts_with("x-toolstub-")
             || named.contains(name);
-        if !dropped {
-            headers.append(name.clone(), value.clone());
+        if dropped {
+            headers.remove(name);
         }
     }
     headers
@@ -268,6 +303,20 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect()
+}
+
+/// The `Host` header hyper-util's client would add for a request to
+/// `uri`: the host, and the port unless it is the scheme's default.
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port_u16() {
+        Some(443) if secure => host.to_string(),
+        Some(80) if !secure => host.to_string(),
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 /// An error and its sources on one line (hyper's errors hide the cause).

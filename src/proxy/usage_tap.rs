@@ -25,17 +25,23 @@ pub struct Tapped<B> {
     watch: Option<(UsageScanner, Tap)>,
 }
 
+/// What a tapped body reads usage with, and where it reports it.
+pub struct Watch(UsageScanner, Tap);
+
+impl Watch {
+    /// A watch on a body of this content type, if there is a tap.
+    pub fn of(content_type: Option<&str>, tap: Option<Tap>) -> Option<Watch> {
+        tap.map(|tap| Watch(UsageScanner::for_protocol(content_type, tap.protocol), tap))
+    }
+}
+
 impl<B> Tapped<B> {
-    /// `inner`, read for usage per its content type.
-    pub fn new(inner: B, content_type: Option<&str>, tap: Option<Tap>) -> Tapped<B> {
-        let watch = tap.map(|tap| {
-            let protocol = tap.protocol;
-            (
-                UsageScanner::new(content_type, move |v| protocol.usage(v)),
-                tap,
-            )
-        });
-        Tapped { inner, watch }
+    /// `inner`, read for usage as `watch` says.
+    pub fn new(inner: B, watch: Option<Watch>) -> Tapped<B> {
+        Tapped {
+            inner,
+            watch: watch.map(|Watch(scanner, tap)| (scanner, tap)),
+        }
     }
 
     fn report(&mut self) {

@@ -225,6 +225,14 @@ fn rewrite_parsed<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> Result<Box<Rewritten<'b>>, Read> {
+    if parsed.outputs.is_empty() {
+        // No tool output: nothing to select and nothing to age (the rules
+        // below only ever act on outputs), so no recall names to pick.
+        return Err(Read {
+            opening: parsed.opening,
+            model: parsed.model,
+        });
+    }
     let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
     let mut outputs: Vec<Externalized<'b>> = Vec::new();
     let mut splices: Vec<(Range<usize>, String)> = Vec::new();

@@ -5,6 +5,7 @@ use super::StoreError;
 use crate::synopsis::{Kind, Synopsis};
 use serde::Serialize;
 use std::fmt;
+use std::sync::Arc;
 
 /// The unit every offset, limit and length in the store is counted in.
 pub const OFFSET_UNIT: &str = "unicode_code_point";
@@ -13,10 +14,16 @@ pub const OFFSET_UNIT: &str = "unicode_code_point";
 const TENANT_MAX: usize = 128;
 
 /// Whose outputs these are: every query is scoped to one tenant, and one
-/// tenant can never see another's rows.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct Tenant(String);
+/// tenant can never see another's rows. Shared, not copied: a request hands
+/// its tenant to the ledger and its usage tap, and cloning it is a count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(Arc<str>);
+
+impl Serialize for Tenant {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl Tenant {
     /// The tenant of requests without a credential.
@@ -30,19 +37,24 @@ impl Tenant {
                 "tenant id must be 1 to {TENANT_MAX} printable ASCII characters, got {id:?}"
             )));
         }
-        Ok(Tenant(id))
+        Ok(Tenant(id.into()))
     }
 
     /// The `anonymous` tenant.
     pub fn anonymous() -> Tenant {
-        Tenant(Tenant::ANONYMOUS.to_string())
+        Tenant(Tenant::ANONYMOUS.into())
+    }
+
+    /// Whether this is the `anonymous` tenant.
+    pub fn is_anonymous(&self) -> bool {
+        &*self.0 == Tenant::ANONYMOUS
     }
 
     /// SPEC section 6: the first 16 hex digits of the SHA-256 of the
     /// credential. The credential itself is never kept.
     pub fn from_credential(credential: &str) -> Tenant {
-        let hex = crate::refs::sha256_hex(credential);
-        Tenant(hex.get(..16).unwrap_or(&hex).to_string())
+        let digest = crate::refs::sha256(credential.as_bytes());
+        Tenant(crate::refs::hex(&digest[..8]).into())
     }
 
     pub fn as_str(&self) -> &str {

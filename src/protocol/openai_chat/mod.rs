@@ -335,17 +335,59 @@ pub(super) fn append_opening(opening: &mut String, role: &str, content: Option<&
     opening.push_str(role);
     opening.push('\u{0}');
     if let Some(raw) = content {
-        match serde_json::from_str::<serde_json::Value>(raw) {
-            Ok(value) => opening.push_str(&value.to_string()),
-            Err(_) => opening.push_str(raw),
+        if is_plain_string(raw) {
+            // What the re-serialization would write: a string without
+            // escapes is written back as it is.
+            opening.push_str(raw);
+        } else {
+            match serde_json::from_str::<serde_json::Value>(raw) {
+                Ok(value) => opening.push_str(&value.to_string()),
+                Err(_) => opening.push_str(raw),
+            }
         }
     }
     opening.push('\u{1}');
 }
 
+/// A JSON string literal without a backslash (hence without an escaped
+/// quote) and without control characters: serde_json writes its value
+/// back as these very bytes. (The scanner validated the body; this checks
+/// again rather than rely on it.)
+fn is_plain_string(raw: &str) -> bool {
+    let bytes = raw.as_bytes();
+    bytes.len() >= 2
+        && bytes[0] == b'"'
+        && bytes[bytes.len() - 1] == b'"'
+        && bytes[1..bytes.len() - 1]
+            .iter()
+            .all(|&b| b != b'\\' && b != b'"' && b >= 0x20)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_string_opening_reads_as_its_reserialization() {
+        for raw in [
+            r#""hello""#,
+            r#""""#,
+            r#""ünïcode ✓ and / slash""#,
+            r#""tab\tand \"quote\" and \u0041""#,
+            r#"[{"type":"text","text":"hi"}]"#,
+            r#"{"b":1,"a":2}"#,
+        ] {
+            let mut fast = String::new();
+            append_opening(&mut fast, "user", Some(raw));
+            let value: serde_json::Value = serde_json::from_str(raw).expect("json");
+            let slow = format!("user\u{0}{value}\u{1}");
+            assert_eq!(fast, slow, "{raw}");
+        }
+        assert!(is_plain_string(r#""hello""#));
+        assert!(!is_plain_string(r#""a\"b""#));
+        assert!(!is_plain_string("\"a\u{1}b\""));
+        assert!(!is_plain_string(r#"["x"]"#));
+    }
 
     #[test]
     fn finds_outputs_names_groups_and_spans() {

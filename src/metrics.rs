@@ -58,11 +58,18 @@ impl<K> Default for Counters<K> {
 
 impl<K: Labels> Counters<K> {
     fn add(&self, labels: K, n: u64) {
+        self.add_all([(labels, n)]);
+    }
+
+    /// Adds each count under one lock.
+    fn add_all<const N: usize>(&self, counts: [(K, u64); N]) {
         let mut map = match self.0.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
-        *map.entry(labels).or_insert(0) += n;
+        for (labels, n) in counts {
+            *map.entry(labels).or_insert(0) += n;
+        }
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str, label_names: &[&str]) {
@@ -101,11 +108,16 @@ impl Histogram {
         }
     }
 
+    /// Counts `value` in the first bucket that holds it (one increment
+    /// per observation; the cumulative counts are summed when rendered).
     fn observe(&self, value: f64) {
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            if value <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(bucket) = self
+            .bounds
+            .iter()
+            .position(|bound| value <= *bound)
+            .and_then(|i| self.buckets.get(i))
+        {
+            bucket.fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_micros
@@ -114,12 +126,10 @@ impl Histogram {
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
         for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
@@ -236,14 +246,12 @@ impl Metrics {
     /// What the upstream reported using, by part (input, cache_read,
     /// cache_write, output).
     pub fn upstream_tokens(&self, api: &'static str, usage: &crate::usage::Usage) {
-        for (part, n) in [
-            ("input", usage.input),
-            ("cache_read", usage.cache_read),
-            ("cache_write", usage.cache_write),
-            ("output", usage.output),
-        ] {
-            self.upstream_tokens.add((api, part), n);
-        }
+        self.upstream_tokens.add_all([
+            ((api, "input"), usage.input),
+            ((api, "cache_read"), usage.cache_read),
+            ((api, "cache_write"), usage.cache_write),
+            ((api, "output"), usage.output),
+        ]);
     }
 
     /// A ledger record dropped (its queue was full, or the store failed).
@@ -391,6 +399,15 @@ mod tests {
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.001\"} 0"));
         assert!(text.contains("toolstub_upstream_latency_seconds_count 1"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120\"} 1"));
+        m.upstream_latency(Duration::from_secs(500));
+        m.upstream_latency(Duration::from_micros(100));
+        let text = m.render();
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.0005\"} 1"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.005\"} 2"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120\"} 2"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"+Inf\"} 3"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_count 3"));
         assert!(text.contains("toolstub_chars_saved_total 42"));
     }
 

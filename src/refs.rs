@@ -27,11 +27,16 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 /// `bytes` in lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     let mut hex = String::with_capacity(bytes.len() * 2);
-    for &byte in bytes {
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 0xf)]));
-    }
+    push_hex(&mut hex, bytes);
     hex
+}
+
+/// Appends `bytes` in lowercase hex to `out`.
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    for &byte in bytes {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -75,22 +75,48 @@ impl Reported {
         details: &str,
         output: &str,
     ) -> Reported {
-        let total = Reported::field(usage, input);
         let cached = usage
             .get(details)
-            .and_then(|d| Reported::field(d, "cached_tokens"))
-            .unwrap_or(0);
+            .and_then(|d| Reported::field(d, "cached_tokens"));
+        Reported::openai_counts(
+            Reported::field(usage, input),
+            cached,
+            Reported::field(usage, output),
+            holder
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        )
+    }
+
+    /// OpenAI's counts as [`Reported::openai`] reads them: `total` input
+    /// (cached included), `cached` of it, `output`.
+    fn openai_counts(
+        total: Option<u64>,
+        cached: Option<u64>,
+        output: Option<u64>,
+        model: Option<String>,
+    ) -> Reported {
+        let cached = cached.unwrap_or(0);
         Reported {
             input: total.map(|t| t.saturating_sub(cached)),
             cache_read: total.map(|_| cached),
             cache_write: total.map(|_| 0),
-            output: Reported::field(usage, output),
-            model: holder
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            output,
+            model,
         }
     }
+}
+
+/// The member names of OpenAI's usage shape, as an adapter reads it
+/// ([`crate::protocol::Protocol::usage_fields`]): the response's top-level
+/// `usage` object holds the input count (cached included) under `input`,
+/// `details.cached_tokens`, and the output count under `output`; the
+/// model is the response's top-level `model`.
+pub struct OpenAiFields {
+    pub input: &'static str,
+    pub details: &'static str,
+    pub output: &'static str,
 }
 
 /// Usage accumulated over one response: the last value of each field.
@@ -138,6 +164,20 @@ impl Extract {
             Extract::Protocol(protocol) => protocol.usage(value),
             Extract::Fn(f) => f(value),
         }
+    }
+
+    /// What `text` reports: read straight from the text when the protocol
+    /// says where its usage is and the text holds nothing the direct
+    /// reading leaves to serde_json; otherwise as values.
+    fn reported_in(&self, text: &str) -> Option<Reported> {
+        if let Extract::Protocol(protocol) = self {
+            if let Some(fields) = protocol.usage_fields() {
+                if let Direct::Read(reported) = direct::openai(text, fields) {
+                    return reported;
+                }
+            }
+        }
+        slim(text).and_then(|v| self.reported(&v))
     }
 }
 
@@ -287,9 +327,165 @@ fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
     if USAGE.find(data).is_none() {
         return;
     }
-    let slim = std::str::from_utf8(data).ok().and_then(slim);
-    if let Some(reported) = slim.as_ref().and_then(|v| extract.reported(v)) {
+    let reported = std::str::from_utf8(data)
+        .ok()
+        .and_then(|text| extract.reported_in(text));
+    if let Some(reported) = reported {
         observed.apply(reported);
+    }
+}
+
+/// What the direct reading decided.
+enum Direct {
+    /// What the text reports, exactly as the reading through values would
+    /// have it (`None`: no usage, or not one valid JSON object).
+    Read(Option<Reported>),
+    /// The text holds something only serde_json can judge (an escape, an
+    /// exponent, a long number, a `message` or `response` object): read it
+    /// as values.
+    Unsure,
+}
+
+/// Reading OpenAI's usage straight from a response's text: the same
+/// validating scan as [`slim`], the members it keeps compared byte for byte
+/// where that is what serde_json would make of them, and only then; the
+/// differential tests hold the two readings equal.
+mod direct {
+    use super::{Direct, OpenAiFields, Reported};
+    use crate::protocol::json_scan::Scanner;
+
+    pub(super) fn openai(text: &str, fields: &OpenAiFields) -> Direct {
+        let mut unsure = false;
+        let (mut usage, mut model) = (None, None);
+        let mut scanner = Scanner::new(text);
+        let valid = scanner
+            .object(|s, key| {
+                match key {
+                    // `slim` parses each one it meets (the last one stays).
+                    "usage" | "model" => {
+                        let raw = s.value()?;
+                        if raw != "null" {
+                            unsure |= !plain(raw);
+                            *(if key == "usage" {
+                                &mut usage
+                            } else {
+                                &mut model
+                            }) = Some(raw);
+                        }
+                    }
+                    "message" | "response" => {
+                        unsure = true;
+                        s.value()?;
+                    }
+                    _ => {
+                        s.value()?;
+                    }
+                }
+                Some(())
+            })
+            .and_then(|()| scanner.finish());
+        if unsure {
+            return Direct::Unsure;
+        }
+        if valid.is_none() {
+            return Direct::Read(None);
+        }
+        let Some(usage) = usage.filter(|u| u.starts_with('{')) else {
+            return Direct::Read(None);
+        };
+        // The last member of each name counts, as in a parsed object.
+        let (mut total, mut details, mut output) = (None, None, None);
+        let _ = members(usage, |key, raw| {
+            if key == fields.input {
+                total = Some(raw);
+            } else if key == fields.details {
+                details = Some(raw);
+            } else if key == fields.output {
+                output = Some(raw);
+            }
+        });
+        let mut cached = None;
+        if let Some(details) = details.filter(|d| d.starts_with('{')) {
+            let _ = members(details, |key, raw| {
+                if key == "cached_tokens" {
+                    cached = Some(raw);
+                }
+            });
+        }
+        let model = model
+            .and_then(|m| m.strip_prefix('"')?.strip_suffix('"'))
+            .map(str::to_string);
+        Direct::Read(Some(Reported::openai_counts(
+            total.and_then(count),
+            cached.and_then(count),
+            output.and_then(count),
+            model,
+        )))
+    }
+
+    /// Each member of a (valid, plain) JSON object, key and raw value.
+    fn members<'a>(object: &'a str, mut each: impl FnMut(&str, &'a str)) -> Option<()> {
+        let mut scanner = Scanner::new(object);
+        scanner.object(|s, key| {
+            each(key, s.value()?);
+            Some(())
+        })
+    }
+
+    /// A count as serde_json's `as_u64` reads it: digits only (no sign,
+    /// fraction or exponent) that fit in a `u64`.
+    fn count(raw: &str) -> Option<u64> {
+        if raw.bytes().all(|b| b.is_ascii_digit()) {
+            raw.parse().ok()
+        } else {
+            None
+        }
+    }
+
+    /// A valid JSON value serde_json parses into exactly what its bytes
+    /// say: no backslash (every string and key is its own text), no number
+    /// with an exponent or longer than 20 characters (serde_json fails on
+    /// one out of range), nesting well within serde_json's limit.
+    pub(super) fn plain(raw: &str) -> bool {
+        if raw.contains('\\') {
+            return false;
+        }
+        let bytes = raw.as_bytes();
+        let (mut depth, mut in_string, mut i) = (0usize, false, 0);
+        while i < bytes.len() {
+            let b = bytes[i];
+            if in_string {
+                in_string = b != b'"';
+            } else {
+                match b {
+                    b'"' => in_string = true,
+                    b'{' | b'[' => {
+                        depth += 1;
+                        if depth > 64 {
+                            return false;
+                        }
+                    }
+                    b'}' | b']' => depth = depth.saturating_sub(1),
+                    b'-' | b'0'..=b'9' => {
+                        let len = bytes[i..]
+                            .iter()
+                            .take_while(|c| {
+                                matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                            })
+                            .count();
+                        let number = &bytes[i..i + len];
+                        if len > 20 || number.iter().any(|c| matches!(c, b'e' | b'E')) {
+                            return false;
+                        }
+                        i += len;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        true
     }
 }
 
@@ -383,5 +579,230 @@ mod tests {
         let mut s = UsageScanner::new(Some("application/json"), toy);
         s.push(b"{\"usage\":{\"in\":3");
         assert!(!s.finish().seen);
+    }
+
+    mod direct_reading {
+        use super::super::*;
+        use crate::protocol::openai_chat::OpenAiChat;
+        use crate::protocol::Protocol;
+        use proptest::prelude::*;
+
+        /// The reading through values, as before the direct one.
+        fn by_values(text: &str) -> Option<Reported> {
+            slim(text).and_then(|v| OpenAiChat.usage(&v))
+        }
+
+        fn direct(text: &str) -> Direct {
+            let fields = OpenAiChat.usage_fields().expect("chat names its fields");
+            direct::openai(text, fields)
+        }
+
+        /// Whatever the direct reading decides is what the values say.
+        fn agree(text: &str) -> bool {
+            match direct(text) {
+                Direct::Read(reported) => {
+                    assert_eq!(reported, by_values(text), "{text}");
+                    true
+                }
+                Direct::Unsure => false,
+            }
+        }
+
+        #[test]
+        fn a_chat_completion_is_read_directly_as_its_values_say() {
+            let body = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"mock","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+            assert!(agree(body));
+            let Direct::Read(Some(r)) = direct(body) else {
+                panic!("read")
+            };
+            assert_eq!(
+                (r.input, r.output, r.model.as_deref()),
+                (Some(5), Some(2), Some("mock"))
+            );
+            for text in [
+                r#"{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":60},"completion_tokens":3}}"#,
+                r#"{"usage":{"prompt_tokens":1},"usage":null,"model":"a","model":null}"#,
+                r#"{"usage":{"prompt_tokens":1},"usage":5}"#,
+                r#"{"usage":{"prompt_tokens":1,"prompt_tokens":"x"}}"#,
+                r#"{"usage":{"prompt_tokens":-1,"completion_tokens":2.0}}"#,
+                r#"{"usage":{"prompt_tokens":18446744073709551616}}"#,
+                r#"{"usage":{"prompt_tokens":5,"prompt_tokens_details":null}}"#,
+                r#"{"usage":{"prompt_tokens":5,"prompt_tokens_details":[1]},"model":7}"#,
+                r#"{"usage":{"prompt_tokens":5}} x"#,
+                r#"{"usage":{"prompt_tokens":5}"#,
+                r#"{"choices":[],"usage":{}}"#,
+                r#"[{"usage":{"prompt_tokens":5}}]"#,
+            ] {
+                assert!(agree(text), "read directly: {text}");
+            }
+            // What only serde_json can judge goes to it.
+            for text in [
+                r#"{"usage":{"prompt_tokens":1e400}}"#,
+                r#"{"usage":{"prompt_tokens":5},"model":"a\u0062"}"#,
+                r#"{"usage":{"prompt\u005ftokens":5}}"#,
+                r#"{"message":{"usage":{"input_tokens":5}}}"#,
+                r#"{"usage":{"prompt_tokens":123456789012345678901234567890}}"#,
+            ] {
+                assert!(matches!(direct(text), Direct::Unsure), "{text}");
+            }
+        }
+
+        /// A number literal; `plain`: none that only serde_json judges.
+        fn number(plain: bool) -> BoxedStrategy<String> {
+            let common = prop_oneof![
+                (0u64..100).prop_map(|n| n.to_string()),
+                any::<u64>().prop_map(|n| n.to_string()),
+                Just("18446744073709551616".to_string()),
+                (-1000i64..0).prop_map(|n| n.to_string()),
+                Just("-0".to_string()),
+                Just("0.5".to_string()),
+                Just("12.0".to_string()),
+            ];
+            if plain {
+                common.boxed()
+            } else {
+                prop_oneof![
+                    4 => common,
+                    1 => Just("99999999999999999999999".to_string()),
+                    1 => Just("1e3".to_string()),
+                    1 => Just("1E400".to_string()),
+                    1 => Just("2.5e-3".to_string()),
+                ]
+                .boxed()
+            }
+        }
+
+        fn leaf(plain: bool) -> BoxedStrategy<String> {
+            let common = prop_oneof![
+                12 => number(plain),
+                1 => Just("null".to_string()),
+                1 => Just("true".to_string()),
+                1 => Just("false".to_string()),
+                1 => Just(r#""plain""#.to_string()),
+                1 => Just("[]".to_string()),
+                1 => Just(r#"[1,{"a":[2]}]"#.to_string()),
+            ];
+            if plain {
+                common.boxed()
+            } else {
+                prop_oneof![
+                    6 => common,
+                    1 => Just(r#""esc\"aped\u0041""#.to_string()),
+                    1 => Just(r#""\ud800""#.to_string()),
+                ]
+                .boxed()
+            }
+        }
+
+        fn object(keys: Vec<&'static str>, value: BoxedStrategy<String>) -> BoxedStrategy<String> {
+            prop::collection::vec((prop::sample::select(keys), value), 0..6)
+                .prop_map(|members| {
+                    let inner: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v)| format!("\"{k}\":{v}"))
+                        .collect();
+                    format!("{{{}}}", inner.join(","))
+                })
+                .boxed()
+        }
+
+        fn usage(plain: bool) -> BoxedStrategy<String> {
+            let mut detail_keys = vec!["cached_tokens", "audio_tokens"];
+            let mut usage_keys = vec![
+                "prompt_tokens",
+                "completion_tokens",
+                "total_tokens",
+                "prompt_tokens_details",
+            ];
+            if !plain {
+                detail_keys.push("cached\\u005ftokens");
+                usage_keys.push("prompt\\u005ftokens");
+            }
+            let details = object(detail_keys, leaf(plain));
+            let value = prop_oneof![4 => leaf(plain), 1 => details].boxed();
+            prop_oneof![6 => object(usage_keys, value), 1 => leaf(plain)].boxed()
+        }
+
+        fn body(plain: bool) -> BoxedStrategy<String> {
+            let mut models = vec![
+                r#""gpt-x""#.to_string(),
+                r#""gpt-4o""#.to_string(),
+                "null".to_string(),
+                "7".to_string(),
+                r#"{"m":1}"#.to_string(),
+            ];
+            if !plain {
+                models.push(r#""gpt-\u0079""#.to_string());
+            }
+            let model = prop::sample::select(models);
+            let member = if plain {
+                prop_oneof![
+                    6 => usage(true).prop_map(|u| format!("\"usage\":{u}")),
+                    2 => model.prop_map(|m| format!("\"model\":{m}")),
+                    2 => leaf(true).prop_map(|v| format!("\"choices\":[{{\"message\":{{\"content\":{v}}}}}]")),
+                    1 => Just(r#""id":"chatcmpl-1""#.to_string()),
+                    1 => Just(r#""usage":null"#.to_string()),
+                ]
+                .boxed()
+            } else {
+                prop_oneof![
+                    6 => usage(false).prop_map(|u| format!("\"usage\":{u}")),
+                    2 => model.prop_map(|m| format!("\"model\":{m}")),
+                    2 => leaf(false).prop_map(|v| format!("\"choices\":[{{\"message\":{{\"content\":{v}}}}}]")),
+                    1 => usage(false).prop_map(|u| format!("\"message\":{{\"usage\":{u}}}")),
+                    1 => usage(false).prop_map(|u| format!("\"usa\\u0067e\":{u}")),
+                    1 => Just(r#""usage":null"#.to_string()),
+                ]
+                .boxed()
+            };
+            let tail = prop_oneof![
+                8 => Just(String::new()),
+                1 => Just(" ".to_string()),
+                1 => Just("x".to_string()),
+                1 => Just("}".to_string()),
+            ];
+            (prop::collection::vec(member, 0..6), tail, any::<u8>())
+                .prop_map(|(members, tail, cut)| {
+                    let mut text = format!("{{{}}}{tail}", members.join(","));
+                    if cut < 16 {
+                        // Cut short somewhere: no longer one valid object.
+                        let at = text.len() * usize::from(cut) / 16;
+                        while !text.is_char_boundary(at.min(text.len())) {
+                            text.pop();
+                        }
+                        text.truncate(at.min(text.len()));
+                    }
+                    text
+                })
+                .boxed()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+            #[test]
+            fn the_direct_reading_agrees_with_the_values(text in body(false)) {
+                agree(&text);
+            }
+
+            #[test]
+            fn plain_bodies_are_read_directly_and_agree(text in body(true)) {
+                prop_assert!(agree(&text), "fell back on {}", text);
+            }
+        }
+
+        #[test]
+        fn plain_bodies_mostly_carry_a_usage() {
+            // The agreement above must not hold only on bodies without one.
+            use proptest::strategy::ValueTree;
+            use proptest::test_runner::TestRunner;
+            let mut runner = TestRunner::deterministic();
+            let some = (0..2000)
+                .filter(|_| {
+                    let text = body(true).new_tree(&mut runner).expect("tree").current();
+                    matches!(direct(&text), Direct::Read(Some(_)))
+                })
+                .count();
+            assert!(some * 3 > 2000, "{some} of 2000 read with a usage");
+        }
     }
 }

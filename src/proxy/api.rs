@@ -13,7 +13,7 @@ use super::body::{boxed, collect_within, Collected};
 use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
-use super::usage_tap::Tap;
+use super::usage_tap::{Sink, Tap};
 use super::{forward, forward_whole, stream_back, tenant_of_request, whole_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
@@ -26,7 +26,7 @@ use crate::rewrite::{derive_session, rewrite_reading, splice, Mode, Outcome, Tur
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Request, Response};
+use http::{header, HeaderMap, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -128,31 +128,30 @@ impl Api {
     }
 }
 
-/// A request's accounting: the tap its responses report usage through,
-/// which holds its note in the ledger. `None` for `count_tokens`, which is
-/// no turn of a conversation and reports no usage.
+/// A request's accounting: whose it is, which API, and when it came.
+/// `None` for `count_tokens`, which is no turn of a conversation and
+/// reports no usage.
 struct Accounting {
-    tap: Tap,
+    tenant: Tenant,
+    api: Api,
+    at: i64,
 }
 
 impl Accounting {
-    fn of(app: &App, api: Api, tenant: &Tenant) -> Option<Accounting> {
+    fn of(api: Api, tenant: &Tenant) -> Option<Accounting> {
         if !api.answers_recall() {
             return None;
         }
-        let now = crate::store::system_now_ms();
-        let note = RequestNote::new(tenant.clone(), api.label(), now);
         Some(Accounting {
-            tap: Tap {
-                ledger: app.ledger.clone(),
-                note,
-                protocol: api.protocol(),
-            },
+            tenant: tenant.clone(),
+            api,
+            at: crate::store::system_now_ms(),
         })
     }
 
     /// Files the request with the ledger (before anything goes upstream,
-    /// so the turn comes before the usage of its responses).
+    /// so the turn comes before the usage of its responses); the tap its
+    /// responses report through.
     fn turn(
         &self,
         app: &App,
@@ -160,34 +159,42 @@ impl Accounting {
         tallies: Vec<Tally>,
         counting: Option<Counting>,
     ) -> Tap {
+        let note = RequestNote::new(self.tenant.clone(), self.api.label(), self.at);
         app.ledger.turn(crate::proxy::ledger::Turn {
-            note: self.tap.note.clone(),
+            note: note.clone(),
             session,
             tallies,
             counting,
         });
-        self.tap.clone()
+        Tap {
+            ledger: app.ledger.clone(),
+            note,
+            protocol: self.api.protocol(),
+        }
     }
 }
 
-/// Files an unread or unchanged request with the ledger; the tap for its
-/// response.
-fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<Tap> {
-    accounting
-        .as_ref()
-        .map(|a| a.turn(app, session, Vec::new(), None))
+/// An unread or unchanged request, for the ledger: filed with its
+/// response's usage when the response ends (or alone, if none comes).
+fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<Sink> {
+    accounting.as_ref().map(|a| {
+        let unread = app
+            .ledger
+            .unread(a.tenant.clone(), a.api.label(), a.at, session);
+        Sink::Unread(unread, a.api.protocol())
+    })
 }
 
 pub(super) async fn handle(
     app: &Arc<App>,
     api: Api,
     memo: &super::TenantMemo,
-    req: Request<Incoming>,
+    req: http::Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
     let (mut parts, body) = req.into_parts();
     let mut tenant = tenant_of_request(&parts.headers, &parts.uri, memo);
-    let mut accounting = Accounting::of(app, api, &tenant);
+    let mut accounting = Accounting::of(api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);
         let tap = unread(&accounting, app, SessionOf::Unknown);
@@ -213,18 +220,23 @@ pub(super) async fn handle(
     if api.is_bedrock() {
         // Whether the proxy signs it, and whose it is, once its signature
         // (if any) is checked against the body.
-        let (signing, key) = app.aws.decide(&parts, &original).await;
+        let (signing, key) = Box::pin(app.aws.decide(&parts, &original)).await;
         parts.extensions.insert(signing);
         if let Some(key) = key {
             tenant = Tenant::from_credential(&key);
-            accounting = Accounting::of(app, api, &tenant);
+            accounting = Accounting::of(api, &tenant);
         }
     }
     if api == Api::BedrockCountTokens {
-        return bedrock_count_tokens(app, &parts, &tenant, original).await;
+        return Box::pin(bedrock_count_tokens(app, &parts, &tenant, original)).await;
     }
     let original = match api {
-        Api::Responses => super::responses::chain_from_upstream(app, &tenant, original).await,
+        Api::Responses => {
+            Box::pin(super::responses::chain_from_upstream(
+                app, &tenant, original,
+            ))
+            .await
+        }
         _ => original,
     };
     let session_header = parts
@@ -235,13 +247,25 @@ pub(super) async fn handle(
         .map(str::to_string);
 
     let path_model = api.model_in_path(parts.uri.path());
-    let plan_of = |mode| plan(app, api, original.clone(), mode, true);
-    let mut rewritten = match plan_of(Mode::WithRefs).await? {
+    match plan(app, api, original.clone(), Mode::WithRefs, true).await? {
         Plan::Rewritten(mut rewritten) => {
             if rewritten.model.is_none() {
                 rewritten.model = path_model;
             }
-            rewritten
+            let request = Request {
+                api,
+                parts,
+                tenant,
+                accounting,
+                original,
+                session_header,
+                started,
+                read_us,
+            };
+            // Boxed: storing, restoring and the recall rounds make a
+            // large future, which a request forwarded unchanged (the
+            // common case) would otherwise carry and move on every request.
+            Box::pin(rewritten_request(app, request, rewritten)).await
         }
         Plan::Unchanged(why, read) => {
             app.metrics.unchanged(why);
@@ -251,9 +275,42 @@ pub(super) async fn handle(
                 (None, None) => SessionOf::Derive(api.protocol(), original.clone(), path_model),
             };
             let tap = unread(&accounting, app, derive);
-            return forward_whole(app, &parts, original, tap).await;
+            forward_whole(app, &parts, original, tap).await
         }
-    };
+    }
+}
+
+/// What [`rewritten_request`] needs of the request, past its rewrite.
+struct Request {
+    api: Api,
+    parts: http::request::Parts,
+    tenant: Tenant,
+    accounting: Option<Accounting>,
+    original: Bytes,
+    session_header: Option<String>,
+    started: std::time::Instant,
+    read_us: u64,
+}
+
+/// A request the rewrite changed: its outputs stored and hidden exchanges
+/// restored before it goes upstream, then forwarded or run through the
+/// recall rounds.
+async fn rewritten_request(
+    app: &Arc<App>,
+    request: Request,
+    mut rewritten: Box<OwnedRewrite>,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let Request {
+        api,
+        parts,
+        tenant,
+        accounting,
+        original,
+        session_header,
+        started,
+        read_us,
+    } = request;
+    let plan_of = |mode| plan(app, api, original.clone(), mode, true);
     let session =
         session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
     for output in &mut rewritten.outputs {
@@ -375,16 +432,16 @@ pub(super) async fn handle(
             tap,
         };
         return if streaming {
-            recall::streaming(app, req).await
+            Box::pin(recall::streaming(app, req)).await
         } else {
-            recall::non_streaming(app, req).await
+            Box::pin(recall::non_streaming(app, req)).await
         };
     }
     let length = rewritten.body.len();
     let request = whole_request(app, &parts, rewritten.body, Some(length)).await?;
     let (response, latency) = app.upstream.send(request).await?;
     app.metrics.upstream_latency(latency);
-    let mut response = stream_back(super::tapped(response, tap));
+    let mut response = stream_back(super::tapped(response, tap.map(Sink::Tap)));
     for (name, value) in extra_headers {
         response.headers_mut().insert(name, value);
     }

@@ -158,15 +158,20 @@ pub struct Turn {
 
 enum Job {
     Turn(Turn),
+    /// A request the proxy forwarded unread or unchanged, with the usage
+    /// its response reported: one hand-off per request.
+    Unread(UnreadTurn, Option<Observed>),
     Usage(Arc<RequestNote>, Observed),
     Recall(Arc<RequestNote>, u64),
     /// Write what is filed, then say so.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
-/// A cheap handle on the ledger task.
+/// A cheap handle on the ledger task (one count to clone).
 #[derive(Clone)]
-pub struct Ledger {
+pub struct Ledger(Arc<Handles>);
+
+struct Handles {
     jobs: mpsc::Sender<Job>,
     counter: std::sync::mpsc::Sender<CountJob>,
     /// Bytes of text waiting for the counting thread.
@@ -217,13 +222,13 @@ impl Ledger {
             // usage but no saved tokens.
             tracing::error!(error = %e, "cannot start the token counting thread");
         }
-        Ledger {
+        Ledger(Arc::new(Handles {
             jobs,
             counter,
             backlog,
             metrics,
             remembered,
-        }
+        }))
     }
 
     /// Hands outputs to the counting thread. It runs at the lowest CPU
@@ -235,14 +240,14 @@ impl Ledger {
     pub fn count(&self, mut items: Vec<ToCount>) -> Counting {
         use std::sync::atomic::Ordering;
         let mut bytes: usize = items.iter().map(|i| i.text.len()).sum();
-        if self.backlog.load(Ordering::Relaxed) + bytes > MAX_BACKLOG {
+        if self.0.backlog.load(Ordering::Relaxed) + bytes > MAX_BACKLOG {
             for item in &mut items {
                 item.text = TextToCount::Remembered;
             }
             bytes = 0;
-            self.metrics.ledger_dropped(1);
+            self.0.metrics.ledger_dropped(1);
         }
-        self.backlog.fetch_add(bytes, Ordering::Relaxed);
+        self.0.backlog.fetch_add(bytes, Ordering::Relaxed);
         let saved = Arc::new(OnceLock::new());
         let (reply, counted) = tokio::sync::oneshot::channel();
         let job = CountJob {
@@ -251,8 +256,8 @@ impl Ledger {
             saved: saved.clone(),
             reply,
         };
-        if self.counter.send(job).is_err() {
-            self.metrics.ledger_dropped(1);
+        if self.0.counter.send(job).is_err() {
+            self.0.metrics.ledger_dropped(1);
         }
         Counting { counted, saved }
     }
@@ -260,11 +265,26 @@ impl Ledger {
     /// Whether the count of this original is remembered (then its text is
     /// not needed).
     pub fn remembers(&self, sha256: &str) -> bool {
-        lock(&self.remembered).contains_key(sha256)
+        lock(&self.0.remembered).contains_key(sha256)
     }
 
     pub fn turn(&self, turn: Turn) {
         self.submit(Job::Turn(turn));
+    }
+
+    /// A request forwarded unread or unchanged: filed with its response's
+    /// usage when that response ends ([`Unread::report`]), or alone if it
+    /// never comes (the upstream failed, the client went away first).
+    pub fn unread(&self, tenant: Tenant, api: &'static str, at: i64, session: SessionOf) -> Unread {
+        Unread {
+            ledger: self.clone(),
+            turn: Some(UnreadTurn {
+                tenant,
+                api,
+                at,
+                session,
+            }),
+        }
     }
 
     pub fn usage(&self, note: Arc<RequestNote>, observed: Observed) {
@@ -277,7 +297,7 @@ impl Ledger {
     /// requests have drained; at most a few seconds).
     pub async fn flush(&self) {
         let (done, wait) = tokio::sync::oneshot::channel();
-        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+        if self.0.jobs.send(Job::Flush(done)).await.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
         }
     }
@@ -289,8 +309,43 @@ impl Ledger {
     }
 
     fn submit(&self, job: Job) {
-        if self.jobs.try_send(job).is_err() {
-            self.metrics.ledger_dropped(1);
+        if self.0.jobs.try_send(job).is_err() {
+            self.0.metrics.ledger_dropped(1);
+        }
+    }
+}
+
+/// What the ledger files of a request it did not see rewritten.
+pub struct UnreadTurn {
+    tenant: Tenant,
+    api: &'static str,
+    at: i64,
+    session: SessionOf,
+}
+
+/// A request forwarded unread or unchanged, not filed yet: its response's
+/// usage goes with it, in one hand-off to the ledger task rather than
+/// two. Dropped without a report, it is filed alone: every request is
+/// counted.
+pub struct Unread {
+    ledger: Ledger,
+    turn: Option<UnreadTurn>,
+}
+
+impl Unread {
+    /// Files the request with the usage its response reported (if any).
+    pub fn report(mut self, observed: Observed) {
+        if let Some(turn) = self.turn.take() {
+            let usage = observed.seen.then_some(observed);
+            self.ledger.submit(Job::Unread(turn, usage));
+        }
+    }
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        if let Some(turn) = self.turn.take() {
+            self.ledger.submit(Job::Unread(turn, None));
         }
     }
 }
@@ -422,18 +477,16 @@ async fn flush(store: &AsyncResultStore, metrics: &Metrics, batch: &mut LedgerBa
 async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
     match job {
         Job::Turn(turn) => file_turn(turn, metrics, batch).await,
+        Job::Unread(turn, usage) => file_unread(turn, usage, metrics, batch).await,
         Job::Usage(note, observed) => {
-            metrics.upstream_tokens(note.api, &observed.usage);
-            batch.add(
-                note.tenant.clone(),
-                LedgerEntry {
-                    session_id: note.session(),
-                    at: note.at,
-                    model: observed.model,
-                    rounds: 1,
-                    usage: observed.usage,
-                    ..LedgerEntry::default()
-                },
+            file_usage(
+                &note.tenant,
+                note.api,
+                note.session(),
+                note.at,
+                observed,
+                metrics,
+                batch,
             );
         }
         Job::Flush(done) => {
@@ -451,6 +504,90 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
     }
 }
 
+/// One upstream response's usage: its metrics, and a ledger row (summed
+/// into its request's row when they name the same model).
+fn file_usage(
+    tenant: &Tenant,
+    api: &'static str,
+    session_id: String,
+    at: i64,
+    observed: Observed,
+    metrics: &Metrics,
+    batch: &mut LedgerBatch,
+) {
+    metrics.upstream_tokens(api, &observed.usage);
+    batch.add(
+        tenant.clone(),
+        LedgerEntry {
+            session_id,
+            at,
+            model: observed.model,
+            rounds: 1,
+            usage: observed.usage,
+            ..LedgerEntry::default()
+        },
+    );
+}
+
+/// A request forwarded unread or unchanged: one turn of its session, and
+/// its response's usage.
+async fn file_unread(
+    turn: UnreadTurn,
+    usage: Option<Observed>,
+    metrics: &Metrics,
+    batch: &mut LedgerBatch,
+) {
+    let UnreadTurn {
+        tenant,
+        api,
+        at,
+        session,
+    } = turn;
+    let (session, model) = session_of(session, &tenant).await;
+    let request = LedgerEntry {
+        session_id: session,
+        at,
+        model,
+        requests: 1,
+        ..LedgerEntry::default()
+    };
+    match usage {
+        Some(observed) => {
+            let session = request.session_id.clone();
+            batch.add(tenant.clone(), request);
+            file_usage(&tenant, api, session, at, observed, metrics, batch);
+        }
+        None => batch.add(tenant, request),
+    }
+}
+
+/// The session and model of a request, as `session` says where they come
+/// from.
+async fn session_of(session: SessionOf, tenant: &Tenant) -> (String, Option<String>) {
+    match session {
+        SessionOf::Known(s, model) => (s, model),
+        SessionOf::Unknown => (String::new(), None),
+        SessionOf::Read(read, fallback) => (
+            crate::rewrite::derive_session(tenant.as_str(), &read.opening),
+            read.model.or(fallback),
+        ),
+        // A small body is read here (microseconds); a large one off the
+        // runtime.
+        SessionOf::Derive(protocol, body, fallback) if body.len() <= INLINE_DERIVE_BYTES => {
+            let (session, model) = derive(protocol, tenant, &body);
+            (session, model.or(fallback))
+        }
+        SessionOf::Derive(protocol, body, fallback) => {
+            let tenant = tenant.clone();
+            let (session, model) =
+                tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))
+                    .await
+                    .unwrap_or_default();
+            (session, model.or(fallback))
+        }
+    }
+}
+
 /// A turn's outputs are summed per (tool, kind, first seen) ...
 type GroupKey = (Option<String>, &'static str, bool);
 /// ... into (outputs, characters saved, tokens saved, kind).
@@ -463,28 +600,7 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
         tallies,
         counting,
     } = turn;
-    let (session, model) = match session {
-        SessionOf::Known(s, model) => (s, model),
-        SessionOf::Unknown => (String::new(), None),
-        SessionOf::Read(read, fallback) => (
-            crate::rewrite::derive_session(note.tenant.as_str(), &read.opening),
-            read.model.or(fallback),
-        ),
-        // A small body is read here (microseconds); a large one off the
-        // runtime.
-        SessionOf::Derive(protocol, body, fallback) if body.len() <= INLINE_DERIVE_BYTES => {
-            let (session, model) = derive(protocol, &note.tenant, &body);
-            (session, model.or(fallback))
-        }
-        SessionOf::Derive(protocol, body, fallback) => {
-            let tenant = note.tenant.clone();
-            let (session, model) =
-                tokio::task::spawn_blocking(move || derive(protocol, &tenant, &body))
-                    .await
-                    .unwrap_or_default();
-            (session, model.or(fallback))
-        }
-    };
+    let (session, model) = session_of(session, &note.tenant).await;
     let _ = note.session.set(session.clone());
     let counted = match counting {
         Some(c) => c.counted.await.unwrap_or_default(),

@@ -463,7 +463,7 @@ async fn handle(
                     .to_string(),
             ))
         }
-        Route::Operator => operator::handle(&app, req).await,
+        Route::Operator => Box::pin(operator::handle(&app, req)).await,
         Route::Dashboard => dashboard::handle(&app, &method, path),
         _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
             "this address serves the operator API only (/toolstub/v1/...), not {path}"
@@ -479,7 +479,7 @@ async fn handle(
             ))
         }
         Route::Api(api) => api::handle(&app, api, &memo, req).await,
-        Route::ResponseById => responses::by_id(&app, req).await,
+        Route::ResponseById => Box::pin(responses::by_id(&app, req)).await,
         Route::Passthrough => passthrough(&app, req).await,
     };
     let response = result.unwrap_or_else(|e| {
@@ -531,7 +531,7 @@ fn text_response(
 /// Forwards a request unchanged, both bodies streamed.
 async fn passthrough(app: &App, req: Request<Incoming>) -> Result<Response<BoxBody>, ProxyError> {
     if is_upgrade(req.headers()) {
-        return tunnel(app, req).await;
+        return Box::pin(tunnel(app, req)).await;
     }
     let (parts, body) = req.into_parts();
     forward(app, &parts, boxed(body), None).await
@@ -593,7 +593,7 @@ async fn forward(
     app: &App,
     parts: &http::request::Parts,
     body: BoxBody,
-    tap: Option<usage_tap::Tap>,
+    tap: Option<usage_tap::Sink>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let upstream_request = upstream_request(app, parts, body, None)?;
     let (response, latency) = app.upstream.send(upstream_request).await?;
@@ -602,7 +602,10 @@ async fn forward(
 }
 
 /// The upstream's response with its body read for usage by `tap`.
-fn tapped<B>(response: Response<B>, tap: Option<usage_tap::Tap>) -> Response<usage_tap::Tapped<B>> {
+fn tapped<B>(
+    response: Response<B>,
+    tap: Option<usage_tap::Sink>,
+) -> Response<usage_tap::Tapped<B>> {
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -662,7 +665,10 @@ async fn cloud_auth(
     let path = request.uri().path();
     if crate::protocol::bedrock::is_model_path(path) {
         if client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign) {
-            app.aws.sign(request, body, &client.headers).await;
+            // Boxed, as the other rare awaits of a request's path: the
+            // request's future is as large as its largest await, and it is
+            // moved and touched on every request.
+            Box::pin(app.aws.sign(request, body, &client.headers)).await;
         }
     } else if path.contains("/locations/")
         && path.contains("/publishers/")
@@ -676,7 +682,7 @@ async fn cloud_auth(
                     .any(|t| t == h)
         })
     {
-        app.gcp.authorize(request).await;
+        Box::pin(app.gcp.authorize(request)).await;
     }
 }
 
@@ -685,7 +691,7 @@ async fn forward_whole(
     app: &App,
     parts: &http::request::Parts,
     body: bytes::Bytes,
-    tap: Option<usage_tap::Tap>,
+    tap: Option<usage_tap::Sink>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let upstream_request = whole_request(app, parts, body, None).await?;
     let (response, latency) = app.upstream.send(upstream_request).await?;

@@ -120,7 +120,7 @@ impl RecallRequest {
         super::cloud_auth(app, &mut request, &body, &self.parts).await;
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
-        Ok(super::tapped(response, self.tap.clone()))
+        Ok(super::tapped(response, self.tap.clone().map(Into::into)))
     }
 
     /// Runs the recall calls of one round.

@@ -3,7 +3,7 @@
 //! data, and when the body ends (or is dropped, e.g. the client went away)
 //! what it saw goes to the ledger.
 
-use super::ledger::{Ledger, RequestNote};
+use super::ledger::{Ledger, RequestNote, Unread};
 use crate::protocol::Protocol;
 use crate::usage::UsageScanner;
 use bytes::Bytes;
@@ -12,7 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// Where a tapped body reports.
+/// Where a tapped body reports: a request filed with the ledger already
+/// (a rewritten one, each of whose responses reports its usage).
 #[derive(Clone)]
 pub struct Tap {
     pub ledger: Ledger,
@@ -20,33 +21,66 @@ pub struct Tap {
     pub protocol: &'static dyn Protocol,
 }
 
+/// Where a response's usage goes.
+pub enum Sink {
+    /// To a request filed already.
+    Tap(Tap),
+    /// With a request forwarded unread or unchanged, filed together when
+    /// the response ends: one hand-off to the ledger for both.
+    Unread(Unread, &'static dyn Protocol),
+}
+
+impl Sink {
+    fn protocol(&self) -> &'static dyn Protocol {
+        match self {
+            Sink::Tap(tap) => tap.protocol,
+            Sink::Unread(_, protocol) => *protocol,
+        }
+    }
+
+    fn report(self, observed: crate::usage::Observed) {
+        match self {
+            Sink::Tap(tap) => tap.ledger.usage(tap.note, observed),
+            Sink::Unread(unread, _) => unread.report(observed),
+        }
+    }
+}
+
+impl From<Tap> for Sink {
+    fn from(tap: Tap) -> Sink {
+        Sink::Tap(tap)
+    }
+}
+
 pub struct Tapped<B> {
     inner: B,
-    watch: Option<(UsageScanner, Tap)>,
+    watch: Option<Watch>,
 }
 
 /// What a tapped body reads usage with, and where it reports it.
-pub struct Watch(UsageScanner, Tap);
+pub struct Watch(UsageScanner, Sink);
 
 impl Watch {
-    /// A watch on a body of this content type, if there is a tap.
-    pub fn of(content_type: Option<&str>, tap: Option<Tap>) -> Option<Watch> {
-        tap.map(|tap| Watch(UsageScanner::for_protocol(content_type, tap.protocol), tap))
+    /// A watch on a body of this content type, if its usage goes anywhere.
+    pub fn of(content_type: Option<&str>, sink: Option<Sink>) -> Option<Watch> {
+        sink.map(|sink| {
+            Watch(
+                UsageScanner::for_protocol(content_type, sink.protocol()),
+                sink,
+            )
+        })
     }
 }
 
 impl<B> Tapped<B> {
     /// `inner`, read for usage as `watch` says.
     pub fn new(inner: B, watch: Option<Watch>) -> Tapped<B> {
-        Tapped {
-            inner,
-            watch: watch.map(|Watch(scanner, tap)| (scanner, tap)),
-        }
+        Tapped { inner, watch }
     }
 
     fn report(&mut self) {
-        if let Some((scanner, tap)) = self.watch.take() {
-            tap.ledger.usage(tap.note, scanner.finish());
+        if let Some(Watch(scanner, sink)) = self.watch.take() {
+            sink.report(scanner.finish());
         }
     }
 }
@@ -71,7 +105,9 @@ where
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some((scanner, _))) = (frame.data_ref(), self.watch.as_mut()) {
+                if let (Some(data), Some(Watch(scanner, _))) =
+                    (frame.data_ref(), self.watch.as_mut())
+                {
                     scanner.push(data);
                 }
             }

@@ -749,8 +749,18 @@ pub fn splice(body: &str, mut splices: Vec<(Range<usize>, String)>) -> String {
 /// A session id derived from the tenant and the conversation's opening, so
 /// every turn of one conversation lands in the same session.
 pub fn derive_session(tenant: &str, opening: &str) -> String {
-    let digest = sha256_hex(&format!("{tenant}\u{0}{opening}"));
-    format!("s_{}", &digest[..24])
+    // The SHA-256 of `tenant`, a NUL and `opening`, hashed in pieces
+    // rather than joined first; `s_` and its first 24 hex digits.
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(tenant.as_bytes())
+        .chain_update([0u8])
+        .chain_update(opening.as_bytes())
+        .finalize();
+    let mut id = String::with_capacity(26);
+    id.push_str("s_");
+    crate::refs::push_hex(&mut id, &digest[..12]);
+    id
 }
 
 #[cfg(test)]

@@ -269,6 +269,24 @@ fn sessions_are_derived_from_tenant_and_opening() {
     assert_eq!(a, b);
     assert_eq!(derive_session("t1", &a), derive_session("t1", &b));
     assert_ne!(derive_session("t1", &a), derive_session("t2", &a));
+    // Sessions already in stores stay what they were: `s_` and the first
+    // 24 hex digits of the SHA-256 of tenant, NUL, opening.
+    for (tenant, opening) in [
+        ("t1", a.as_str()),
+        ("anonymous", ""),
+        ("0123abcd", "ü\u{0}x"),
+    ] {
+        let joined = crate::refs::sha256_hex(&format!("{tenant}\u{0}{opening}"));
+        assert_eq!(
+            derive_session(tenant, opening),
+            format!("s_{}", &joined[..24])
+        );
+    }
+    assert_eq!(
+        derive_session("t1", ""),
+        "s_603e7c7147edcb927082fe49",
+        "a value pinned from before (Python's hashlib)"
+    );
 }
 
 /// The three adapters, for tests that must hold on each.

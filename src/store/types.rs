@@ -327,21 +327,46 @@ pub struct LedgerBatch {
     /// Where each row of `entries` is, by what it is counted under: rows
     /// that differ only in their counts become one ([`LedgerBatch::add`]).
     /// Lookup only: the rows go in the order they were first added.
-    pub index: std::collections::HashMap<RowKey, usize>,
+    pub index: RowIndex,
 }
 
-/// What a ledger row is counted under: its tenant and every column but
-/// the counts (`at` to the millisecond, so no report can tell a merged
-/// row from the rows it sums).
-pub type RowKey = (
-    Tenant,
-    String,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<&'static str>,
-    bool,
-);
+/// The rows of a batch by the hash of what each is counted under: its
+/// tenant and every column but the counts (`at` to the millisecond, so no
+/// report can tell a merged row from the rows it sums). Rows are compared
+/// column by column where the hashes meet; nothing is copied to look one up.
+#[derive(Clone, Debug, Default)]
+pub struct RowIndex {
+    /// The last row added with each hash.
+    last: std::collections::HashMap<u64, usize>,
+    /// For each row, the row added before it with the same hash.
+    previous: Vec<Option<usize>>,
+}
+
+/// The hash [`RowIndex`] files a row under.
+fn row_hash(tenant: &Tenant, entry: &LedgerEntry) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tenant.hash(&mut h);
+    entry.session_id.hash(&mut h);
+    entry.at.hash(&mut h);
+    entry.model.hash(&mut h);
+    entry.tool.hash(&mut h);
+    entry.kind.map(|k| k.as_str()).hash(&mut h);
+    entry.first_seen.hash(&mut h);
+    h.finish()
+}
+
+/// Whether two rows are counted under the same key (see [`RowIndex`]).
+fn same_row(a: (&Tenant, &LedgerEntry), b: (&Tenant, &LedgerEntry)) -> bool {
+    let ((ta, a), (tb, b)) = (a, b);
+    a.at == b.at
+        && a.first_seen == b.first_seen
+        && a.kind.map(|k| k.as_str()) == b.kind.map(|k| k.as_str())
+        && a.session_id == b.session_id
+        && a.model == b.model
+        && a.tool == b.tool
+        && ta == tb
+}
 
 impl LedgerBatch {
     pub fn is_empty(&self) -> bool {
@@ -355,18 +380,15 @@ impl LedgerBatch {
     /// Reports sum rows, so they read the same; the store writes half the
     /// rows or fewer.
     pub fn add(&mut self, tenant: Tenant, entry: LedgerEntry) {
-        let key: RowKey = (
-            tenant,
-            entry.session_id.clone(),
-            entry.at,
-            entry.model.clone(),
-            entry.tool.clone(),
-            entry.kind.map(|k| k.as_str()),
-            entry.first_seen,
-        );
-        match self.index.get(&key) {
-            Some(&i) => {
-                let row = &mut self.entries[i].1;
+        let hash = row_hash(&tenant, &entry);
+        self.add_hashed(hash, tenant, entry);
+    }
+
+    fn add_hashed(&mut self, hash: u64, tenant: Tenant, entry: LedgerEntry) {
+        let mut at = self.index.last.get(&hash).copied();
+        while let Some(i) = at {
+            let (row_tenant, row) = &mut self.entries[i];
+            if same_row((row_tenant, row), (&tenant, &entry)) {
                 row.requests += entry.requests;
                 row.rounds += entry.rounds;
                 row.outputs += entry.outputs;
@@ -374,12 +396,15 @@ impl LedgerBatch {
                 row.tokens_saved += entry.tokens_saved;
                 row.usage.add(&entry.usage);
                 row.recall_calls += entry.recall_calls;
+                return;
             }
-            None => {
-                self.index.insert(key.clone(), self.entries.len());
-                self.entries.push((key.0, entry));
-            }
+            at = self.index.previous.get(i).copied().flatten();
         }
+        // Rows handed in whole (not through `add`) are indexed as none.
+        let i = self.entries.len();
+        self.index.previous.resize(i, None);
+        self.index.previous.push(self.index.last.insert(hash, i));
+        self.entries.push((tenant, entry));
     }
 }
 
@@ -501,5 +526,51 @@ mod tests {
         batch.add(a, request("s1", 10, Some("m")));
         assert_eq!(batch.entries.len(), 1, "a new batch starts empty");
         assert_eq!(batch.entries[0].1.requests, 1);
+    }
+
+    #[test]
+    fn rows_whose_hashes_meet_are_told_apart_column_by_column() {
+        let a = Tenant::from_credential("key-a");
+        let mut batch = LedgerBatch::default();
+        // Every row filed under one hash: only the columns decide.
+        let rows = [
+            request("s1", 10, Some("m")),
+            request("s2", 10, Some("m")),
+            request("s1", 10, None),
+            LedgerEntry {
+                tool: Some("Read".to_string()),
+                outputs: 1,
+                ..row("s1", 10, Some("m"))
+            },
+            LedgerEntry {
+                first_seen: true,
+                ..request("s1", 10, Some("m"))
+            },
+        ];
+        for _ in 0..3 {
+            for r in &rows {
+                batch.add_hashed(7, a.clone(), r.clone());
+            }
+        }
+        batch.add_hashed(7, Tenant::anonymous(), request("s1", 10, Some("m")));
+        assert_eq!(batch.entries.len(), rows.len() + 1);
+        for (i, r) in rows.iter().enumerate() {
+            let (tenant, got) = &batch.entries[i];
+            assert_eq!(tenant, &a);
+            assert_eq!(
+                (&got.session_id, &got.model, &got.tool, got.first_seen),
+                (&r.session_id, &r.model, &r.tool, r.first_seen)
+            );
+            assert_eq!((got.requests, got.outputs), (3 * r.requests, 3 * r.outputs));
+        }
+        // Rows handed in whole, then one added: a row of its own.
+        let mut whole = LedgerBatch {
+            entries: vec![(a.clone(), request("s1", 10, Some("m")))],
+            ..LedgerBatch::default()
+        };
+        whole.add(a.clone(), request("s1", 10, Some("m")));
+        whole.add(a, request("s1", 10, Some("m")));
+        assert_eq!(whole.entries.len(), 2);
+        assert_eq!(whole.entries[1].1.requests, 2);
     }
 }

@@ -241,6 +241,10 @@ impl Protocol for OpenAiChat {
         usage::reported(value)
     }
 
+    fn usage_fields(&self) -> Option<&'static crate::usage::OpenAiFields> {
+        Some(&usage::FIELDS)
+    }
+
     fn flavor(&self) -> Flavor {
         Flavor::OpenAi
     }

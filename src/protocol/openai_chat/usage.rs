@@ -3,17 +3,24 @@
 //! response, or on a stream's last chunk (with
 //! `stream_options.include_usage`; `usage: null` on the others).
 
-use crate::usage::Reported;
+use crate::usage::{OpenAiFields, Reported};
 use serde_json::Value;
+
+/// Where a response keeps its usage, for the tap's reading of the text.
+pub(super) static FIELDS: OpenAiFields = OpenAiFields {
+    input: "prompt_tokens",
+    details: "prompt_tokens_details",
+    output: "completion_tokens",
+};
 
 pub(super) fn reported(value: &Value) -> Option<Reported> {
     let usage = value.get("usage").filter(|u| u.is_object())?;
     Some(Reported::openai(
         value,
         usage,
-        "prompt_tokens",
-        "prompt_tokens_details",
-        "completion_tokens",
+        FIELDS.input,
+        FIELDS.details,
+        FIELDS.output,
     ))
 }
 

@@ -21,6 +21,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use toolstub::protocol::anthropic::cache;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::gemini::Gemini;
 use toolstub::protocol::openai_chat::OpenAiChat;
@@ -149,16 +150,26 @@ fn check_rewritten(
 ) {
     let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
     let parsed = protocol.parse(original).expect("rewritten implies parsed");
-    // With the aging rule on, the recall tools are offered from the first
-    // request that declares tools, with or without an output to replace.
-    let offered_anyway = policy.aging.after_turns > 0
-        && policy.recall_enabled
+    // With the aging rule on, a conversation that declares tools is
+    // rewritten from its first request (the recall tools offered), with or
+    // without an output to replace.
+    let from_start = policy.aging.after_turns > 0
         && mode == Mode::WithRefs
         && !parsed.client_tool_names.is_empty();
     assert!(
-        !r.outputs.is_empty() || offered_anyway,
+        !r.outputs.is_empty() || from_start,
         "rewritten without outputs"
     );
+    // Never more cache breakpoints than the API takes (unless the client
+    // sent more), counted by the request's structure.
+    if let (Some(before), Some(after)) = (cache::count(original), cache::count(&r.body)) {
+        if key == "messages" && protocol.flavor() == toolstub::protocol::Flavor::Anthropic {
+            assert!(
+                after <= before.max(cache::MAX_BREAKPOINTS),
+                "{after} cache breakpoints, {before} sent"
+            );
+        }
+    }
     // The aging rule's anchor ends a message of the new body.
     if let Some(anchor) = r.cache_anchor {
         assert!(policy.aging.after_turns > 0, "an anchor without aging");

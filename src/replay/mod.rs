@@ -209,7 +209,10 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         };
         // The block toolstub makes a breakpoint of (the aging rule's
         // anchor): on Anthropic's API the rewritten body carries it; billed
-        // at Anthropic's cache, any shape's request would.
+        // at Anthropic's cache, any shape's request would. A restored
+        // exchange comes before the answer it led to (the proxy restores
+        // it as the exchange whose last message is that answer, and marks
+        // that one), so an anchor on the answer ends the exchange too.
         let anchor = rewritten
             .as_ref()
             .and_then(|r| r.cache_anchor)

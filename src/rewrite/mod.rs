@@ -144,7 +144,7 @@ pub struct Rewritten<'b> {
     pub last_canon: Option<String>,
     /// Where the prefix the next request of the conversation keeps ends
     /// (a byte offset in `body`, the end of a message), when the aging
-    /// rule will replace an output after it there: the request carries a
+    /// rule may replace an output after it there: the request carries a
     /// cache breakpoint there on APIs with explicit ones (Anthropic), and
     /// the replay bills it so on every provider.
     pub cache_anchor: Option<usize>,
@@ -279,19 +279,25 @@ fn rewrite_parsed<'b>(
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
-    // With the aging rule on, the recall tools are offered from a
-    // conversation's first request that declares tools of its own: nearly
-    // every agent session ages an output within a few turns, and the tools
-    // head the provider's cache prefix, so offering them then is free where
-    // offering them at the first stub writes the whole cached prompt again.
-    let offer_anyway = aging && policy.recall_enabled && !parsed.client_tool_names.is_empty();
-    if outputs.is_empty() && !offer_anyway {
+    // With the aging rule on, a conversation that declares tools of its own
+    // is rewritten from its first request: the recall tools are offered
+    // there (nearly every agent session ages an output within a few turns,
+    // and the tools head the provider's cache prefix, so offering them then
+    // is free where offering them at the first stub writes the whole
+    // cached prompt again), so a hidden recall exchange may follow any
+    // assistant turn, and every turn is a restoration candidate.
+    let from_start = aging && !parsed.client_tool_names.is_empty();
+    if outputs.is_empty() && !from_start {
         return Err(Read {
             opening: parsed.opening,
             model: parsed.model,
         });
     }
-    let first_stub = splices.iter().map(|(r, _)| r.start).min().unwrap_or(0);
+    let first_stub = if from_start {
+        0
+    } else {
+        splices.iter().map(|(r, _)| r.start).min().unwrap_or(0)
+    };
     // The end of the prefix the next request keeps: the message before the
     // first output that request ages, made a cache breakpoint where the
     // provider caches at explicit ones (see `Protocol::cache_breakpoint`).
@@ -345,6 +351,20 @@ fn rewrite_parsed<'b>(
         last_canon,
         cache_anchor,
     }))
+}
+
+/// The span of the last of the comma-separated JSON values that fill
+/// `range` of `body` (a restored exchange: the messages it is made of).
+pub fn last_value(body: &str, range: Range<usize>) -> Option<Range<usize>> {
+    let text = body.get(range.clone())?;
+    let mut scanner = crate::protocol::json_scan::Scanner::new(text);
+    loop {
+        let start = scanner.position()?;
+        scanner.value()?;
+        if !scanner.comma() {
+            return Some(range.start + start..range.start + scanner.offset());
+        }
+    }
 }
 
 /// Where byte `at` of the client's body lands in the rewritten one: moved
@@ -581,7 +601,8 @@ fn age<'b>(
     let newest = turns.ends.len().saturating_sub(1);
     let mut seen = Vec::new();
     let mut prepared = Vec::new();
-    // The first output the next request may age (it comes of age then).
+    // The first output the next request may age (it comes of age then, or
+    // the gate kept it this time).
     let mut next = None;
     for (i, o) in parsed.outputs.iter().enumerate() {
         let of_age = turn_of[i].saturating_add(policy.aging.after_turns);
@@ -615,6 +636,11 @@ fn age<'b>(
     }
     let picked = aging::aged(&policy.aging, &seen, &turns);
     for ((i, mut p), aged) in prepared.into_iter().zip(picked) {
+        // Old enough but kept by the gate: the next request may age it.
+        if !aged {
+            let start = parsed.outputs[i].content_span.start;
+            next = Some(next.map_or(start, |n: usize| n.min(start)));
+        }
         if aged {
             externalize(
                 &parsed.outputs[i],

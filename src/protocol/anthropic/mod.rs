@@ -17,6 +17,7 @@
 //! (server-sent events), sharing the block bookkeeping of [`blocks`].
 
 mod blocks;
+pub mod cache;
 mod rounds;
 mod stream;
 mod usage;
@@ -308,7 +309,7 @@ impl Protocol for AnthropicMessages {
     }
 
     fn cache_breakpoint(&self, body: &str, message: Range<usize>) -> Vec<(Range<usize>, String)> {
-        cache_breakpoint(body, message).into_iter().collect()
+        cache::breakpoint(body, message).into_iter().collect()
     }
 
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
@@ -330,60 +331,6 @@ impl Protocol for AnthropicMessages {
     fn flavor(&self) -> Flavor {
         Flavor::Anthropic
     }
-}
-
-/// The most `cache_control` breakpoints a request may carry.
-const MAX_BREAKPOINTS: usize = 4;
-
-/// A `cache_control` marker on the last content block of `message`, unless
-/// the request already carries [`MAX_BREAKPOINTS`], the message's content is
-/// not an array of blocks, its last block is thinking (which takes no
-/// marker) or already marked. The marker copies the request's last one
-/// (its `ttl` included, so a 1-hour entry never follows a 5-minute one
-/// after it), or is `{"type":"ephemeral"}` when there is none.
-fn cache_breakpoint(body: &str, message: Range<usize>) -> Option<(Range<usize>, String)> {
-    const KEY: &str = "\"cache_control\"";
-    // In a JSON text the key's closing quote is never escaped, so inside a
-    // string this spelling cannot occur.
-    if body.matches(KEY).count() >= MAX_BREAKPOINTS {
-        return None;
-    }
-    let mut scanner = Scanner::new(body.get(message.clone())?);
-    let content = read_message(&mut scanner)?.content?;
-    let base = span_in(body, content)?.start;
-    let mut scanner = Scanner::new(content);
-    let mut last = None;
-    scanner.array(|s| {
-        let start = s.position()?;
-        let block = read_block(s)?;
-        last = Some((start..s.offset(), block));
-        Some(())
-    })?;
-    let (span, block) = last?;
-    let raw = &content[span.clone()];
-    if matches!(
-        block.kind.as_deref(),
-        Some("thinking" | "redacted_thinking")
-    ) || raw.contains(KEY)
-    {
-        return None;
-    }
-    let close = base + span.end - 1;
-    let marker = last_marker(body).unwrap_or(r#"{"type":"ephemeral"}"#);
-    let empty = raw[..raw.len() - 1].trim_end().ends_with('{');
-    let separator = if empty { "" } else { "," };
-    Some((close..close, format!("{separator}{KEY}:{marker}")))
-}
-
-/// The value of the last `cache_control` member of `body` (a flat object).
-fn last_marker(body: &str) -> Option<&str> {
-    let at = body.rfind("\"cache_control\"")?;
-    let value = body[at + "\"cache_control\"".len()..]
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start();
-    let end = value.starts_with('{').then(|| value.find('}'))??;
-    Some(&value[..=end])
 }
 
 /// Appends one opening message canonically: its role and its content with

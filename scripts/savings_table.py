@@ -30,13 +30,18 @@ RULES = [
     ("defaults", ""),
     ("threshold 10,000 (first sight)", "threshold_chars = 10000"),
     ("conversation budget 100,000 / 8,000", "conversation_inline_budget_chars = 100000\nconversation_floor_chars = 8000"),
-    ("aged after 1 turn, pays at once (0.92), floor 4,000", "aged_after_turns = 1\naged_floor_chars = 4000"),
+    ("aged after 1 turn, pays at once (0.92), floor 4,000", "aged_after_turns = 1\naged_floor_chars = 4000\naged_min_share = 0.92"),
     ("aged after 2 turns, share 0.5, floor 1,000", "aged_after_turns = 2\naged_floor_chars = 1000\naged_min_share = 0.5"),
     ("aged after 4 turns, share 0.3, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0.3"),
-    ("aged after 3 turns, pays within 0.5 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_horizon = 0.5"),
-    ("aged after 3 turns, pays within 1 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_horizon = 1.0"),
+    ("aged after 3 turns, pays within 0.5 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_min_share = 0.92\naged_horizon = 0.5"),
+    ("aged after 3 turns, pays within 1 x turns so far, floor 2,000", "aged_after_turns = 3\naged_floor_chars = 2000\naged_min_share = 0.92\naged_horizon = 1.0"),
     ("aged after 4 turns, no gate, floor 1,000", "aged_after_turns = 4\naged_floor_chars = 1000\naged_min_share = 0"),
     ("aged after 8 turns, no gate, floor 2,000", "aged_after_turns = 8\naged_floor_chars = 2000\naged_min_share = 0"),
+    ("aged after 1 turn, no gate, floor 2,000", "aged_after_turns = 1\naged_floor_chars = 2000\naged_min_share = 0"),
+    ("aged after 1 turn, no gate, floor 1,000", "aged_after_turns = 1\naged_floor_chars = 1000\naged_min_share = 0"),
+    ("aged after 1 turn, no gate, floor 300", "aged_after_turns = 1\naged_floor_chars = 300\naged_min_share = 0"),
+    ("aged after 1 turn, no gate, floor 300, no recall charged (the ceiling)",
+     "aged_after_turns = 1\naged_floor_chars = 300\naged_min_share = 0", ["--free-recalls"]),
 ]
 
 
@@ -52,11 +57,12 @@ def main() -> int:
           "| recall rounds | outputs externalized | peak context (tokens) |")
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, body in RULES:
+        for name, body, *extra in RULES:
             config = Path(tmp) / "rule.toml"
             config.write_text(f"[externalization]\n{body}\n")
+            flags = extra[0] if extra else []
             out = subprocess.run([args.bin, "estimate", "--json", "--shape", "all", "--config", str(config),
-                                  args.trajectories], capture_output=True, text=True, check=True)
+                                  *flags, args.trajectories], capture_output=True, text=True, check=True)
             report = json.loads(out.stdout)
             by_shape: dict[str, dict] = defaultdict(lambda: defaultdict(float))
             for s in report["per_session"]:

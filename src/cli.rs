@@ -65,6 +65,9 @@ struct EstimateArgs {
     /// Print each request as it will be replayed (one JSON object a line: session, shape, index, at, body, answer) instead of replaying.
     #[arg(long, conflicts_with = "json")]
     print_requests: bool,
+    /// Charge no recall round: what the policy would save if the model never needed a stub read back (the most it could save, not an estimate).
+    #[arg(long)]
+    free_recalls: bool,
     /// Files or folders to replay.
     #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -245,6 +248,7 @@ fn estimate(args: EstimateArgs) -> Result<()> {
         json: args.json,
         print_requests: args.print_requests,
         rows: args.rows,
+        free_recalls: args.free_recalls,
     })
 }
 

@@ -4,7 +4,7 @@
 //! Architecture invariant: rendering is a pure layout of its inputs. The same
 //! synopsis and header give the same bytes, in every process.
 
-use crate::synopsis::{clip, Synopsis};
+use crate::synopsis::{clip, Kind, Synopsis};
 
 /// The recall tools the Explore section points to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +102,27 @@ pub fn render(synopsis: &Synopsis, header: &StubHeader<'_>, tools: &RecallToolNa
     out
 }
 
+/// The stub of an output the model has already read in full (the aging
+/// rule, `reason: aged`): one line. The model saw the output verbatim when
+/// it came, and its own answers since carry what it took from it, so the
+/// synopsis sections would repeat what it knows at the price of a stub
+/// several times longer, paid again on every later request; the line says
+/// what the output was and how to read it again. Without a ref (the store
+/// failed) there is nothing to read back, and the aging rule does not run.
+pub fn render_aged(kind: Kind, header: &StubHeader<'_>, tools: &RecallToolNames) -> String {
+    let mut out = format!(
+        "[toolstub: tool output shown in full earlier] kind: {kind}, original_chars: {}",
+        header.original_chars
+    );
+    if let Some(r) = header.result_ref {
+        out.push_str(&format!(
+            ", ref: {r}. {} with this ref reads it again.",
+            tools.read
+        ));
+    }
+    out
+}
+
 fn push_line(out: &mut String, line: &str) {
     out.push_str(line);
     out.push('\n');
@@ -118,5 +139,47 @@ fn push_section(out: &mut String, title: &str, lines: &[String]) {
         out.push_str("- ");
         out.push_str(line);
         out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aged_stub_is_one_line_naming_its_ref_and_the_read_tool() {
+        let header = StubHeader {
+            tool_name: Some("bash"),
+            original_chars: 10_613,
+            preview_budget: 2000,
+            result_ref: Some("tr_call_2_5caaaf3ef9b4b866"),
+            sha256: Some("5caaaf3ef9b4b866ffff"),
+            reason: Some("aged"),
+        };
+        let names = RecallToolNames {
+            read: "toolstub_tool_result_read".to_string(),
+            ..RecallToolNames::default()
+        };
+        let stub = render_aged(Kind::Code, &header, &names);
+        assert_eq!(
+            stub,
+            "[toolstub: tool output shown in full earlier] kind: code, original_chars: 10613, \
+             ref: tr_call_2_5caaaf3ef9b4b866. toolstub_tool_result_read with this ref reads it again."
+        );
+        assert!(!stub.contains('\n'));
+        let full = render(
+            &crate::synopsis::synopsize(
+                &"def f():\n    return 1\n".repeat(400),
+                Default::default(),
+            ),
+            &header,
+            &names,
+        );
+        assert!(
+            stub.len() * 3 < full.len(),
+            "{} vs {}",
+            stub.len(),
+            full.len()
+        );
     }
 }

@@ -21,6 +21,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use toolstub::protocol::anthropic::cache;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::gemini::Gemini;
 use toolstub::protocol::openai_chat::OpenAiChat;
@@ -147,8 +148,36 @@ fn check_rewritten(
     protocol: &dyn Protocol,
     key: &str,
 ) {
-    assert!(!r.outputs.is_empty(), "rewritten without outputs");
     let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
+    let parsed = protocol.parse(original).expect("rewritten implies parsed");
+    // With the aging rule on, a conversation that declares tools is
+    // rewritten from its first request (the recall tools offered), with or
+    // without an output to replace.
+    let from_start = policy.aging.after_turns > 0
+        && mode == Mode::WithRefs
+        && !parsed.client_tool_names.is_empty();
+    assert!(
+        !r.outputs.is_empty() || from_start,
+        "rewritten without outputs"
+    );
+    // Never more cache breakpoints than the API takes (unless the client
+    // sent more), counted by the request's structure.
+    if let (Some(before), Some(after)) = (cache::count(original), cache::count(&r.body)) {
+        if key == "messages" && protocol.flavor() == toolstub::protocol::Flavor::Anthropic {
+            assert!(
+                after <= before.max(cache::MAX_BREAKPOINTS),
+                "{after} cache breakpoints, {before} sent"
+            );
+        }
+    }
+    // The aging rule's anchor ends a message of the new body.
+    if let Some(anchor) = r.cache_anchor {
+        assert!(policy.aging.after_turns > 0, "an anchor without aging");
+        assert!(
+            r.body.get(..anchor).is_some_and(|b| b.ends_with('}')),
+            "the anchor {anchor} does not end a message"
+        );
+    }
 
     // The new body is JSON with as many messages as the original.
     let old = message_count(original, key).expect("the original has messages");
@@ -159,9 +188,6 @@ fn check_rewritten(
     assert_eq!(old, new, "message count changed");
 
     // Byte for byte: walk the original's gaps and contents along the new body.
-    let parsed = protocol
-        .parse(original)
-        .expect("rewritten implies parsed");
     let insertions: Vec<(String, String)> = if policy.recall_enabled && mode == Mode::WithRefs {
         let tools = protocol.recall_tools(&r.recall_names).join(",");
         vec![
@@ -174,19 +200,34 @@ fn check_rewritten(
     } else {
         Vec::new()
     };
-    // The adapter's recall edits, each at most once, anywhere in a gap.
-    let mut edits: Vec<(String, bool)> = if policy.recall_enabled && mode == Mode::WithRefs {
+    // The adapter's recall edits, each exactly once, anywhere in a gap, and
+    // a cache breakpoint the aging rule may ask for at the end of a message
+    // (at most one).
+    let mut edits: Vec<(String, bool, bool)> = if policy.recall_enabled && mode == Mode::WithRefs {
         protocol
             .recall_edits(original)
             .into_iter()
             .map(|(range, text)| {
                 assert!(range.is_empty(), "recall edits only insert");
-                (text, false)
+                (text, false, true)
             })
             .collect()
     } else {
         Vec::new()
     };
+    if policy.aging.after_turns > 0 {
+        let mut breakpoints: Vec<String> = parsed
+            .messages
+            .iter()
+            .flat_map(|m| protocol.cache_breakpoint(original, m.span.clone()))
+            .map(|(range, text)| {
+                assert!(range.is_empty(), "a cache breakpoint only inserts");
+                text
+            })
+            .collect();
+        breakpoints.dedup();
+        edits.extend(breakpoints.into_iter().map(|text| (text, false, false)));
+    }
     let mut inserted = false;
     let mut stubs = r.outputs.iter().peekable();
     let old_bytes = original.as_bytes();
@@ -242,7 +283,18 @@ fn check_rewritten(
         &mut inserted,
         &mut edits,
     );
-    assert!(edits.iter().all(|(_, used)| *used), "a recall edit is missing");
+    assert!(
+        edits.iter().all(|(_, used, required)| *used || !*required),
+        "a recall edit is missing"
+    );
+    assert!(
+        edits
+            .iter()
+            .filter(|(_, used, required)| *used && !*required)
+            .count()
+            <= 1,
+        "more than one cache breakpoint"
+    );
     assert_eq!(p, new_body.len(), "extra bytes at the end of the new body");
     assert!(
         stubs.next().is_none(),
@@ -289,7 +341,7 @@ fn walk_gap(
     mut p: usize,
     insertions: &[(String, String)],
     inserted: &mut bool,
-    edits: &mut [(String, bool)],
+    edits: &mut [(String, bool, bool)],
 ) -> usize {
     loop {
         let common = gap
@@ -307,9 +359,9 @@ fn walk_gap(
                 && gap.starts_with(old.as_bytes())
                 && new_body[p..].starts_with(new.as_bytes())
         });
-        if let Some((text, used)) = edits
+        if let Some((text, used, _)) = edits
             .iter_mut()
-            .find(|(text, used)| !*used && new_body[p..].starts_with(text.as_bytes()))
+            .find(|(text, used, _)| !*used && new_body[p..].starts_with(text.as_bytes()))
             .filter(|_| hit.is_none())
         {
             p += text.len();

@@ -242,6 +242,17 @@ pub trait Protocol: Send + Sync {
         Vec::new()
     }
 
+    /// Edits that make the end of `message` (a span of `body`) a prompt-cache
+    /// breakpoint, where the API caches at breakpoints the request marks
+    /// (Anthropic's `cache_control`); none where caching is automatic (the
+    /// default: OpenAI's and Google's APIs). The aging rule asks for one at
+    /// the end of the prefix the next request keeps, so that request reads
+    /// it from the cache although the output after it changes. Markers are
+    /// not part of the cached prefix (clients move theirs every request).
+    fn cache_breakpoint(&self, _body: &str, _message: Range<usize>) -> Vec<(Range<usize>, String)> {
+        Vec::new()
+    }
+
     /// The state machine of the recall rounds of one request.
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds>;
 

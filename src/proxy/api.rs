@@ -374,7 +374,7 @@ async fn rewritten_request(
             rewritten.outputs.iter().map(|o| o.first_seen).collect()
         }
     };
-    rewritten.restore(&restorations);
+    rewritten.restore(&restorations, api.protocol());
     app.metrics.restored(restorations.len() as u64);
     for output in &rewritten.outputs {
         app.metrics.externalized(
@@ -594,24 +594,46 @@ pub(super) struct OwnedRewrite {
     /// Candidate answers for history restoration, spans in `body`.
     turns: Vec<Turn>,
     last_canon: Option<String>,
+    /// The end of the prefix the next request keeps (the aging rule's
+    /// cache breakpoint), an offset in `body`.
+    cache_anchor: Option<usize>,
 }
 
 impl OwnedRewrite {
     /// Replaces each candidate answer whose hidden exchange was found (by
-    /// identity) with that exchange, as first sent.
-    pub(super) fn restore(&mut self, found: &BTreeMap<String, String>) {
+    /// identity) with that exchange, as first sent. When the answer that
+    /// ended the kept prefix is replaced, the exchange's last message ends
+    /// it instead, and carries the breakpoint the answer carried.
+    pub(super) fn restore(&mut self, found: &BTreeMap<String, String>, protocol: &dyn Protocol) {
         if found.is_empty() {
             return;
         }
-        let splices: Vec<(Range<usize>, String)> = self
+        let mut splices: Vec<(Range<usize>, String)> = self
             .turns
             .iter()
             .filter_map(|t| Some((t.span.clone(), found.get(&t.identity)?.clone())))
             .collect();
+        splices.sort_by_key(|(span, _)| span.start);
         let Ok(body) = std::str::from_utf8(&self.body) else {
             return;
         };
-        self.body = Bytes::from(splice(body, splices));
+        // Where the exchange that replaces the anchored answer lands.
+        let mut shift: isize = 0;
+        let mut anchored = None;
+        for (span, text) in &splices {
+            let start = span.start.saturating_add_signed(shift);
+            if Some(span.end) == self.cache_anchor {
+                anchored = Some(start..start + text.len());
+            }
+            shift += text.len() as isize - span.len() as isize;
+        }
+        let mut restored = splice(body, splices);
+        if let Some(last) = anchored.and_then(|r| crate::rewrite::last_value(&restored, r)) {
+            self.cache_anchor = Some(last.end);
+            let edits = protocol.cache_breakpoint(&restored, last);
+            restored = splice(&restored, edits);
+        }
+        self.body = Bytes::from(restored);
         self.turns.clear();
     }
 }
@@ -802,6 +824,7 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
             recall_offered: policy.recall_enabled && mode == Mode::WithRefs,
             turns: r.turns,
             last_canon: r.last_canon,
+            cache_anchor: r.cache_anchor,
             outputs: r
                 .outputs
                 .into_iter()

@@ -86,7 +86,7 @@ impl RecallRequest {
         Ok(
             match plan(app, self.api, self.original.clone(), Mode::WithRefs, false).await? {
                 Plan::Rewritten(mut r) => {
-                    r.restore(&self.restorations);
+                    r.restore(&self.restorations, self.protocol);
                     r.body
                 }
                 Plan::Unchanged(..) => self.original.clone(),

@@ -29,6 +29,8 @@ pub struct Options {
     pub print_requests: bool,
     /// Sessions listed in the table.
     pub rows: usize,
+    /// Charge no recall rounds (see [`Prices::free_recalls`]).
+    pub free_recalls: bool,
 }
 
 /// The JSON `toolstub estimate --json` prints.
@@ -64,6 +66,7 @@ pub fn run(options: Options) -> Result<()> {
     }
     let prices = Prices {
         table: config.pricing.clone(),
+        free_recalls: options.free_recalls,
     };
     let (reports, skipped) = replay_files(&files, &options.shapes, &config.policy, &prices)?;
     let totals = Totals::of(&reports);

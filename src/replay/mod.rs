@@ -138,6 +138,10 @@ pub struct Recorded {
 #[derive(Clone, Debug)]
 pub struct Prices {
     pub table: crate::pricing::PriceTable,
+    /// Charge no recall round (`estimate --free-recalls`): what a rule
+    /// would save if the model never needed a stub read back, the most it
+    /// could save.
+    pub free_recalls: bool,
 }
 
 impl Prices {
@@ -203,6 +207,18 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             },
             Outcome::Unchanged(_) => (direct.clone(), None),
         };
+        // The block toolstub makes a breakpoint of (the aging rule's
+        // anchor): on Anthropic's API the rewritten body carries it; billed
+        // at Anthropic's cache, any shape's request would. A restored
+        // exchange comes before the answer it led to (the proxy restores
+        // it as the exchange whose last message is that answer, and marks
+        // that one), so an anchor on the answer ends the exchange too.
+        let anchor = rewritten
+            .as_ref()
+            .and_then(|r| r.cache_anchor)
+            .and_then(|at| toolstub.ends.iter().position(|&end| end == at))
+            .and_then(|i| toolstub.blocks.get(toolstub.conversation + i))
+            .map(|b| b.key);
         insert_restored(&mut toolstub, &restored);
         report.input_tokens.direct += direct.tokens();
         report.input_tokens.toolstub += toolstub.tokens();
@@ -211,8 +227,10 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         peak.toolstub = peak.toolstub.max(toolstub.tokens());
         for side in &mut sides {
             let own = side.bill.price_model.cache == session.shape.provider();
-            let d = side.direct.bill(&marked(&direct, own), request.at);
-            let t = side.toolstub.bill(&marked(&toolstub, own), request.at);
+            let d = side.direct.bill(&marked(&direct, own, None), request.at);
+            let t = side
+                .toolstub
+                .bill(&marked(&toolstub, own, anchor), request.at);
             side.bill.direct.add(d);
             side.bill.toolstub.add(t);
         }
@@ -242,7 +260,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             direct_ids.iter().copied(),
             toolstub_ids.iter().copied(),
         );
-        if missing.is_empty() {
+        if missing.is_empty() || prices.free_recalls {
             continue;
         }
         let mut read = String::new();
@@ -282,7 +300,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
                 blocks: round.clone(),
                 ..toolstub.clone()
             };
-            let r = side.toolstub.bill(&marked(&round, own), request.at);
+            let r = side.toolstub.bill(&marked(&round, own, anchor), request.at);
             side.bill.toolstub.add(r);
             side.bill.recall.add(r);
         }
@@ -309,12 +327,20 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
 /// breakpoints of that provider: on Anthropic's, it gets Claude Code's
 /// (the end of the system prompt, or of the tools without one, and the
 /// newest message), as an Anthropic client of the same conversation would
-/// send them.
-fn marked(prompt: &Prompt, own: bool) -> std::borrow::Cow<'_, [cache::Block]> {
+/// send them, and toolstub's own on the block keyed `anchor` (the last
+/// one so keyed), as toolstub would add it to that client's request.
+fn marked(
+    prompt: &Prompt,
+    own: bool,
+    anchor: Option<u128>,
+) -> std::borrow::Cow<'_, [cache::Block]> {
     if own {
         return std::borrow::Cow::Borrowed(&prompt.blocks);
     }
     let mut blocks = prompt.blocks.clone();
+    if let Some(b) = anchor.and_then(|k| blocks.iter_mut().rev().find(|b| b.key == k)) {
+        b.breakpoint = true;
+    }
     let system_end = prompt.system_end.or(prompt.conversation.checked_sub(1));
     if let Some(b) = system_end.and_then(|i| blocks.get_mut(i)) {
         b.breakpoint = true;
@@ -356,6 +382,7 @@ mod tests {
             blocks: keys.iter().map(|&k| block(k)).collect(),
             conversation: 1,
             system_end: None,
+            ends: Vec::new(),
         };
         let restored = [(3, block(90)), (5, block(91))];
         let mut p = prompt(&[1, 2, 3, 4, 5, 6]);
@@ -378,10 +405,17 @@ mod tests {
             blocks: (0..5).map(block).collect(),
             conversation: 1,
             system_end: Some(1),
+            ends: Vec::new(),
         };
-        let other = marked(&p, false);
+        let other = marked(&p, false, None);
         let at: Vec<bool> = other.iter().map(|b| b.breakpoint).collect();
         assert_eq!(at, [false, true, false, false, true]);
-        assert!(marked(&p, true).iter().all(|b| !b.breakpoint));
+        assert!(marked(&p, true, None).iter().all(|b| !b.breakpoint));
+        // toolstub's anchor (the aging rule's) on the block it names.
+        let anchored = marked(&p, false, Some(3));
+        let at: Vec<bool> = anchored.iter().map(|b| b.breakpoint).collect();
+        assert_eq!(at, [false, true, false, true, true]);
+        // On the request's own provider the body carries it already.
+        assert!(marked(&p, true, Some(3)).iter().all(|b| !b.breakpoint));
     }
 }

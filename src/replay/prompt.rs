@@ -46,6 +46,9 @@ pub struct Prompt {
     /// Index of the last block of the system prompt (or instructions, or a
     /// leading system or developer message), if there is one.
     pub system_end: Option<usize>,
+    /// Where each conversation block ends in the body (a byte offset), in
+    /// order: `ends[i]` is block `conversation + i`'s.
+    pub ends: Vec<usize>,
 }
 
 impl Prompt {
@@ -156,13 +159,18 @@ impl Counter {
                 .is_some_and(|m| is_system(m.get()))
                 .then_some(start)
         };
+        let mut ends = Vec::with_capacity(conversation.len());
         for m in conversation {
             blocks.push(self.block(m.get(), part));
+            let end =
+                (m.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize) + m.get().len();
+            ends.push(end);
         }
         Some(Prompt {
             blocks,
             conversation: start,
             system_end,
+            ends,
         })
     }
 }

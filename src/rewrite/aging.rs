@@ -6,16 +6,20 @@
 //! later, and so changes bytes already sent: replacing an output makes the
 //! provider's cache miss from that output on, so the request that makes
 //! the change writes everything after it again (Anthropic: 1.25x the input
-//! price instead of 0.1x to read it; OpenAI: 1x instead of 0.1x). The rule
-//! therefore changes the prefix only at decision points where the
-//! characters it removes are at least [`Aging::min_share_permille`]
-//! thousandths of the characters it makes the cache write again (from the
-//! first output it replaces to the end of the previous request, or the
-//! whole previous request when the recall tools are not offered yet, since
-//! adding them changes the tool definitions at the head of the prompt).
-//! At the default, 920 = 1 - 0.1/1.25, the request that makes the change
-//! costs no more than the same request without it on either provider, and
-//! every later request saves what was removed.
+//! price instead of 0.1x to read it; OpenAI: 1x instead of 0.1x). After one
+//! turn that is little: the rewrite marks where the kept prefix ends (a
+//! cache breakpoint on Anthropic's API) and offers the recall tools from
+//! the conversation's first request, so the change costs the next request
+//! only the stub. An optional gate changes the prefix only at decision
+//! points where the characters removed are at least
+//! [`Aging::min_share_permille`] thousandths of the characters the cache
+//! must write again (from the first output replaced to the end of the
+//! previous request, or the whole previous request when the recall tools
+//! are not offered yet, since adding them changes the tool definitions at
+//! the head of the prompt); at 920 = 1 - 0.1/1.25 the request that makes
+//! the change costs no more than without it on either provider. The
+//! default is no gate, the setting the replay of real sessions found best
+//! (BENCHMARKS.md, "Savings on real sessions"); the rule itself is off.
 //!
 //! Determinism: a decision point is the request whose newest turn is turn
 //! `d` of this conversation; the rule replays every decision point from the
@@ -54,10 +58,12 @@ impl Default for Aging {
     }
 }
 
-/// The default (BENCHMARKS.md, "Savings on real sessions").
+/// The defaults: off; when turned on (`after_turns = 1`), the setting the
+/// replay of real sessions found best (BENCHMARKS.md, "Savings on real
+/// sessions").
 pub const DEFAULT_AFTER_TURNS: usize = 0;
-pub const DEFAULT_FLOOR_CHARS: usize = 4_000;
-pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 920;
+pub const DEFAULT_FLOOR_CHARS: usize = 300;
+pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 0;
 pub const DEFAULT_HORIZON_PERMILLE: u32 = 0;
 
 /// What one later request saves of each character removed, in thousandths
@@ -89,8 +95,10 @@ pub struct Turns {
     /// system prompt edited) makes the provider write its cache again
     /// anyway.
     pub outside: usize,
-    /// The first turn holding an output another rule externalized (the
-    /// recall tools are offered from the request whose newest turn it is).
+    /// The first turn from whose request on the recall tools are offered:
+    /// 0 when the conversation declares tools of its own (with the aging
+    /// rule on they are offered from its first request), otherwise the
+    /// first turn holding an output another rule externalized.
     pub first_stub: Option<usize>,
 }
 

@@ -24,7 +24,7 @@ pub mod tool_policy;
 use crate::protocol::{turn_identity, Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::recall::RecallTool;
 use crate::refs::{result_ref, sha256_hex};
-use crate::stub::{render, RecallToolNames, StubHeader};
+use crate::stub::{render, render_aged, RecallToolNames, StubHeader};
 use crate::synopsis::{synopsize, Hints, Kind, Synopsis};
 use memo::{Facts, Memo};
 use select::{select, Budget, Candidate, Reason};
@@ -142,6 +142,12 @@ pub struct Rewritten<'b> {
     pub turns: Vec<Turn>,
     /// [`Protocol::message_canon`] of the request's last message.
     pub last_canon: Option<String>,
+    /// Where the prefix the next request of the conversation keeps ends
+    /// (a byte offset in `body`, the end of a message), when the aging
+    /// rule may replace an output after it there: the request carries a
+    /// cache breakpoint there on APIs with explicit ones (Anthropic), and
+    /// the replay bills it so on every provider.
+    pub cache_anchor: Option<usize>,
 }
 
 /// An assistant message that may be one the client saw in place of a
@@ -261,8 +267,12 @@ fn rewrite_parsed<'b>(
         );
         start = end;
     }
-    if policy.aging.after_turns > 0 {
-        age(
+    // Aging needs the originals stored: without a ref an aged stub would
+    // lose what the model already relied on.
+    let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
+    let mut next_aged = None;
+    if aging {
+        next_aged = age(
             body,
             &parsed,
             policy,
@@ -277,13 +287,37 @@ fn rewrite_parsed<'b>(
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
-    if outputs.is_empty() {
+    // With the aging rule on, a conversation that declares tools of its own
+    // is rewritten from its first request: the recall tools are offered
+    // there (nearly every agent session ages an output within a few turns,
+    // and the tools head the provider's cache prefix, so offering them then
+    // is free where offering them at the first stub writes the whole
+    // cached prompt again), so a hidden recall exchange may follow any
+    // assistant turn, and every turn is a restoration candidate.
+    let from_start = aging && !parsed.client_tool_names.is_empty();
+    if outputs.is_empty() && !from_start {
         return Err(Read {
             opening: parsed.opening,
             model: parsed.model,
         });
     }
-    let first_stub = splices.iter().map(|(r, _)| r.start).min().unwrap_or(0);
+    let first_stub = if from_start {
+        0
+    } else {
+        splices.iter().map(|(r, _)| r.start).min().unwrap_or(0)
+    };
+    // The end of the prefix the next request keeps: the message before the
+    // first output that request ages, made a cache breakpoint where the
+    // provider caches at explicit ones (see `Protocol::cache_breakpoint`).
+    let anchor = next_aged.and_then(|before| {
+        let message = parsed
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.span.end <= before)?;
+        splices.extend(protocol.cache_breakpoint(body, message.span.clone()));
+        Some(message.span.end)
+    });
     if policy.recall_enabled && mode == Mode::WithRefs {
         splices.extend(protocol.recall_edits(body));
         let tools = protocol.recall_tools(&names).join(",");
@@ -308,6 +342,7 @@ fn rewrite_parsed<'b>(
         .sum();
     splices.sort_by_key(|(range, _)| (range.start, range.end));
     let turns = turns(body, &parsed, protocol, first_stub, &splices);
+    let cache_anchor = anchor.map(|end| shifted(end, &splices));
     let last_canon = parsed
         .messages
         .last()
@@ -322,13 +357,40 @@ fn rewrite_parsed<'b>(
         streaming: parsed.streaming,
         turns,
         last_canon,
+        cache_anchor,
     }))
+}
+
+/// The span of the last of the comma-separated JSON values that fill
+/// `range` of `body` (a restored exchange: the messages it is made of).
+pub fn last_value(body: &str, range: Range<usize>) -> Option<Range<usize>> {
+    let text = body.get(range.clone())?;
+    let mut scanner = crate::protocol::json_scan::Scanner::new(text);
+    loop {
+        let start = scanner.position()?;
+        scanner.value()?;
+        if !scanner.comma() {
+            return Some(range.start + start..range.start + scanner.offset());
+        }
+    }
+}
+
+/// Where byte `at` of the client's body lands in the rewritten one: moved
+/// by every splice that ends at or before it.
+fn shifted(at: usize, splices: &[(Range<usize>, String)]) -> usize {
+    let moved: isize = splices
+        .iter()
+        .filter(|(range, _)| range.end <= at)
+        .map(|(range, text)| text.len() as isize - range.len() as isize)
+        .sum();
+    at.saturating_add_signed(moved)
 }
 
 /// The assistant messages after the first stub (only a request carrying
 /// stubs can have had a hidden recall exchange, and its answer comes after
 /// them), with their identities and their spans once `splices` (sorted)
-/// are applied. Splices never fall inside an assistant message.
+/// are applied. The only splice that falls inside an assistant message is
+/// a cache breakpoint ([`Protocol::cache_breakpoint`]).
 fn turns(
     body: &str,
     parsed: &ParsedRequest<'_>,
@@ -352,9 +414,15 @@ fn turns(
         }
         let previous = protocol.message_canon(&body[parsed.messages[i - 1].span.clone()]);
         let this = protocol.message_canon(&body[message.span.clone()]);
+        // A cache breakpoint may be inserted inside the message.
+        let inside: isize = splices[next_splice..]
+            .iter()
+            .take_while(|(range, _)| range.end <= message.span.end)
+            .map(|(range, text)| text.len() as isize - range.len() as isize)
+            .sum();
         if let (Some(previous), Some(this)) = (previous, this) {
             let start = message.span.start as isize + shift;
-            let end = message.span.end as isize + shift;
+            let end = message.span.end as isize + shift + inside;
             if let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) {
                 turns.push(Turn {
                     identity: turn_identity(&previous, &this),
@@ -500,7 +568,7 @@ fn age<'b>(
     memo: &Memo,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
-) {
+) -> Option<usize> {
     // The preview the memo holds the synopsis at (only `unknown` uses it).
     let preview = policy.budget.preview_chars;
     let stubbed: std::collections::BTreeSet<usize> = splices.iter().map(|(r, _)| r.start).collect();
@@ -526,17 +594,28 @@ fn age<'b>(
         (Some(a), Some(b)) => (a.span.start, b.span.end.saturating_sub(a.span.start)),
         _ => (0, 0),
     };
+    // The recall tools are offered from the conversation's first request
+    // when it declares tools of its own (see `rewrite_parsed`).
+    let offered_from_start = policy.recall_enabled && !parsed.client_tool_names.is_empty();
     let turns = aging::Turns {
         ends: ends.iter().map(|e| e.saturating_sub(start)).collect(),
         outside: body.len().saturating_sub(conversation),
-        first_stub,
+        first_stub: if offered_from_start {
+            Some(0)
+        } else {
+            first_stub
+        },
     };
     let newest = turns.ends.len().saturating_sub(1);
     let mut seen = Vec::new();
     let mut prepared = Vec::new();
+    // The first output the next request may age (it comes of age then, or
+    // the gate kept it this time).
+    let mut next = None;
     for (i, o) in parsed.outputs.iter().enumerate() {
+        let of_age = turn_of[i].saturating_add(policy.aging.after_turns);
         if stubbed.contains(&o.content_span.start)
-            || turn_of[i].saturating_add(policy.aging.after_turns) > newest
+            || of_age > newest.saturating_add(1)
             || o.content.char_len() <= policy.aging.floor_chars
         {
             continue;
@@ -545,6 +624,10 @@ fn age<'b>(
             .tools
             .resolve(o.tool_name.as_deref(), policy.budget.threshold_chars);
         if !may_externalize(o, &tool, policy, names) {
+            continue;
+        }
+        if of_age > newest {
+            next = next.or(Some(o.content_span.start));
             continue;
         }
         let Some(mut p) = Prepared::new(o, tool.mime, preview, memo) else {
@@ -561,6 +644,11 @@ fn age<'b>(
     }
     let picked = aging::aged(&policy.aging, &seen, &turns);
     for ((i, mut p), aged) in prepared.into_iter().zip(picked) {
+        // Old enough but kept by the gate: the next request may age it.
+        if !aged {
+            let start = parsed.outputs[i].content_span.start;
+            next = Some(next.map_or(start, |n: usize| n.min(start)));
+        }
         if aged {
             externalize(
                 &parsed.outputs[i],
@@ -575,6 +663,7 @@ fn age<'b>(
             );
         }
     }
+    next
 }
 
 fn reason_text(reason: Reason, mode: Mode) -> String {
@@ -643,23 +732,24 @@ impl<'b> Prepared<'b> {
         mode: Mode,
         names: &RecallToolNames,
     ) -> String {
+        let aged = reason == Reason::Aged;
         let reason = reason_text(reason, mode);
         let result_ref = (mode == Mode::WithRefs).then(|| self.result_ref.clone());
         let sha256 = self.sha256.clone();
         let original_chars = self.chars;
         let synopsis = self.synopsis_at(&output.content, preview);
-        render(
-            synopsis,
-            &StubHeader {
-                tool_name: output.tool_name.as_deref(),
-                original_chars,
-                preview_budget: preview,
-                result_ref: result_ref.as_deref(),
-                sha256: Some(&sha256),
-                reason: Some(&reason),
-            },
-            names,
-        )
+        let header = StubHeader {
+            tool_name: output.tool_name.as_deref(),
+            original_chars,
+            preview_budget: preview,
+            result_ref: result_ref.as_deref(),
+            sha256: Some(&sha256),
+            reason: Some(&reason),
+        };
+        if aged {
+            return render_aged(synopsis.kind, &header, names);
+        }
+        render(synopsis, &header, names)
     }
 
     fn synopsis_at(&mut self, content: &Content<'b>, preview: usize) -> &Synopsis {

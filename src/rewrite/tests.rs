@@ -1,6 +1,7 @@
 //! Unit tests of the rewrite core with the OpenAI Chat adapter.
 
 use super::*;
+use crate::protocol::anthropic::AnthropicMessages;
 use crate::protocol::openai_chat::OpenAiChat;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -750,7 +751,11 @@ fn aging_replaces_a_seen_output_where_the_change_pays_and_keeps_it_replaced() {
     assert!(first[4].contains(&serde_json::to_string(&mid).unwrap_or_default()[1..200]));
     // The next one replaces it (reason aged) and changes nothing before it.
     let second = messages_of(&bodies[2]);
-    assert!(second[4].contains("reason: aged"), "{}", &second[4][..200]);
+    assert!(
+        second[4].contains("[toolstub: tool output shown in full earlier]"),
+        "{}",
+        &second[4][..200]
+    );
     assert_eq!(first[..4], second[..4]);
     // Every later request reproduces the previous one's messages.
     for w in bodies[2..].windows(2) {
@@ -791,21 +796,25 @@ fn aged_outputs_take_their_place_in_body_order() {
 #[test]
 fn aging_leaves_an_output_where_the_change_would_not_pay() {
     let mid = big_json(650);
-    // No stub before it: aging would add the recall tools, at the head of
-    // the prompt, and make the provider write the whole request again.
-    // 3,000 characters before it (under the floor).
-    let outputs = ["a ".repeat(1_500), mid.clone(), "ok".into(), "ok".into()];
+    let next = big_json(651);
+    // Two turns old, it is followed by an output as large: replacing it
+    // makes the provider write both again, for one saved.
+    let outputs = ["a ".repeat(1_500), mid.clone(), next, "ok".into()];
     let b = conversation(&outputs);
     let out = rewrite(
         b.as_bytes(),
-        &aging_policy(1, 920),
+        &aging_policy(2, 920),
         &OpenAiChat,
         Mode::WithRefs,
     );
-    assert!(matches!(
-        out,
-        Outcome::Unchanged(Unchanged::NothingOverBudget)
-    ));
+    match out {
+        // The recall tools are offered (the rule is on), nothing is aged.
+        Outcome::Rewritten(r) => {
+            assert!(r.outputs.is_empty(), "{:?}", r.outputs[0].reason);
+            assert!(r.body.contains("tool_result_read"));
+        }
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    }
     // Without the price gate, the same output goes at its age.
     let out = rewrite(
         b.as_bytes(),
@@ -829,8 +838,179 @@ fn aging_leaves_an_output_where_the_change_would_not_pay() {
         &OpenAiChat,
         Mode::WithRefs,
     );
+    assert!(matches!(out, Outcome::Rewritten(r) if r.outputs.is_empty()));
+}
+
+#[test]
+fn with_aging_on_the_recall_tools_are_offered_from_the_first_request() {
+    let policy = aging_policy(1, 0);
+    let first = conversation(&[]);
+    let Outcome::Rewritten(r) = rewrite(first.as_bytes(), &policy, &OpenAiChat, Mode::WithRefs)
+    else {
+        panic!("rewritten")
+    };
+    assert!(r.outputs.is_empty());
+    // The tools appended, every other byte as sent.
+    let tools = OpenAiChat.recall_tools(&r.recall_names).join(",");
+    let close = first.rfind("]}").unwrap_or_default();
+    assert_eq!(
+        r.body,
+        format!("{},{tools}{}", &first[..close], &first[close..])
+    );
+    // A request that declares no tools of its own is left alone, and so is
+    // every request while the rule is off.
+    let plain = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
     assert!(matches!(
-        out,
+        rewrite(plain.as_bytes(), &policy, &OpenAiChat, Mode::WithRefs),
         Outcome::Unchanged(Unchanged::NothingOverBudget)
     ));
+    assert!(matches!(
+        rewrite(
+            first.as_bytes(),
+            &aging_policy(0, 0),
+            &OpenAiChat,
+            Mode::WithRefs
+        ),
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+    // Without a store to keep the originals, nothing ages and nothing is offered.
+    let b = conversation(&[text_of(1, 5_000), "ok".into()]);
+    assert!(matches!(
+        rewrite(b.as_bytes(), &policy, &OpenAiChat, Mode::PreviewOnly),
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+}
+
+#[test]
+fn an_aged_output_becomes_a_one_line_stub_naming_its_ref() {
+    let seen = text_of(7, 5_000);
+    let b = conversation(&[seen.clone(), "ok".into()]);
+    let Outcome::Rewritten(r) = rewrite(
+        b.as_bytes(),
+        &aging_policy(1, 0),
+        &OpenAiChat,
+        Mode::WithRefs,
+    ) else {
+        panic!("rewritten")
+    };
+    assert_eq!(r.outputs.len(), 1);
+    let o = &r.outputs[0];
+    let reference = o.result_ref.clone().unwrap_or_default();
+    assert_eq!(
+        o.stub,
+        format!(
+            "[toolstub: tool output shown in full earlier] kind: {}, original_chars: 5000, \
+             ref: {reference}. tool_result_read with this ref reads it again.",
+            o.synopsis.kind
+        )
+    );
+    assert!(r
+        .body
+        .contains(&serde_json::to_string(&o.stub).unwrap_or_default()));
+    assert!(!r.body.contains("output 7\\n"));
+}
+
+/// An Anthropic conversation of one `Read` call a turn, answered by `outputs[t]`.
+fn messages_turns(outputs: &[String]) -> String {
+    let mut messages = Vec::new();
+    for (t, o) in outputs.iter().enumerate() {
+        messages.extend(Wire::Messages.turn(t, "Read", &[(o.clone(), false)]));
+    }
+    Wire::Messages.body(&messages)
+}
+
+fn rewritten_with(body: &str, policy: &Policy, protocol: &dyn Protocol) -> Rewritten<'static> {
+    let body: &'static str = Box::leak(body.to_string().into_boxed_str());
+    match rewrite(body.as_bytes(), policy, protocol, Mode::WithRefs) {
+        Outcome::Rewritten(r) => *r,
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    }
+}
+
+#[test]
+fn the_prefix_the_next_request_keeps_ends_at_a_cache_breakpoint_on_anthropic() {
+    let policy = aging_policy(1, 0);
+    let outputs = [text_of(0, 5_000), text_of(1, 5_000), "ok".to_string()];
+    // Turns 0 and 1: turn 0's output is aged; turn 1's ages in the next
+    // request, so the assistant message that called it ends the prefix.
+    let r = rewritten_with(&messages_turns(&outputs[..2]), &policy, &AnthropicMessages);
+    let anchor = r.cache_anchor.expect("an anchor");
+    let messages = messages_of(&r.body);
+    let called = &messages[3];
+    assert!(
+        r.body[..anchor].ends_with(called.as_str()),
+        "{}",
+        &r.body[..anchor]
+    );
+    assert!(
+        called.ends_with(r#""input":{},"cache_control":{"type":"ephemeral"}}]}"#),
+        "{called}"
+    );
+    assert_eq!(r.body.matches("cache_control").count(), 1);
+    // Restoration candidates still span whole messages of the new body.
+    for turn in &r.turns {
+        assert!(serde_json::from_str::<Value>(&r.body[turn.span.clone()]).is_ok());
+    }
+    // The next request keeps that prefix: the same messages, the marker
+    // moved on (markers are not part of the provider's cached prefix).
+    let next = rewritten_with(&messages_turns(&outputs), &policy, &AnthropicMessages);
+    let later = messages_of(&next.body);
+    assert_eq!(messages[..3], later[..3]);
+    assert_eq!(
+        called.replace(r#","cache_control":{"type":"ephemeral"}"#, ""),
+        later[3]
+    );
+    assert!(later[4].contains("shown in full earlier"));
+    // The last output is short: nothing ages next, no breakpoint.
+    assert_eq!(next.cache_anchor, None);
+    assert!(!next.body.contains("cache_control"));
+}
+
+#[test]
+fn toolstub_adds_a_breakpoint_only_where_the_request_has_room_and_copies_its_lifetime() {
+    let policy = aging_policy(1, 0);
+    let outputs = [text_of(0, 5_000), text_of(1, 5_000)];
+    let body = messages_turns(&outputs);
+    let hour = r#"{"type":"ephemeral","ttl":"1h"}"#;
+    // The client marks its newest block with a 1-hour entry: ours, before
+    // it, lives as long.
+    let marked = body.replacen(
+        r#""tool_use_id":"call_1_0","#,
+        &format!(r#""tool_use_id":"call_1_0","cache_control":{hour},"#),
+        1,
+    );
+    let r = rewritten_with(&marked, &policy, &AnthropicMessages);
+    let messages = messages_of(&r.body);
+    assert!(
+        messages[3].contains(&format!(r#""cache_control":{hour}}}]}}"#)),
+        "{}",
+        messages[3]
+    );
+    // Four markers already: none added, the anchor still reported.
+    let full = marked.replacen(
+        r#""tools":[{"name":"Read","#,
+        &format!(
+            r#""system":[{{"type":"text","text":"a","cache_control":{hour}}},{{"type":"text","text":"b","cache_control":{hour}}}],"tools":[{{"cache_control":{hour},"name":"Read","#
+        ),
+        1,
+    );
+    assert_eq!(full.matches("cache_control").count(), 4);
+    let r = rewritten_with(&full, &policy, &AnthropicMessages);
+    assert_eq!(r.body.matches("cache_control").count(), 4);
+    assert!(r.cache_anchor.is_some());
+    // A thinking block takes no marker.
+    let thinking = body.replacen(
+        r#"{"type":"tool_use","id":"call_1_0","name":"Read","input":{}}"#,
+        r#"{"type":"tool_use","id":"call_1_0","name":"Read","input":{}},{"type":"thinking","thinking":"t","signature":"s"}"#,
+        1,
+    );
+    assert_ne!(thinking, body);
+    let r = rewritten_with(&thinking, &policy, &AnthropicMessages);
+    assert!(!r.body.contains("cache_control"));
+    // OpenAI caches automatically: the anchor, no marker.
+    let chat = conversation(&outputs);
+    let r = rewritten_with(&chat, &policy, &OpenAiChat);
+    let anchor = r.cache_anchor.expect("an anchor");
+    assert!(r.body[..anchor].ends_with(messages_of(&r.body)[3].as_str()));
+    assert!(!r.body.contains("cache_control"));
 }

@@ -649,6 +649,86 @@ async fn the_next_turn_gets_the_hidden_exchange_back() {
     }
 }
 
+/// With the aging rule on, toolstub's breakpoint ends the prefix the next
+/// request keeps, and when that prefix ends with an answer whose hidden
+/// recall exchange is restored, the exchange's last message carries it.
+#[tokio::test]
+async fn a_restored_exchange_carries_the_breakpoint_its_answer_carried() {
+    // The model reads the stub back, then answers by calling Read again.
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let blocks = if last_recall_result(&request).is_some() {
+            vec![
+                json!({"type": "text", "text": "Read it; one more file."}),
+                json!({"type": "tool_use", "id": "toolu_next", "name": "Read", "input": {"file_path": "/tmp/g"}}),
+            ]
+        } else if let Some(reference) = stub_ref(&request) {
+            vec![
+                json!({"type": "tool_use", "id": "toolu_rc_1", "name": "tool_result_read", "input": {"ref": reference, "limit": 30}}),
+            ]
+        } else {
+            vec![json!({"type": "text", "text": "done"})]
+        };
+        json_reply(message("msg", Value::Array(blocks), "tool_use", 10, 2))
+    });
+    let s = setup_with(
+        script,
+        &[("TOOLSTUB_EXTERNALIZATION_AGED_AFTER_TURNS", "1")],
+    )
+    .await;
+    let listing = big_listing(1_500);
+    let (status, _, bytes) = post(
+        &s,
+        "/v1/messages",
+        messages_body(&[json!(listing)], &[], ""),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(answer["content"][1]["name"], "Read", "{answer}");
+    // Turn 2: the answer as the client saw it, then its Read's output (it
+    // ages in the next request: the answer ends the kept prefix).
+    let seen = json!({"role": "assistant", "content": answer["content"]});
+    let output = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_next", "content": "g ".repeat(1_000), "cache_control": {"type": "ephemeral"}}]});
+    let mut turn2: Value =
+        serde_json::from_str(&messages_body(&[json!(listing)], &[seen, output], "")).expect("json");
+    // Claude Code moves its breakpoint to the newest block.
+    if let Some(block) = turn2["messages"][2]["content"][0].as_object_mut() {
+        block.remove("cache_control");
+    }
+    let (status, headers, _) = post(&s, "/v1/messages", turn2.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-toolstub-restored"], "1");
+    // Turn 1's two rounds, then turn 2's first.
+    let requests = s.mock.requests();
+    let sent = &requests[2];
+    let v = body_json(sent);
+    let messages = v["messages"].as_array().expect("messages");
+    // Look, the Read, its stub, recall call, recall result, the answer,
+    // the new output.
+    assert_eq!(messages.len(), 7, "{v}");
+    assert_eq!(messages[3]["content"][0]["name"], "tool_result_read");
+    let answer_blocks = messages[5]["content"].as_array().expect("blocks");
+    assert_eq!(
+        answer_blocks.last().map(|b| b["name"].clone()),
+        Some(json!("Read"))
+    );
+    assert_eq!(
+        answer_blocks.last().map(|b| b["cache_control"].clone()),
+        Some(json!({"type": "ephemeral"})),
+        "{}",
+        messages[5]
+    );
+    // The system's, the newest block's and toolstub's one: no other.
+    assert_eq!(
+        String::from_utf8_lossy(&sent.body)
+            .matches("cache_control")
+            .count(),
+        3
+    );
+    s.proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn without_restoration_the_upstream_sees_the_history_the_client_has() {
     let s = setup_with(

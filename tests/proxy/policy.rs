@@ -384,3 +384,110 @@ fn an_invalid_tool_pattern_stops_the_start_up_with_the_key_named() {
         "stopped before opening the store"
     );
 }
+
+/// The conversation's messages (or items) as the upstream received them,
+/// without `cache_control` markers (not part of the cached prefix).
+fn conversation_of(body: &[u8]) -> Vec<Value> {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v: Value = serde_json::from_slice(body).expect("json");
+    let key = if v.get("input").is_some() {
+        "input"
+    } else {
+        "messages"
+    };
+    let mut list = v[key].take();
+    strip(&mut list);
+    list.as_array().cloned().expect("a conversation")
+}
+
+/// The aging rule through the real server, on each route, a conversation
+/// replayed turn by turn: the recall tools from the first request; every
+/// output verbatim in the request that first carries it and a one-line
+/// stub from the next on; every earlier message sent again as it was; on
+/// Anthropic's route one breakpoint of toolstub's at the end of the prefix
+/// the next request keeps (the message that called the newest output).
+#[tokio::test]
+async fn aged_outputs_become_one_line_stubs_after_one_turn_on_every_route() {
+    let s = setup_with(
+        answers(),
+        &[
+            ("TOOLSTUB_EXTERNALIZATION_AGED_AFTER_TURNS", "1"),
+            ("TOOLSTUB_EXTERNALIZATION_AGED_FLOOR_CHARS", "1000"),
+            ("TOOLSTUB_EXTERNALIZATION_AGED_MIN_SHARE", "0"),
+        ],
+    )
+    .await;
+    for route in ROUTES {
+        let mut messages = Vec::new();
+        let (status, _) = post(&s, route, route.body(&messages)).await;
+        assert_eq!(status, 200);
+        let first = String::from_utf8_lossy(&s.mock.last().body).to_string();
+        assert!(
+            first.contains("tool_result_read"),
+            "{route:?}: offered at once"
+        );
+        let mut previous: Option<Vec<Value>> = None;
+        for turn in 0..4 {
+            let calls = [("Read", text_of(10 + turn, 3_000), false)];
+            messages.extend(route.turn(turn, &calls));
+            let (status, headers) = post(&s, route, route.body(&messages)).await;
+            assert_eq!(status, 200);
+            let sent = s.mock.last().body.to_vec();
+            let got = route.outputs(&sent);
+            assert_eq!(got.len(), turn + 1);
+            assert_eq!(
+                got[turn].1, calls[0].1,
+                "{route:?} turn {turn}: verbatim at first"
+            );
+            for (id, text) in &got[..turn] {
+                assert!(
+                    text.starts_with("[toolstub: tool output shown in full earlier] kind: ")
+                        && text.contains(&format!("ref: tr_{id}_"))
+                        && !text.contains('\n'),
+                    "{route:?} turn {turn}: {text}"
+                );
+            }
+            let aged = headers
+                .get("x-toolstub-externalized")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("0")
+                .to_string();
+            assert_eq!(aged, turn.to_string(), "{route:?} turn {turn}");
+            // Everything the previous request sent before its newest turn's
+            // output, sent again as it was.
+            let now = conversation_of(&sent);
+            if let Some(before) = &previous {
+                let kept = before.len() - 1;
+                assert_eq!(before[..kept], now[..kept], "{route:?} turn {turn}");
+            }
+            if let Route::Messages = route {
+                let text = String::from_utf8_lossy(&sent);
+                assert_eq!(
+                    text.matches("cache_control").count(),
+                    1,
+                    "{route:?} turn {turn}"
+                );
+                let v: Value = serde_json::from_slice(&sent).expect("json");
+                let all = v["messages"].as_array().expect("messages");
+                let caller = &all[all.len() - 2];
+                assert_eq!(caller["role"], "assistant");
+                assert_eq!(
+                    caller["content"][0]["cache_control"],
+                    json!({"type": "ephemeral"}),
+                    "{turn}"
+                );
+            }
+            previous = Some(now);
+        }
+    }
+    s.proxy.shutdown().await;
+}

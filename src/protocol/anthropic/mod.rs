@@ -17,6 +17,7 @@
 //! (server-sent events), sharing the block bookkeeping of [`blocks`].
 
 mod blocks;
+pub mod cache;
 mod rounds;
 mod stream;
 mod usage;
@@ -305,6 +306,10 @@ impl Protocol for AnthropicMessages {
             canon.push_str(&value);
         }
         Some(canon)
+    }
+
+    fn cache_breakpoint(&self, body: &str, message: Range<usize>) -> Vec<(Range<usize>, String)> {
+        cache::breakpoint(body, message).into_iter().collect()
     }
 
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {

@@ -44,6 +44,14 @@ impl Protocol for OnBedrock {
         AnthropicMessages.recall_edits(body)
     }
 
+    fn cache_breakpoint(
+        &self,
+        body: &str,
+        message: std::ops::Range<usize>,
+    ) -> Vec<(std::ops::Range<usize>, String)> {
+        AnthropicMessages.cache_breakpoint(body, message)
+    }
+
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
         AnthropicMessages.rounds(context)
     }

@@ -231,9 +231,13 @@ fn rewrite_parsed<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> Result<Box<Rewritten<'b>>, Read> {
-    if parsed.outputs.is_empty() {
+    // Aging needs the originals stored: without a ref an aged stub would
+    // lose what the model already relied on.
+    let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
+    if parsed.outputs.is_empty() && !(aging && !parsed.client_tool_names.is_empty()) {
         // No tool output: nothing to select and nothing to age (the rules
-        // below only ever act on outputs), so no recall names to pick.
+        // below only ever act on outputs), so no recall names to pick,
+        // unless the recall tools are offered from the start (below).
         return Err(Read {
             opening: parsed.opening,
             model: parsed.model,
@@ -267,9 +271,6 @@ fn rewrite_parsed<'b>(
         );
         start = end;
     }
-    // Aging needs the originals stored: without a ref an aged stub would
-    // lose what the model already relied on.
-    let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
     let mut next_aged = None;
     if aging {
         next_aged = age(

@@ -234,7 +234,8 @@ fn rewrite_parsed<'b>(
     // Aging needs the originals stored: without a ref an aged stub would
     // lose what the model already relied on.
     let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
-    if parsed.outputs.is_empty() && !(aging && !parsed.client_tool_names.is_empty()) {
+    let offered_from_start = aging && !parsed.client_tool_names.is_empty();
+    if parsed.outputs.is_empty() && !offered_from_start {
         // No tool output: nothing to select and nothing to age (the rules
         // below only ever act on outputs), so no recall names to pick,
         // unless the recall tools are offered from the start (below).

@@ -209,23 +209,13 @@ enum Part {
 /// one text block it stands for (Claude Code sends the same message as a
 /// string, and as a block when it carries the newest marker).
 fn anthropic_key(raw: &str) -> u128 {
-    fn strip(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                map.remove("cache_control");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     let Ok(mut v) = serde_json::from_str::<Value>(raw) else {
         return xxh(raw);
     };
     if let Some(text) = v.get("content").and_then(Value::as_str).map(str::to_string) {
         v["content"] = serde_json::json!([{"type": "text", "text": text}]);
     }
-    strip(&mut v);
+    crate::protocol::anthropic::cache::strip_markers(&mut v);
     xxh(&super::sources::canonical(&v))
 }
 

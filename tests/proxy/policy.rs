@@ -388,16 +388,6 @@ fn an_invalid_tool_pattern_stops_the_start_up_with_the_key_named() {
 /// The conversation's messages (or items) as the upstream received them,
 /// without `cache_control` markers (not part of the cached prefix).
 fn conversation_of(body: &[u8]) -> Vec<Value> {
-    fn strip(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                map.remove("cache_control");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     let mut v: Value = serde_json::from_slice(body).expect("json");
     let key = if v.get("input").is_some() {
         "input"
@@ -405,7 +395,7 @@ fn conversation_of(body: &[u8]) -> Vec<Value> {
         "messages"
     };
     let mut list = v[key].take();
-    strip(&mut list);
+    toolstub::protocol::anthropic::cache::strip_markers(&mut list);
     list.as_array().cloned().expect("a conversation")
 }
 

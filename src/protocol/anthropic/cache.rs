@@ -190,6 +190,21 @@ pub fn count(body: &str) -> Option<usize> {
     markers(body).map(|m| m.len())
 }
 
+/// `value` without its `cache_control` markers, at any depth: what the
+/// provider's cache compares (a marker moved from one block to another
+/// does not change the prefix it keys).
+pub fn strip_markers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            map.remove("cache_control");
+            map.values_mut().for_each(strip_markers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_markers),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

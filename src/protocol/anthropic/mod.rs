@@ -342,24 +342,13 @@ fn append_opening(opening: &mut String, role: &str, content: Option<&str>) {
     if let Some(raw) = content {
         match serde_json::from_str::<Value>(raw) {
             Ok(mut value) => {
-                strip_cache_control(&mut value);
+                cache::strip_markers(&mut value);
                 opening.push_str(&value.to_string());
             }
             Err(_) => opening.push_str(raw),
         }
     }
     opening.push('\u{1}');
-}
-
-fn strip_cache_control(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.remove("cache_control");
-            map.values_mut().for_each(strip_cache_control);
-        }
-        Value::Array(items) => items.iter_mut().for_each(strip_cache_control),
-        _ => {}
-    }
 }
 
 /// Anthropic's error `type` for an HTTP status.

@@ -156,6 +156,7 @@ pub struct Metrics {
     /// (api, part of the usage).
     upstream_tokens: Counters<(&'static str, &'static str)>,
     ledger_dropped: AtomicU64,
+    tokens_uncounted: AtomicU64,
     tool_labels: Mutex<BTreeMap<String, &'static str>>,
 }
 
@@ -179,6 +180,7 @@ impl Default for Metrics {
             tokens_saved: Counters::default(),
             upstream_tokens: Counters::default(),
             ledger_dropped: AtomicU64::new(0),
+            tokens_uncounted: AtomicU64::new(0),
             tool_labels: Mutex::new(BTreeMap::new()),
         }
     }
@@ -257,6 +259,13 @@ impl Metrics {
     /// A ledger record dropped (its queue was full, or the store failed).
     pub fn ledger_dropped(&self, n: u64) {
         self.ledger_dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Outputs whose tokens were not counted: the counting thread was
+    /// too far behind (a machine busy with requests); their saving is
+    /// recorded as zero.
+    pub fn tokens_uncounted(&self, n: u64) {
+        self.tokens_uncounted.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn store_error(&self, operation: &'static str) {
@@ -365,6 +374,11 @@ impl Metrics {
             out,
             "# HELP toolstub_ledger_dropped_total Token-accounting records lost (queue full or store failure).\n# TYPE toolstub_ledger_dropped_total counter\ntoolstub_ledger_dropped_total {}",
             self.ledger_dropped.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP toolstub_tokens_uncounted_total Externalized outputs whose tokens were not counted (the counting thread was too far behind); their saving is recorded as zero.\n# TYPE toolstub_tokens_uncounted_total counter\ntoolstub_tokens_uncounted_total {}",
+            self.tokens_uncounted.load(Ordering::Relaxed)
         );
         out
     }

@@ -16,7 +16,12 @@
 //! `x-toolstub-saved-tokens` header carries the total when the count is
 //! done by the time the response head leaves (an original's count is
 //! remembered by digest, so a repeated output costs only its stub's); the
-//! response never waits for it.
+//! response never waits for it. Nor does the ledger task: a turn whose
+//! count is not done when it is filed gets its rows at once and its
+//! tokens saved in rows of their own when the count lands, so a starved
+//! counter never holds up the rows of other requests. What waits for the
+//! counter is bounded ([`MAX_BACKLOG`] bytes); past it an output goes
+//! uncounted (`toolstub_tokens_uncounted_total`).
 //!
 //! Nothing here can fail a request: a full queue or a store failure drops
 //! the record and counts it (`toolstub_ledger_dropped_total`).
@@ -32,6 +37,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 /// Records waiting for the ledger task; past this, new ones are dropped.
 const QUEUE: usize = 4096;
@@ -39,8 +45,16 @@ const QUEUE: usize = 4096;
 const FLUSH_ROWS: usize = 256;
 /// How long rows wait for company before they are written.
 const FLUSH_AFTER: Duration = Duration::from_millis(200);
-/// Bytes of originals held for the counting thread at most.
-const MAX_BACKLOG: usize = 64 << 20;
+/// Bytes held for the counting thread at most: the texts (a client body
+/// whose literals are counted is held whole) and [`ITEM_OVERHEAD`] per
+/// output. It bounds what a starved counter can make the proxy hold.
+const MAX_BACKLOG: usize = 16 << 20;
+/// What one queued output holds besides its texts (its digest, the job,
+/// the ledger task's wait for it), rounded up.
+const ITEM_OVERHEAD: usize = 512;
+/// How long the ledger's flush (shutdown, tests) waits for counts still
+/// running.
+const COUNTS_WAIT: Duration = Duration::from_secs(5);
 /// Unchanged bodies up to this size are read for their session on the
 /// ledger task itself.
 const INLINE_DERIVE_BYTES: usize = 64 * 1024;
@@ -94,14 +108,26 @@ pub enum TextToCount {
     Literals(Bytes, Vec<Range<usize>>),
 }
 
-impl TextToCount {
-    fn len(&self) -> usize {
-        match self {
-            TextToCount::Remembered => 0,
-            TextToCount::Owned(text) => text.len(),
-            TextToCount::Literals(_, spans) => spans.iter().map(|s| s.len()).sum(),
+/// The bytes the counting thread's queue holds for `items`: each client
+/// body once however many literals point into it.
+fn held_bytes(items: &[ToCount]) -> usize {
+    let mut bodies: Vec<(*const u8, usize)> = Vec::new();
+    let mut held = 0;
+    for item in items {
+        held += ITEM_OVERHEAD + item.stub.len() + item.sha256.len();
+        match &item.text {
+            TextToCount::Remembered => {}
+            TextToCount::Owned(text) => held += text.len(),
+            TextToCount::Literals(body, _) => {
+                let key = (body.as_ptr(), body.len());
+                if !bodies.contains(&key) {
+                    bodies.push(key);
+                    held += body.len();
+                }
+            }
         }
     }
+    held
 }
 
 /// One externalized output, to count.
@@ -234,30 +260,29 @@ impl Ledger {
     /// Hands outputs to the counting thread. It runs at the lowest CPU
     /// priority, so on a busy machine counting waits for requests, never
     /// the other way round.
-    /// Texts are held for it up to [`MAX_BACKLOG`] bytes; past that (a
-    /// machine too busy to count), an output's original goes uncounted and
-    /// its saving is recorded as zero (`toolstub_ledger_dropped_total`).
-    pub fn count(&self, mut items: Vec<ToCount>) -> Counting {
+    /// What waits for it is held up to [`MAX_BACKLOG`] bytes; past that (a
+    /// machine too busy to count), the request's outputs go uncounted and
+    /// their saving is recorded as zero (`toolstub_tokens_uncounted_total`).
+    pub fn count(&self, items: Vec<ToCount>) -> Counting {
         use std::sync::atomic::Ordering;
-        let mut bytes: usize = items.iter().map(|i| i.text.len()).sum();
-        if self.0.backlog.load(Ordering::Relaxed) + bytes > MAX_BACKLOG {
-            for item in &mut items {
-                item.text = TextToCount::Remembered;
-            }
-            bytes = 0;
-            self.0.metrics.ledger_dropped(1);
-        }
-        self.0.backlog.fetch_add(bytes, Ordering::Relaxed);
+        let bytes = held_bytes(&items);
         let saved = Arc::new(OnceLock::new());
         let (reply, counted) = tokio::sync::oneshot::channel();
+        if self.0.backlog.load(Ordering::Relaxed) + bytes > MAX_BACKLOG {
+            // Dropping `reply` tells the ledger task: nothing counted.
+            self.0.metrics.tokens_uncounted(items.len() as u64);
+            return Counting { counted, saved };
+        }
+        self.0.backlog.fetch_add(bytes, Ordering::Relaxed);
         let job = CountJob {
             items,
             bytes,
             saved: saved.clone(),
             reply,
         };
-        if self.0.counter.send(job).is_err() {
-            self.0.metrics.ledger_dropped(1);
+        if let Err(unsent) = self.0.counter.send(job) {
+            self.0.backlog.fetch_sub(bytes, Ordering::Relaxed);
+            self.0.metrics.tokens_uncounted(unsent.0.items.len() as u64);
         }
         Counting { counted, saved }
     }
@@ -414,51 +439,73 @@ fn count_one(remembered: &Mutex<HashMap<String, u64>>, item: ToCount) -> Counted
 
 /// The ledger task: files each job, writes rows in batches: when
 /// [`FLUSH_ROWS`] rows are waiting, or [`FLUSH_AFTER`] after the first of
-/// them (whatever keeps arriving meanwhile).
+/// them (whatever keeps arriving meanwhile). Counts that land after their
+/// turn was filed come back through `late`.
 async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<Metrics>) {
     let mut batch = LedgerBatch::default();
     let mut jobs = Vec::with_capacity(64);
-    let mut due: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut late: JoinSet<Late> = JoinSet::new();
+    let due = tokio::time::sleep(FLUSH_AFTER);
+    tokio::pin!(due);
+    let mut armed = false;
     loop {
-        // How many jobs came, or `None` when the batch is due.
-        let received = match due.as_mut() {
-            None => Some(rx.recv_many(&mut jobs, 64).await),
-            Some(due) => tokio::select! {
-                biased;
-                n = rx.recv_many(&mut jobs, 64) => Some(n),
-                () = due.as_mut() => None,
-            },
-        };
-        match received {
-            Some(0) => break,
-            None => {
+        tokio::select! {
+            biased;
+            n = rx.recv_many(&mut jobs, 64) => {
+                if n == 0 {
+                    break;
+                }
+            }
+            Some(landed) = late.join_next(), if !late.is_empty() => {
+                if let Ok(landed) = landed {
+                    landed.file(&metrics, &mut batch);
+                }
+            }
+            () = &mut due, if armed => {
                 flush(&store, &metrics, &mut batch).await;
-                due = None;
+                armed = false;
                 continue;
             }
-            Some(_) => {}
         }
         for job in jobs.drain(..) {
             match job {
                 Job::Flush(done) => {
+                    wait_for_counts(&mut late, &metrics, &mut batch).await;
                     flush(&store, &metrics, &mut batch).await;
-                    due = None;
+                    armed = false;
                     let _ = done.send(());
                 }
-                job => {
-                    file(job, &metrics, &mut batch).await;
-                    if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
-                        flush(&store, &metrics, &mut batch).await;
-                        due = None;
-                    }
-                }
+                job => file(job, &metrics, &mut batch, &mut late).await,
             }
         }
-        if due.is_none() && !batch.is_empty() {
-            due = Some(Box::pin(tokio::time::sleep(FLUSH_AFTER)));
+        if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
+            flush(&store, &metrics, &mut batch).await;
+            armed = false;
+        } else if !armed && !batch.is_empty() {
+            due.as_mut()
+                .reset(tokio::time::Instant::now() + FLUSH_AFTER);
+            armed = true;
         }
     }
+    wait_for_counts(&mut late, &metrics, &mut batch).await;
     flush(&store, &metrics, &mut batch).await;
+}
+
+/// Files the counts still running, waiting at most [`COUNTS_WAIT`] for
+/// them; those that do not land by then are left uncounted.
+async fn wait_for_counts(late: &mut JoinSet<Late>, metrics: &Metrics, batch: &mut LedgerBatch) {
+    let deadline = tokio::time::Instant::now() + COUNTS_WAIT;
+    while !late.is_empty() {
+        match tokio::time::timeout_at(deadline, late.join_next()).await {
+            Ok(Some(Ok(landed))) => landed.file(metrics, batch),
+            Ok(Some(Err(_))) => {}
+            Ok(None) => break,
+            Err(_) => {
+                late.abort_all();
+                break;
+            }
+        }
+    }
 }
 
 async fn flush(store: &AsyncResultStore, metrics: &Metrics, batch: &mut LedgerBatch) {
@@ -474,9 +521,9 @@ async fn flush(store: &AsyncResultStore, metrics: &Metrics, batch: &mut LedgerBa
     }
 }
 
-async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch) {
+async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch, late: &mut JoinSet<Late>) {
     match job {
-        Job::Turn(turn) => file_turn(turn, metrics, batch).await,
+        Job::Turn(turn) => file_turn(turn, metrics, batch, late).await,
         Job::Unread(turn, usage) => file_unread(turn, usage, metrics, batch).await,
         Job::Usage(note, observed) => {
             file_usage(
@@ -593,7 +640,43 @@ type GroupKey = (Option<String>, &'static str, bool);
 /// ... into (outputs, characters saved, tokens saved, kind).
 type GroupSums = (u64, u64, u64, Kind);
 
-async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
+/// A turn as filed: whose, which session and model, and its outputs.
+struct FiledTurn {
+    tenant: Tenant,
+    session: String,
+    at: i64,
+    model: Option<String>,
+    tallies: Vec<Tally>,
+}
+
+/// What of a turn's outputs a set of rows carries.
+enum Filing<'a> {
+    /// Everything, counts included.
+    Whole(&'a [Counted]),
+    /// Everything but the tokens saved (their count has not landed).
+    Uncounted,
+    /// Only the tokens saved, counted after the rest was filed.
+    Tokens(&'a [Counted]),
+}
+
+/// A turn's token counts that landed after its rows were filed.
+struct Late {
+    turn: FiledTurn,
+    counted: Vec<Counted>,
+}
+
+impl Late {
+    fn file(self, metrics: &Metrics, batch: &mut LedgerBatch) {
+        file_outputs(&self.turn, Filing::Tokens(&self.counted), metrics, batch);
+    }
+}
+
+async fn file_turn(
+    turn: Turn,
+    metrics: &Metrics,
+    batch: &mut LedgerBatch,
+    late: &mut JoinSet<Late>,
+) {
     let Turn {
         note,
         session,
@@ -602,29 +685,70 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
     } = turn;
     let (session, model) = session_of(session, &note.tenant).await;
     let _ = note.session.set(session.clone());
-    let counted = match counting {
-        Some(c) => c.counted.await.unwrap_or_default(),
-        None => Vec::new(),
+    let turn = FiledTurn {
+        tenant: note.tenant.clone(),
+        session,
+        at: note.at,
+        model,
+        tallies,
     };
-    // One row per (tool, kind, first seen), in a fixed order.
+    // The request itself: one turn of its session.
+    batch.add(
+        turn.tenant.clone(),
+        LedgerEntry {
+            session_id: turn.session.clone(),
+            at: turn.at,
+            model: turn.model.clone(),
+            requests: 1,
+            ..LedgerEntry::default()
+        },
+    );
+    let Some(mut counting) = counting else {
+        file_outputs(&turn, Filing::Whole(&[]), metrics, batch);
+        return;
+    };
+    use tokio::sync::oneshot::error::TryRecvError;
+    match counting.counted.try_recv() {
+        Ok(counted) => file_outputs(&turn, Filing::Whole(&counted), metrics, batch),
+        Err(TryRecvError::Closed) => file_outputs(&turn, Filing::Whole(&[]), metrics, batch),
+        Err(TryRecvError::Empty) => {
+            file_outputs(&turn, Filing::Uncounted, metrics, batch);
+            late.spawn(async move {
+                let counted = counting.counted.await.unwrap_or_default();
+                Late { turn, counted }
+            });
+        }
+    }
+}
+
+/// A turn's outputs: one row per (tool, kind, first seen), in a fixed
+/// order, and the token counts of the outputs it stored first.
+fn file_outputs(turn: &FiledTurn, filing: Filing<'_>, metrics: &Metrics, batch: &mut LedgerBatch) {
+    let counted = match filing {
+        Filing::Whole(c) | Filing::Tokens(c) => Some(c),
+        Filing::Uncounted => None,
+    };
     let mut groups: BTreeMap<GroupKey, GroupSums> = BTreeMap::new();
-    for (i, tally) in tallies.iter().enumerate() {
-        let c = counted.get(i).copied().unwrap_or_default();
-        metrics.tokens_saved(
-            tally.kind.as_str(),
-            tally.tool.as_deref(),
-            tally.first_seen,
-            c.saved(),
-        );
+    for (i, tally) in turn.tallies.iter().enumerate() {
+        let c = counted.and_then(|c| c.get(i)).copied().unwrap_or_default();
+        if counted.is_some() {
+            metrics.tokens_saved(
+                tally.kind.as_str(),
+                tally.tool.as_deref(),
+                tally.first_seen,
+                c.saved(),
+            );
+        }
         let g = groups
             .entry((tally.tool.clone(), tally.kind.as_str(), tally.first_seen))
             .or_insert((0, 0, 0, tally.kind));
         g.0 += 1;
         g.1 += tally.chars_saved;
         g.2 += c.saved();
-        if let (Some(r), Some(_), true) = (&tally.result_ref, counted.get(i), tally.first_seen) {
+        let counted_here = counted.and_then(|c| c.get(i)).is_some();
+        if let (Some(r), true, true) = (&tally.result_ref, counted_here, tally.first_seen) {
             batch.tokens.push((
-                note.tenant.clone(),
+                turn.tenant.clone(),
                 OutputTokens {
                     result_ref: r.clone(),
                     original_tokens: c.original,
@@ -633,29 +757,22 @@ async fn file_turn(turn: Turn, metrics: &Metrics, batch: &mut LedgerBatch) {
             ));
         }
     }
-    // The request itself: one turn of its session.
-    batch.add(
-        note.tenant.clone(),
-        LedgerEntry {
-            session_id: session.clone(),
-            at: note.at,
-            model: model.clone(),
-            requests: 1,
-            ..LedgerEntry::default()
-        },
-    );
+    let tokens_only = matches!(filing, Filing::Tokens(_));
     for ((tool, _, first_seen), (outputs, chars, tokens, kind)) in groups {
+        if tokens_only && tokens == 0 {
+            continue;
+        }
         batch.add(
-            note.tenant.clone(),
+            turn.tenant.clone(),
             LedgerEntry {
-                session_id: session.clone(),
-                at: note.at,
-                model: model.clone(),
+                session_id: turn.session.clone(),
+                at: turn.at,
+                model: turn.model.clone(),
                 tool,
                 kind: Some(kind),
                 first_seen,
-                outputs,
-                chars_saved: chars,
+                outputs: if tokens_only { 0 } else { outputs },
+                chars_saved: if tokens_only { 0 } else { chars },
                 tokens_saved: tokens,
                 ..LedgerEntry::default()
             },
@@ -675,4 +792,89 @@ fn derive(protocol: &dyn Protocol, tenant: &Tenant, body: &[u8]) -> (String, Opt
         crate::rewrite::derive_session(tenant.as_str(), &parsed.opening),
         parsed.model,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ReportQuery, ResultStore, StoreConfig};
+
+    fn turn(tenant: &Tenant, counted: tokio::sync::oneshot::Receiver<Vec<Counted>>) -> Turn {
+        Turn {
+            note: RequestNote::new(tenant.clone(), "chat", 1_000),
+            session: SessionOf::Known("s".to_string(), Some("m".to_string())),
+            tallies: vec![Tally {
+                result_ref: None,
+                tool: Some("bash".to_string()),
+                kind: Kind::Text,
+                first_seen: true,
+                chars_saved: 900,
+            }],
+            counting: Some(Counting {
+                counted,
+                saved: Arc::new(OnceLock::new()),
+            }),
+        }
+    }
+
+    /// A turn whose count has not landed does not hold up the rows filed
+    /// after it (a starved counter once filled the queue, and every other
+    /// request's row was dropped); its tokens are filed when the count
+    /// lands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_count_that_has_not_landed_holds_up_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ResultStore::open(dir.path().join("s.db"), StoreConfig::default())
+            .expect("open the store");
+        let store = AsyncResultStore::new(store);
+        let metrics = Arc::new(Metrics::default());
+        let ledger = Ledger::start(store.clone(), metrics.clone());
+        let tenant = Tenant::new("t").expect("tenant");
+        let (count, counted) = tokio::sync::oneshot::channel();
+        ledger.turn(turn(&tenant, counted));
+        let others = 3 * QUEUE;
+        for i in 0..others {
+            drop(ledger.unread(tenant.clone(), "chat", 2_000, SessionOf::Unknown));
+            if i % 256 == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let flushed = tokio::spawn({
+            let ledger = ledger.clone();
+            async move { ledger.flush().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        count
+            .send(vec![Counted {
+                original: 700,
+                stub: 40,
+            }])
+            .expect("the ledger waits for the count");
+        flushed.await.expect("flush");
+        let report = store
+            .report(Some(&tenant), ReportQuery::default())
+            .await
+            .expect("report");
+        assert_eq!(report.totals.requests, others as u64 + 1);
+        assert_eq!(report.totals.outputs, 1);
+        assert_eq!(report.totals.chars_saved, 900);
+        assert_eq!(report.totals.tokens_saved, 660);
+        assert!(metrics.render().contains("toolstub_ledger_dropped_total 0"));
+    }
+
+    /// Past the backlog, nothing is queued for the counter: the outputs
+    /// are filed uncounted and say so.
+    #[test]
+    fn the_backlog_is_bounded_by_what_it_holds() {
+        let body = Bytes::from(vec![b'a'; 1000]);
+        let items: Vec<ToCount> = (0..3)
+            .map(|i| ToCount {
+                sha256: "x".repeat(64),
+                stub: "s".repeat(10),
+                text: TextToCount::Literals(body.clone(), vec![i * 10..i * 10 + 5, i * 10 + 6..i * 10 + 8]),
+            })
+            .collect();
+        // The body once, not its spans, and each item's overhead.
+        assert_eq!(held_bytes(&items), 1000 + 3 * (ITEM_OVERHEAD + 10 + 64));
+    }
 }

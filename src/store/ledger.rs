@@ -42,17 +42,63 @@ pub const INSERT: &str = "INSERT INTO ledger (tenant, session_id, at, model, too
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 
 /// Sums the rows written before `?1` (not rolled up yet) into one row per
-/// tenant, UTC day, model, tool, kind and first-seen flag (no session),
-/// marked rolled up; run with [`DELETE_ROLLED`] in one transaction.
+/// tenant, period of `?2` milliseconds ([`DAY_MS`] past retention,
+/// [`HOUR_MS`] under the size cap), model, tool, kind and first-seen flag
+/// (no session), marked rolled up; run with [`DELETE_ROLLED`] in one
+/// transaction.
 pub const ROLL_UP: &str = "INSERT INTO ledger (tenant, session_id, at, model, tool, kind, \
      first_seen, requests, rounds, outputs, chars_saved, tokens_saved, input_tokens, \
      cache_read_tokens, cache_write_tokens, output_tokens, recall_calls, rolled_up) \
-     SELECT tenant, '', (at / 86400000) * 86400000, model, tool, kind, first_seen, \
+     SELECT tenant, '', (at / ?2) * ?2, model, tool, kind, first_seen, \
      SUM(requests), SUM(rounds), SUM(outputs), SUM(chars_saved), SUM(tokens_saved), \
      SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), \
      SUM(output_tokens), SUM(recall_calls), 1 \
      FROM ledger WHERE at < ?1 AND rolled_up = 0 \
-     GROUP BY tenant, (at / 86400000), model, tool, kind, first_seen";
+     GROUP BY tenant, (at / ?2), model, tool, kind, first_seen";
+
+pub const DAY_MS: i64 = 86_400_000;
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// About what one row as the proxy writes it takes in the store (its
+/// columns, the record's header, its entry in the roll-up index), for
+/// `store.max_bytes`.
+pub const ROW_BYTES: i64 = 128;
+
+/// The rows as the proxy wrote them (not rolled up) a store keeps under
+/// `max_bytes`: an eighth of it, and at least 10,000. Past that the
+/// oldest are summed per hour ([`detail_to_sum`]): reports keep every
+/// total and an hourly series, and lose only those rows' sessions.
+pub fn detail_cap(max_bytes: u64) -> i64 {
+    i64::try_from(max_bytes / 8)
+        .unwrap_or(i64::MAX)
+        .saturating_div(ROW_BYTES)
+        .max(10_000)
+}
+
+/// Rows not rolled up, counted up to `?1` (a bounded read of the roll-up
+/// index however large the ledger grew).
+pub const COUNT_DETAIL: &str =
+    "SELECT count(*) FROM (SELECT 1 FROM ledger WHERE rolled_up = 0 LIMIT ?1) AS detail";
+
+/// The time of the `?1`-th oldest row not rolled up (0-based).
+pub const NTH_OLDEST_DETAIL: &str =
+    "SELECT at FROM ledger WHERE rolled_up = 0 ORDER BY at LIMIT 1 OFFSET ?1";
+
+/// Rows a sweep sums at most under the size cap (one bounded transaction).
+pub const SIZE_ROLL_UP_BATCH: i64 = 20_000;
+
+/// How many of the oldest rows not rolled up a sweep sums, given `count`
+/// of them (as [`COUNT_DETAIL`] read them, limited to `cap` plus
+/// [`SIZE_ROLL_UP_BATCH`]): none under the cap; over it, down to three
+/// quarters of it, so a busy ledger is summed in batches rather than a
+/// few rows each sweep. The second value says whether more are left.
+pub fn detail_to_sum(count: i64, cap: i64) -> (i64, bool) {
+    if count <= cap {
+        return (0, false);
+    }
+    let want = count - cap * 3 / 4;
+    (want.min(SIZE_ROLL_UP_BATCH), want > SIZE_ROLL_UP_BATCH)
+}
 
 /// The oldest row not rolled up yet, before `?1`: a sweep rolls up one
 /// UTC day at a time (one bounded transaction each).
@@ -61,8 +107,7 @@ pub const OLDEST_TO_ROLL_UP: &str = "SELECT MIN(at) FROM ledger WHERE at < ?1 AN
 /// Where a sweep's roll-up stops: the end of the UTC day of `oldest`, or
 /// `cutoff` if sooner; and whether rows are left for the next sweep.
 pub fn roll_up_bound(oldest: i64, cutoff: i64) -> (i64, bool) {
-    const DAY: i64 = 86_400_000;
-    let day_end = (oldest.div_euclid(DAY) + 1).saturating_mul(DAY);
+    let day_end = (oldest.div_euclid(DAY_MS) + 1).saturating_mul(DAY_MS);
     (day_end.min(cutoff), day_end < cutoff)
 }
 

@@ -1664,6 +1664,59 @@ mod ledger {
             assert_eq!(s.report(Some(&a), ReportQuery::default()).unwrap().totals, t);
         }
 
+        fn ledger_rows_over_their_share_of_max_bytes_are_summed_per_hour() {
+            // An eighth of 8 MiB over 128 bytes a row is under the floor:
+            // 10,000 rows as written are kept.
+            let cfg = StoreConfig {
+                max_bytes: Some(8 << 20),
+                ..config()
+            };
+            let (_d, s, now) = open_with_clock(cfg);
+            let a = alice();
+            let t0 = now.load(Ordering::SeqCst);
+            let kept = s.put_one(&a, output("live", "c1", "Read", &"x".repeat(30_000))).unwrap();
+            let hour = 3_600_000;
+            let rows = 16_000;
+            let entries = (0..rows)
+                .map(|i| {
+                    let at = t0 + i * 1_000;
+                    let session = format!("s{}", i / 100);
+                    if i % 2 == 0 {
+                        (a.clone(), turn(&session, at, 10, 20))
+                    } else {
+                        (a.clone(), saving(&session, at, "Read", i % 4 == 1, 7))
+                    }
+                })
+                .collect();
+            s.record(LedgerBatch { entries, tokens: Vec::new(), ..Default::default() }).unwrap();
+            let before = s.report(Some(&a), ReportQuery::default()).unwrap();
+            let before_hourly = s.report(Some(&a), ReportQuery { bucket_ms: hour, ..ReportQuery::default() }).unwrap();
+            let report = s.sweep().unwrap();
+            // Down to three quarters of the cap: the oldest 8,500 go.
+            assert_eq!(report.ledger_rolled_up, 8_500, "{report:?}");
+            assert!(!report.more, "{report:?}");
+            assert_eq!(report.expired_by_size, 0, "the ledger's share evicts no output");
+            assert_eq!(s.sweep().unwrap().ledger_rolled_up, 0, "under the cap now");
+            let after = s.report(Some(&a), ReportQuery { bucket_ms: hour, ..ReportQuery::default() }).unwrap();
+            assert_eq!(after.totals.requests, before.totals.requests);
+            assert_eq!(after.totals.tokens_saved, before.totals.tokens_saved);
+            assert_eq!(after.totals.tokens_saved_first_seen, before.totals.tokens_saved_first_seen);
+            assert_eq!(after.totals.input_tokens, before.totals.input_tokens);
+            let tools: Vec<(&str, u64)> = after.by_tool.iter().map(|(n, s)| (n.as_str(), s.outputs)).collect();
+            assert_eq!(tools, vec![("Read", 8_000)]);
+            // Each hour's series point sums to what it did before.
+            let points = |r: &toolstub::store::Report| -> Vec<(i64, u64, u64, u64)> {
+                r.series.iter().map(|(at, s)| (*at, s.requests, s.outputs, s.tokens_saved)).collect()
+            };
+            assert_eq!(points(&after), points(&before_hourly));
+            // The newest rows keep their sessions; the summed ones lost theirs.
+            let sessions = s.report(Some(&a), ReportQuery { sessions: 1000, ..ReportQuery::default() }).unwrap().sessions;
+            let ids: Vec<&str> = sessions.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(ids.len(), 75, "{ids:?}");
+            assert!(ids.contains(&"s85") && ids.contains(&"s159") && !ids.contains(&"s84"));
+            assert!(s.read(&a, &kept.result_ref, 0, 10).is_ok(), "the live output stays");
+        }
+
         fn reports_sum_by_tool_kind_time_and_session_per_tenant() {
             let (_d, s) = open();
             let (a, b) = (alice(), Tenant::new("bbbbbbbbbbbbbbbb").unwrap());

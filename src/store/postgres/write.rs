@@ -418,9 +418,12 @@ async fn sweep(
             .get(0);
         if let Some(oldest) = oldest {
             let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
-            tx.execute(&ledger::postgres_sql(ledger::ROLL_UP), &[&bound])
-                .await
-                .pg("summing old ledger rows per day")?;
+            tx.execute(
+                &ledger::postgres_sql(ledger::ROLL_UP),
+                &[&bound, &ledger::DAY_MS],
+            )
+            .await
+            .pg("summing old ledger rows per day")?;
             let gone = tx
                 .execute(&ledger::postgres_sql(ledger::DELETE_ROLLED), &[&bound])
                 .await
@@ -430,6 +433,8 @@ async fn sweep(
         }
     }
     if let Some(max) = config.max_bytes {
+        let (detail, more) = sum_detail_over_cap(&tx, max, &mut report).await?;
+        report.more |= more;
         let total: i64 = tx
             .query_one(
                 "SELECT ((SELECT coalesce(sum(byte_len), 0) FROM blobs) \
@@ -441,6 +446,7 @@ async fn sweep(
             .await
             .pg("measuring the stored originals and exchanges")?
             .get(0);
+        let total = total + detail.saturating_mul(crate::store::ledger::ROW_BYTES);
         let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
         if excess > 0 {
             let (victims, full) = size_victims(
@@ -508,6 +514,48 @@ async fn sweep(
     }
     tx.commit().await.pg("committing a retention sweep")?;
     Ok(report)
+}
+
+/// Keeps the ledger's rows as the proxy wrote them under their share of
+/// `max_bytes` ([`crate::store::ledger::detail_cap`]), summing the oldest
+/// per hour; returns how many are left (up to the cap) and whether more
+/// are to sum.
+async fn sum_detail_over_cap<C: GenericClient>(
+    tx: &C,
+    max_bytes: u64,
+    report: &mut SweepReport,
+) -> Result<(i64, bool), StoreError> {
+    use crate::store::ledger::{self, postgres_sql};
+    let cap = ledger::detail_cap(max_bytes);
+    let count: i64 = tx
+        .query_one(
+            &postgres_sql(ledger::COUNT_DETAIL),
+            &[&cap.saturating_add(ledger::SIZE_ROLL_UP_BATCH)],
+        )
+        .await
+        .pg("counting the ledger's rows")?
+        .get(0);
+    let (n, more) = ledger::detail_to_sum(count, cap);
+    if n == 0 {
+        return Ok((count, false));
+    }
+    let Some(row) = tx
+        .query_opt(&postgres_sql(ledger::NTH_OLDEST_DETAIL), &[&n])
+        .await
+        .pg("finding the ledger rows over the cap")?
+    else {
+        return Ok((count, false));
+    };
+    let bound: i64 = row.get(0);
+    tx.execute(&postgres_sql(ledger::ROLL_UP), &[&bound, &ledger::HOUR_MS])
+        .await
+        .pg("summing the oldest ledger rows per hour")?;
+    let gone = tx
+        .execute(&postgres_sql(ledger::DELETE_ROLLED), &[&bound])
+        .await
+        .pg("deleting summed ledger rows")?;
+    report.ledger_rolled_up += gone;
+    Ok((count - gone as i64, more && gone > 0))
 }
 
 /// The oldest live outputs (created before `cutoff`, if given), locked.

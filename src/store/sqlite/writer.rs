@@ -514,7 +514,7 @@ impl Writer {
                 .ctx("finding ledger rows to sum")?;
             if let Some(oldest) = oldest {
                 let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
-                tx.execute(ledger::ROLL_UP, [bound])
+                tx.execute(ledger::ROLL_UP, [bound, ledger::DAY_MS])
                     .ctx("summing old ledger rows per day")?;
                 let gone = tx
                     .execute(ledger::DELETE_ROLLED, [bound])
@@ -524,6 +524,8 @@ impl Writer {
             }
         }
         if let Some(max) = self.config.max_bytes {
+            let (detail, more) = sum_detail_over_cap(&tx, max, &mut report)?;
+            report.more |= more;
             let total: f64 = tx
                 .query_row(
                     "SELECT (SELECT total(byte_len) FROM blobs) \
@@ -533,7 +535,8 @@ impl Writer {
                     |r| r.get(0),
                 )
                 .ctx("measuring the stored originals and exchanges")?;
-            let mut excess = total as i64 - i64::try_from(max).unwrap_or(i64::MAX);
+            let total = total as i64 + detail.saturating_mul(crate::store::ledger::ROW_BYTES);
+            let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
             if excess > 0 {
                 let (victims, full) = size_victims(
                     oldest_live(&tx, None, SWEEP_BATCH)?,
@@ -608,6 +611,44 @@ impl Writer {
         }
         Ok(report)
     }
+}
+
+/// Keeps the ledger's rows as the proxy wrote them under their share of
+/// `max_bytes` ([`crate::store::ledger::detail_cap`]), summing the oldest
+/// per hour; returns how many are left (up to the cap) and whether more
+/// are to sum.
+fn sum_detail_over_cap(
+    tx: &Transaction<'_>,
+    max_bytes: u64,
+    report: &mut SweepReport,
+) -> Result<(i64, bool), StoreError> {
+    use crate::store::ledger;
+    let cap = ledger::detail_cap(max_bytes);
+    let count: i64 = tx
+        .query_row(
+            ledger::COUNT_DETAIL,
+            [cap.saturating_add(ledger::SIZE_ROLL_UP_BATCH)],
+            |r| r.get(0),
+        )
+        .ctx("counting the ledger's rows")?;
+    let (n, more) = ledger::detail_to_sum(count, cap);
+    if n == 0 {
+        return Ok((count, false));
+    }
+    let bound: Option<i64> = tx
+        .query_row(ledger::NTH_OLDEST_DETAIL, [n], |r| r.get(0))
+        .optional()
+        .ctx("finding the ledger rows over the cap")?;
+    let Some(bound) = bound else {
+        return Ok((count, false));
+    };
+    tx.execute(ledger::ROLL_UP, [bound, ledger::HOUR_MS])
+        .ctx("summing the oldest ledger rows per hour")?;
+    let gone = tx
+        .execute(ledger::DELETE_ROLLED, [bound])
+        .ctx("deleting summed ledger rows")?;
+    report.ledger_rolled_up += gone as u64;
+    Ok((count - gone as i64, more && gone > 0))
 }
 
 /// One request's outputs, inside a savepoint of the group transaction.

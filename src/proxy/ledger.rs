@@ -36,11 +36,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// Records waiting for the ledger task; past this, new ones are dropped.
-const QUEUE: usize = 4096;
+const QUEUE: usize = 16_384;
+/// How long the ledger task, woken by a first record, lets more gather
+/// before it takes them: one wake-up per this much time under load, not
+/// one per request.
+const GATHER: Duration = Duration::from_millis(20);
 /// Rows written per commit at most.
 const FLUSH_ROWS: usize = 256;
 /// How long rows wait for company before they are written.
@@ -198,12 +201,56 @@ enum Job {
 pub struct Ledger(Arc<Handles>);
 
 struct Handles {
-    jobs: mpsc::Sender<Job>,
+    inbox: Arc<Inbox>,
     counter: std::sync::mpsc::Sender<CountJob>,
     /// Bytes of text waiting for the counting thread.
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     metrics: Arc<Metrics>,
     remembered: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl Drop for Handles {
+    /// The last handle gone: the ledger task writes what it has and ends.
+    fn drop(&mut self) {
+        self.inbox
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.inbox.wake.notify_one();
+    }
+}
+
+/// Jobs waiting for the ledger task. A hand-off is a push under a lock
+/// no one holds for long; only the first job after the task took the
+/// last ones wakes it, and it then waits [`GATHER`] before it takes them
+/// all, so under load the task runs once per [`GATHER`] rather than once
+/// per request (a task wake-up and poll cost more than filing the row).
+#[derive(Default)]
+struct Inbox {
+    jobs: Mutex<Vec<Job>>,
+    wake: tokio::sync::Notify,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Inbox {
+    /// Queues `job` unless [`QUEUE`] jobs wait already (`false`).
+    fn push(&self, job: Job) -> bool {
+        let mut jobs = lock(&self.jobs);
+        if jobs.len() >= QUEUE {
+            return false;
+        }
+        jobs.push(job);
+        let first = jobs.len() == 1;
+        drop(jobs);
+        if first {
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Swaps the waiting jobs into `into` (which is empty).
+    fn take(&self, into: &mut Vec<Job>) {
+        std::mem::swap(&mut *lock(&self.jobs), into);
+    }
 }
 
 /// One request's outputs for the counting thread.
@@ -221,8 +268,8 @@ impl Ledger {
     /// that never externalizes never pays for them, and no request waits
     /// for them.
     pub fn start(store: AsyncResultStore, metrics: Arc<Metrics>) -> Ledger {
-        let (jobs, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(rx, store, metrics.clone()));
+        let inbox = Arc::new(Inbox::default());
+        tokio::spawn(run(inbox.clone(), store, metrics.clone()));
         let remembered = Arc::new(Mutex::new(HashMap::new()));
         let (counter, counts) = std::sync::mpsc::channel::<CountJob>();
         let memory = remembered.clone();
@@ -249,7 +296,7 @@ impl Ledger {
             tracing::error!(error = %e, "cannot start the token counting thread");
         }
         Ledger(Arc::new(Handles {
-            jobs,
+            inbox,
             counter,
             backlog,
             metrics,
@@ -322,9 +369,10 @@ impl Ledger {
     /// requests have drained; at most a few seconds).
     pub async fn flush(&self) {
         let (done, wait) = tokio::sync::oneshot::channel();
-        if self.0.jobs.send(Job::Flush(done)).await.is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
-        }
+        // Past a full queue: a flush is never dropped.
+        lock(&self.0.inbox.jobs).push(Job::Flush(done));
+        self.0.inbox.wake.notify_one();
+        let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
     }
 
     pub fn recall_calls(&self, note: Arc<RequestNote>, calls: u64) {
@@ -334,7 +382,7 @@ impl Ledger {
     }
 
     fn submit(&self, job: Job) {
-        if self.0.jobs.try_send(job).is_err() {
+        if !self.0.inbox.push(job) {
             self.0.metrics.ledger_dropped(1);
         }
     }
@@ -437,13 +485,14 @@ fn count_one(remembered: &Mutex<HashMap<String, u64>>, item: ToCount) -> Counted
     Counted { original, stub }
 }
 
-/// The ledger task: files each job, writes rows in batches: when
-/// [`FLUSH_ROWS`] rows are waiting, or [`FLUSH_AFTER`] after the first of
-/// them (whatever keeps arriving meanwhile). Counts that land after their
-/// turn was filed come back through `late`.
-async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<Metrics>) {
+/// The ledger task: takes the jobs that gathered ([`Inbox`]), files
+/// them, and writes rows in batches: when [`FLUSH_ROWS`] rows are waiting,
+/// or [`FLUSH_AFTER`] after the first of them. Counts that land after
+/// their turn was filed come back through `late`.
+async fn run(inbox: Arc<Inbox>, store: AsyncResultStore, metrics: Arc<Metrics>) {
+    use std::sync::atomic::Ordering;
     let mut batch = LedgerBatch::default();
-    let mut jobs = Vec::with_capacity(64);
+    let mut jobs = Vec::new();
     let mut late: JoinSet<Late> = JoinSet::new();
     let due = tokio::time::sleep(FLUSH_AFTER);
     tokio::pin!(due);
@@ -451,9 +500,9 @@ async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<
     loop {
         tokio::select! {
             biased;
-            n = rx.recv_many(&mut jobs, 64) => {
-                if n == 0 {
-                    break;
+            () = inbox.wake.notified() => {
+                if !inbox.closed.load(Ordering::Acquire) {
+                    tokio::time::sleep(GATHER).await;
                 }
             }
             Some(landed) = late.join_next(), if !late.is_empty() => {
@@ -467,6 +516,8 @@ async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<
                 continue;
             }
         }
+        let closed = inbox.closed.load(Ordering::Acquire);
+        inbox.take(&mut jobs);
         for job in jobs.drain(..) {
             match job {
                 Job::Flush(done) => {
@@ -475,13 +526,19 @@ async fn run(mut rx: mpsc::Receiver<Job>, store: AsyncResultStore, metrics: Arc<
                     armed = false;
                     let _ = done.send(());
                 }
-                job => file(job, &metrics, &mut batch, &mut late).await,
+                job => {
+                    file(job, &metrics, &mut batch, &mut late).await;
+                    if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
+                        flush(&store, &metrics, &mut batch).await;
+                        armed = false;
+                    }
+                }
             }
         }
-        if batch.entries.len() + batch.tokens.len() >= FLUSH_ROWS {
-            flush(&store, &metrics, &mut batch).await;
-            armed = false;
-        } else if !armed && !batch.is_empty() {
+        if closed {
+            break;
+        }
+        if !armed && !batch.is_empty() {
             due.as_mut()
                 .reset(tokio::time::Instant::now() + FLUSH_AFTER);
             armed = true;
@@ -871,7 +928,10 @@ mod tests {
             .map(|i| ToCount {
                 sha256: "x".repeat(64),
                 stub: "s".repeat(10),
-                text: TextToCount::Literals(body.clone(), vec![i * 10..i * 10 + 5, i * 10 + 6..i * 10 + 8]),
+                text: TextToCount::Literals(
+                    body.clone(),
+                    vec![i * 10..i * 10 + 5, i * 10 + 6..i * 10 + 8],
+                ),
             })
             .collect();
         // The body once, not its spans, and each item's overhead.

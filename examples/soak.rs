@@ -349,7 +349,12 @@ fn main() {
     );
     let errors = Arc::new(AtomicU64::new(0));
     let first_errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let latency_max_ms = Arc::new(AtomicU64::new(0));
+    // Per kind and API: the slowest request, and how many took over 1 s.
+    let latency_max_ms: Arc<Vec<(AtomicU64, AtomicU64)>> = Arc::new(
+        (0..KINDS.len() * APIS.len())
+            .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+            .collect(),
+    );
 
     let (samples, idle, elapsed, metrics) = rt.block_on(async {
         support::wait_healthy(addr, Duration::from_secs(30)).await;
@@ -426,7 +431,12 @@ fn main() {
                         Duration::from_secs(60),
                     )
                     .await;
-                    latency_max_ms.fetch_max(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    let ms = t.elapsed().as_millis() as u64;
+                    let (slowest, over_1s) = &latency_max_ms[slot(kind, api)];
+                    slowest.fetch_max(ms, Ordering::Relaxed);
+                    if ms > 1000 {
+                        over_1s.fetch_add(1, Ordering::Relaxed);
+                    }
                     let problem = match &result {
                         Err(e) => Some(e.clone()),
                         Ok((status, _)) if *status != 200 => Some(format!("status {status}")),
@@ -574,8 +584,31 @@ fn main() {
     println!("| tool outputs externalized (metrics) | {externalized} |");
     println!(
         "| slowest request | {} ms |",
-        latency_max_ms.load(Ordering::Relaxed)
+        latency_max_ms
+            .iter()
+            .map(|(ms, _)| ms.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
     );
+    for k in KINDS {
+        let apis = if k == Kind::Passthrough {
+            &APIS[..1]
+        } else {
+            &APIS[..]
+        };
+        let slowest: Vec<String> = apis
+            .iter()
+            .map(|a| {
+                let (ms, over) = &latency_max_ms[slot(k, *a)];
+                format!(
+                    "{a:?} {} ms ({} over 1 s)",
+                    ms.load(Ordering::Relaxed),
+                    over.load(Ordering::Relaxed)
+                )
+            })
+            .collect();
+        println!("| slowest {k:?} | {} |", slowest.join(", "));
+    }
     println!(
         "| RSS after warm-up: first / last / min / max | {:.1} / {:.1} / {:.1} / {:.1} MiB |",
         rss_first as f64 / 1024.0,

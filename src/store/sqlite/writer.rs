@@ -26,6 +26,12 @@ const INDEX_BATCH: i64 = 32;
 /// A background index transaction stops after this long (at least one
 /// chunk), so a put arriving meanwhile waits at most about this much.
 const INDEX_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+/// A sweep stops deleting after this long (at least one output) and says
+/// more is left: deleting an output deletes its chunks from the search
+/// index, which is slow (a soak's sweep of 256 outputs held the writer
+/// 0.3-2.3 s, and every put behind it waited), so puts wait at most about
+/// this much between sweeps.
+const SWEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(50);
 /// Background work (indexing, checkpoints) starts once no put came for this
 /// long: a put arriving during an index batch waits for its commit, so
 /// puts in a burst (an agent's turn) go first and indexing fills the gaps.
@@ -485,6 +491,7 @@ impl Writer {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .ctx("starting a retention sweep")?;
         let mut report = SweepReport::default();
+        let started = std::time::Instant::now();
         if let Some(cutoff) = age_cutoff(&self.config, now_ms) {
             let gone = tx
                 .execute(
@@ -505,6 +512,10 @@ impl Writer {
             let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
             report.more |= victims.len() as i64 == SWEEP_BATCH;
             for (id, blob, _) in victims {
+                if report.expired_by_age > 0 && started.elapsed() >= SWEEP_SLICE {
+                    report.more = true;
+                    break;
+                }
                 report.freed_bytes += expire(&tx, id, blob, now_ms)?;
                 report.expired_by_age += 1;
             }
@@ -545,6 +556,12 @@ impl Writer {
                 );
                 for victim in victims {
                     if excess <= 0 {
+                        break;
+                    }
+                    let progress =
+                        report.expired_by_age + report.expired_by_size + report.dropped_by_size;
+                    if progress > 0 && started.elapsed() >= SWEEP_SLICE {
+                        report.more = true;
                         break;
                     }
                     match victim {

@@ -173,6 +173,16 @@ impl Api {
     }
 }
 
+/// The APIs a kind is sent in (`Passthrough`, a GET of no API, counts in
+/// the first).
+fn apis_of(kind: Kind) -> &'static [Api] {
+    if kind == Kind::Passthrough {
+        &APIS[..1]
+    } else {
+        &APIS[..]
+    }
+}
+
 /// The counter of requests of this kind in this API (`Passthrough`, a GET
 /// of no API, counts in the first).
 fn slot(kind: Kind, api: Api) -> usize {
@@ -568,11 +578,7 @@ fn main() {
         total as f64 / elapsed.as_secs_f64()
     );
     for k in KINDS {
-        let apis = if k == Kind::Passthrough {
-            &APIS[..1]
-        } else {
-            &APIS[..]
-        };
+        let apis = apis_of(k);
         let counts: Vec<String> = apis
             .iter()
             .map(|a| format!("{a:?} {}", done[slot(k, *a)].load(Ordering::Relaxed)))
@@ -591,11 +597,7 @@ fn main() {
             .unwrap_or(0)
     );
     for k in KINDS {
-        let apis = if k == Kind::Passthrough {
-            &APIS[..1]
-        } else {
-            &APIS[..]
-        };
+        let apis = apis_of(k);
         let slowest: Vec<String> = apis
             .iter()
             .map(|a| {

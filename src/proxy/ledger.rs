@@ -648,13 +648,7 @@ async fn file_unread(
         session,
     } = turn;
     let (session, model) = session_of(session, &tenant).await;
-    let request = LedgerEntry {
-        session_id: session,
-        at,
-        model,
-        requests: 1,
-        ..LedgerEntry::default()
-    };
+    let request = request_row(session, at, model);
     match usage {
         Some(observed) => {
             let session = request.session_id.clone();
@@ -662,6 +656,17 @@ async fn file_unread(
             file_usage(&tenant, api, session, at, observed, metrics, batch);
         }
         None => batch.add(tenant, request),
+    }
+}
+
+/// The row of a request itself: one turn of its session.
+fn request_row(session_id: String, at: i64, model: Option<String>) -> LedgerEntry {
+    LedgerEntry {
+        session_id,
+        at,
+        model,
+        requests: 1,
+        ..LedgerEntry::default()
     }
 }
 
@@ -749,16 +754,9 @@ async fn file_turn(
         model,
         tallies,
     };
-    // The request itself: one turn of its session.
     batch.add(
         turn.tenant.clone(),
-        LedgerEntry {
-            session_id: turn.session.clone(),
-            at: turn.at,
-            model: turn.model.clone(),
-            requests: 1,
-            ..LedgerEntry::default()
-        },
+        request_row(turn.session.clone(), turn.at, turn.model.clone()),
     );
     let Some(mut counting) = counting else {
         file_outputs(&turn, Filing::Whole(&[]), metrics, batch);
@@ -787,7 +785,8 @@ fn file_outputs(turn: &FiledTurn, filing: Filing<'_>, metrics: &Metrics, batch: 
     };
     let mut groups: BTreeMap<GroupKey, GroupSums> = BTreeMap::new();
     for (i, tally) in turn.tallies.iter().enumerate() {
-        let c = counted.and_then(|c| c.get(i)).copied().unwrap_or_default();
+        let this = counted.and_then(|c| c.get(i)).copied();
+        let c = this.unwrap_or_default();
         if counted.is_some() {
             metrics.tokens_saved(
                 tally.kind.as_str(),
@@ -802,8 +801,7 @@ fn file_outputs(turn: &FiledTurn, filing: Filing<'_>, metrics: &Metrics, batch: 
         g.0 += 1;
         g.1 += tally.chars_saved;
         g.2 += c.saved();
-        let counted_here = counted.and_then(|c| c.get(i)).is_some();
-        if let (Some(r), true, true) = (&tally.result_ref, counted_here, tally.first_seen) {
+        if let (Some(r), Some(_), true) = (&tally.result_ref, this, tally.first_seen) {
             batch.tokens.push((
                 turn.tenant.clone(),
                 OutputTokens {

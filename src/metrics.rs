@@ -89,6 +89,40 @@ impl<K: Labels> Counters<K> {
     }
 }
 
+/// The upstream's usage by API: one lookup a response, not one a part
+/// (every response reports all four).
+#[derive(Default)]
+struct UsageCounters(Mutex<BTreeMap<&'static str, crate::usage::Usage>>);
+
+impl UsageCounters {
+    fn render(&self, out: &mut String) {
+        let name = "toolstub_upstream_tokens_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Tokens the upstream reported using, by API and part (input: uncached input; cache_read; cache_write; output).\n# TYPE {name} counter"
+        );
+        let map = match self.0.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for (api, usage) in map.iter() {
+            // The parts in the order of their names.
+            for (part, value) in [
+                ("cache_read", usage.cache_read),
+                ("cache_write", usage.cache_write),
+                ("input", usage.input),
+                ("output", usage.output),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{api=\"{}\",type=\"{part}\"}} {value}",
+                    escape(api)
+                );
+            }
+        }
+    }
+}
+
 /// A histogram with fixed buckets.
 struct Histogram {
     bounds: &'static [f64],
@@ -153,8 +187,8 @@ pub struct Metrics {
     restored: AtomicU64,
     /// (kind, tool, first_seen); tool labels are interned and bounded.
     tokens_saved: Counters<(&'static str, &'static str, &'static str)>,
-    /// (api, part of the usage).
-    upstream_tokens: Counters<(&'static str, &'static str)>,
+    /// By api: the usage's parts.
+    upstream_tokens: UsageCounters,
     ledger_dropped: AtomicU64,
     tokens_uncounted: AtomicU64,
     tool_labels: Mutex<BTreeMap<String, &'static str>>,
@@ -178,7 +212,7 @@ impl Default for Metrics {
             exchanges_kept: AtomicU64::new(0),
             restored: AtomicU64::new(0),
             tokens_saved: Counters::default(),
-            upstream_tokens: Counters::default(),
+            upstream_tokens: UsageCounters::default(),
             ledger_dropped: AtomicU64::new(0),
             tokens_uncounted: AtomicU64::new(0),
             tool_labels: Mutex::new(BTreeMap::new()),
@@ -248,12 +282,11 @@ impl Metrics {
     /// What the upstream reported using, by part (input, cache_read,
     /// cache_write, output).
     pub fn upstream_tokens(&self, api: &'static str, usage: &crate::usage::Usage) {
-        self.upstream_tokens.add_all([
-            ((api, "input"), usage.input),
-            ((api, "cache_read"), usage.cache_read),
-            ((api, "cache_write"), usage.cache_write),
-            ((api, "output"), usage.output),
-        ]);
+        let mut map = match self.upstream_tokens.0.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.entry(api).or_default().add(usage);
     }
 
     /// A ledger record dropped (its queue was full, or the store failed).
@@ -364,12 +397,7 @@ impl Metrics {
             "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind, tool and whether the output was seen for the first time.",
             &["kind", "tool", "first_seen"],
         );
-        self.upstream_tokens.render(
-            &mut out,
-            "toolstub_upstream_tokens_total",
-            "Tokens the upstream reported using, by API and part (input: uncached input; cache_read; cache_write; output).",
-            &["api", "type"],
-        );
+        self.upstream_tokens.render(&mut out);
         let _ = writeln!(
             out,
             "# HELP toolstub_ledger_dropped_total Token-accounting records lost (queue full or store failure).\n# TYPE toolstub_ledger_dropped_total counter\ntoolstub_ledger_dropped_total {}",
@@ -423,6 +451,39 @@ mod tests {
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"+Inf\"} 3"));
         assert!(text.contains("toolstub_upstream_latency_seconds_count 3"));
         assert!(text.contains("toolstub_chars_saved_total 42"));
+    }
+
+    #[test]
+    fn upstream_tokens_sum_per_api_and_part_in_name_order() {
+        let m = Metrics::default();
+        let usage = crate::usage::Usage {
+            input: 5,
+            cache_read: 7,
+            cache_write: 0,
+            output: 2,
+        };
+        m.upstream_tokens("messages", &usage);
+        m.upstream_tokens("chat_completions", &usage);
+        m.upstream_tokens("chat_completions", &usage);
+        let text = m.render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("toolstub_upstream_tokens_total{"))
+            .collect();
+        let name = "toolstub_upstream_tokens_total";
+        assert_eq!(
+            lines,
+            [
+                format!("{name}{{api=\"chat_completions\",type=\"cache_read\"}} 14"),
+                format!("{name}{{api=\"chat_completions\",type=\"cache_write\"}} 0"),
+                format!("{name}{{api=\"chat_completions\",type=\"input\"}} 10"),
+                format!("{name}{{api=\"chat_completions\",type=\"output\"}} 4"),
+                format!("{name}{{api=\"messages\",type=\"cache_read\"}} 7"),
+                format!("{name}{{api=\"messages\",type=\"cache_write\"}} 0"),
+                format!("{name}{{api=\"messages\",type=\"input\"}} 5"),
+                format!("{name}{{api=\"messages\",type=\"output\"}} 2"),
+            ]
+        );
     }
 
     #[test]

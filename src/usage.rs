@@ -202,11 +202,49 @@ enum Mode {
     /// `data:` line that mentions usage is parsed (every API sends an
     /// event's JSON on one data line).
     Sse(Vec<u8>),
-    Json(Vec<u8>),
+    Json(JsonBody),
     /// Amazon Bedrock's event stream: the Anthropic events in its frames.
     EventStream(Box<crate::protocol::bedrock::eventstream::Decoder>),
     /// Too large, not parseable, or not a kind of body that has usage.
     Off,
+}
+
+/// A whole JSON body as it arrives: most come in one chunk, which is kept
+/// as it is (a reference count, not a copy).
+enum JsonBody {
+    Empty,
+    One(bytes::Bytes),
+    Many(Vec<u8>),
+}
+
+impl JsonBody {
+    fn len(&self) -> usize {
+        match self {
+            JsonBody::Empty => 0,
+            JsonBody::One(one) => one.len(),
+            JsonBody::Many(many) => many.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            JsonBody::Empty => &[],
+            JsonBody::One(one) => one,
+            JsonBody::Many(many) => many,
+        }
+    }
+
+    fn extend(&mut self, chunk: &[u8]) {
+        match self {
+            JsonBody::Many(many) => many.extend_from_slice(chunk),
+            _ => {
+                let mut many = Vec::with_capacity(self.len() + chunk.len());
+                many.extend_from_slice(self.as_slice());
+                many.extend_from_slice(chunk);
+                *self = JsonBody::Many(many);
+            }
+        }
+    }
 }
 
 impl UsageScanner {
@@ -242,7 +280,7 @@ impl UsageScanner {
             .windows(4)
             .any(|w| w.eq_ignore_ascii_case(b"json"))
         {
-            Mode::Json(Vec::new())
+            Mode::Json(JsonBody::Empty)
         } else {
             Mode::Off
         };
@@ -280,7 +318,7 @@ impl UsageScanner {
                 if body.len() + chunk.len() > MAX_JSON_BODY {
                     self.mode = Mode::Off;
                 } else {
-                    body.extend_from_slice(chunk);
+                    body.extend(chunk);
                 }
             }
             Mode::EventStream(decoder) => match decoder.push(chunk) {
@@ -297,6 +335,17 @@ impl UsageScanner {
         }
     }
 
+    /// Feeds the next chunk of the body, kept without a copy where it can
+    /// be (the first chunk of a whole JSON body).
+    pub fn push_bytes(&mut self, chunk: &bytes::Bytes) {
+        match &mut self.mode {
+            Mode::Json(body @ JsonBody::Empty) if chunk.len() <= MAX_JSON_BODY => {
+                *body = JsonBody::One(chunk.clone());
+            }
+            _ => self.push(chunk),
+        }
+    }
+
     /// The body ended (or stopped): what it reported.
     pub fn finish(mut self) -> Observed {
         match &mut self.mode {
@@ -304,7 +353,7 @@ impl UsageScanner {
                 let last = std::mem::take(partial);
                 read_line(&mut self.observed, &self.extract, &last);
             }
-            Mode::Json(body) => read_into(&mut self.observed, &self.extract, body),
+            Mode::Json(body) => read_into(&mut self.observed, &self.extract, body.as_slice()),
             Mode::EventStream(_) | Mode::Off => {}
         }
         self.observed
@@ -447,15 +496,20 @@ mod direct {
     /// with an exponent or longer than 20 characters (serde_json fails on
     /// one out of range), nesting well within serde_json's limit.
     pub(super) fn plain(raw: &str) -> bool {
-        if raw.contains('\\') {
+        let bytes = raw.as_bytes();
+        if crate::protocol::json_text::has_backslash(bytes) {
             return false;
         }
-        let bytes = raw.as_bytes();
         let (mut depth, mut in_string, mut i) = (0usize, false, 0);
         while i < bytes.len() {
             let b = bytes[i];
             if in_string {
-                in_string = b != b'"';
+                // No backslash (checked above): the next quote closes it.
+                match bytes[i..].iter().position(|&c| c == b'"') {
+                    Some(n) => i += n,
+                    None => return false,
+                }
+                in_string = false;
             } else {
                 match b {
                     b'"' => in_string = true,
@@ -569,6 +623,29 @@ mod tests {
         s.push(b"{\"usage\":{\"in\":3,");
         s.push(b"\"out\":4}}");
         assert_eq!(s.finish().usage.output, 4);
+    }
+
+    #[test]
+    fn a_json_body_handed_over_as_bytes_reads_as_the_same_bytes_pushed() {
+        let body = bytes::Bytes::from_static(b"{\"usage\":{\"in\":3,\"out\":4}}");
+        // Whole, in one chunk (kept as it came) ...
+        let mut one = UsageScanner::new(Some("application/json"), toy);
+        one.push_bytes(&body);
+        // ... in pieces of every split (the first kept, then copied) ...
+        for cut in 0..=body.len() {
+            let mut pieces = UsageScanner::new(Some("application/json"), toy);
+            pieces.push_bytes(&body.slice(..cut));
+            pieces.push_bytes(&body.slice(cut..));
+            assert_eq!(pieces.finish().usage.output, 4, "cut at {cut}");
+        }
+        // ... and as plain slices.
+        let mut pushed = UsageScanner::new(Some("application/json"), toy);
+        pushed.push(&body);
+        assert_eq!(one.finish(), pushed.finish());
+        // A broken body stays unread however it came.
+        let mut broken = UsageScanner::new(Some("application/json"), toy);
+        broken.push_bytes(&body.slice(..body.len() - 1));
+        assert!(!broken.finish().seen);
     }
 
     #[test]

@@ -80,6 +80,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string literal, quotes included, validated but not decoded.
+    #[inline]
     pub fn string(&mut self) -> Option<&'a str> {
         if self.peek()? != b'"' {
             return None;
@@ -333,9 +334,23 @@ pub(super) fn block_at<'a>(
 /// control character, and every escaped character must be one JSON allows:
 /// `"` and `\` (most of them) pass by mask, the others are looked up one by
 /// one, and `\u` must be followed by four hex digits.
+#[inline]
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
-    // Most strings of a document are short keys and values: a few bytes
-    // looked at one by one settle them before any block is built.
+    // Most strings of a document are short keys and values: sixteen bytes
+    // looked at together settle them, inline, before any block is built.
+    if let Some(window) = bytes.get(start..start + 16) {
+        let stops = stops16(window);
+        if stops != 0 && window[stops.trailing_zeros() as usize] == b'"' {
+            return Some(start + stops.trailing_zeros() as usize);
+        }
+    }
+    string_end_scanned(bytes, start)
+}
+
+/// [`string_end`] past its first window: a few bytes one by one near the
+/// end of the text, then blocks.
+#[inline(never)]
+fn string_end_scanned(bytes: &[u8], start: usize) -> Option<usize> {
     for (i, &b) in bytes.get(start..)?.iter().take(SHORT).enumerate() {
         match b {
             b'"' => return Some(start + i),
@@ -451,6 +466,34 @@ pub(super) fn masks(block: &[u8; BLOCK]) -> (u64, u64, u64) {
         }
     }
     (quotes, backslashes, controls)
+}
+
+/// The bytes of a 16-byte window that stop a string's scan (a quote, a
+/// backslash or a control character), a bit each.
+#[cfg(target_arch = "x86_64")]
+fn stops16(window: &[u8]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+        _mm_setzero_si128, _mm_subs_epu8,
+    };
+    if window.len() < 16 {
+        return 0;
+    }
+    // SAFETY: SSE2 is part of the x86_64 baseline; the load reads the 16
+    // bytes just checked to be there (no alignment needed).
+    unsafe {
+        let x = _mm_loadu_si128(window.as_ptr().cast::<__m128i>());
+        let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
+        let control = _mm_cmpeq_epi8(_mm_subs_epu8(x, _mm_set1_epi8(0x1f)), _mm_setzero_si128());
+        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32 & 0xffff
+    }
+}
+
+/// [`stops16`] without SIMD: the bytewise loop after it settles the string.
+#[cfg(not(target_arch = "x86_64"))]
+fn stops16(_window: &[u8]) -> u32 {
+    0
 }
 
 /// [`masks`] without SIMD: eight bytes at a time in a `u64`.

@@ -63,7 +63,7 @@ const PARALLEL_BYTES: usize = 256 * 1024;
 fn decode_split(raw: &str, parallel_bytes: usize) -> Option<Cow<'_, str>> {
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
     let bytes = inner.as_bytes();
-    if memchr::memchr(b'\\', bytes).is_none() {
+    if !has_backslash(bytes) {
         return Some(Cow::Borrowed(inner));
     }
     let split = (bytes.len() >= parallel_bytes)
@@ -88,6 +88,16 @@ fn decode_split(raw: &str, parallel_bytes: usize) -> Option<Cow<'_, str>> {
     };
     // Both halves split at an ASCII backslash, so each is whole UTF-8.
     String::from_utf8(out).ok().map(Cow::Owned)
+}
+
+/// Whether `bytes` holds a backslash. Most literals are short keys and
+/// values, for which a plain loop costs less than setting up `memchr`.
+pub(crate) fn has_backslash(bytes: &[u8]) -> bool {
+    if bytes.len() <= 32 {
+        bytes.contains(&b'\\')
+    } else {
+        memchr::memchr(b'\\', bytes).is_some()
+    }
 }
 
 /// The index of an escape at or after the middle of `bytes` where the text
@@ -235,6 +245,19 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_backslash_is_found_in_short_and_long_literals() {
+        for len in [0, 1, 15, 16, 31, 32, 33, 64, 200] {
+            let plain = "a".repeat(len);
+            assert!(!has_backslash(plain.as_bytes()), "{len}");
+            for at in 0..len {
+                let mut escaped = plain.clone().into_bytes();
+                escaped[at] = b'\\';
+                assert!(has_backslash(&escaped), "{len} at {at}");
+            }
+        }
+    }
 
     #[test]
     fn decodes_every_escape() {

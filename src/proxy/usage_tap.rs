@@ -108,7 +108,7 @@ where
                 if let (Some(data), Some(Watch(scanner, _))) =
                     (frame.data_ref(), self.watch.as_mut())
                 {
-                    scanner.push(data);
+                    scanner.push_bytes(data);
                 }
             }
             Poll::Ready(None) => self.report(),

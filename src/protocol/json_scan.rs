@@ -82,13 +82,32 @@ impl<'a> Scanner<'a> {
     /// A string literal, quotes included, validated but not decoded.
     #[inline]
     pub fn string(&mut self) -> Option<&'a str> {
+        self.string_plain().map(|(raw, _)| raw)
+    }
+
+    /// A string literal, quotes included, and whether it is known to hold
+    /// no escape (its first sixteen bytes settled it: it is its own text).
+    #[inline]
+    fn string_plain(&mut self) -> Option<(&'a str, bool)> {
         if self.peek()? != b'"' {
             return None;
         }
         let start = self.pos;
-        let close = string_end(self.bytes(), start + 1)?;
+        let (close, plain) = match first_window_end(self.bytes(), start + 1) {
+            Some(close) => (close, true),
+            None => (string_end_scanned(self.bytes(), start + 1)?, false),
+        };
         self.pos = close + 1;
-        self.text.get(start..self.pos)
+        Some((self.text.get(start..self.pos)?, plain))
+    }
+
+    /// An object's key, decoded (borrowed when it has no escape).
+    #[inline]
+    fn key(&mut self) -> Option<Cow<'a, str>> {
+        match self.string_plain()? {
+            (raw, true) => raw.get(1..raw.len() - 1).map(Cow::Borrowed),
+            (raw, false) => json_text::decode(raw),
+        }
     }
 
     /// A string decoded, or `None` for `null`; fails on any other value (and
@@ -224,7 +243,7 @@ impl<'a> Scanner<'a> {
             return Some(());
         }
         loop {
-            let key = json_text::decode(self.string()?)?;
+            let key = self.key()?;
             self.eat(b':')?;
             member(self, &key)?;
             if self.closes(b'}')? {
@@ -334,17 +353,36 @@ pub(super) fn block_at<'a>(
 /// control character, and every escaped character must be one JSON allows:
 /// `"` and `\` (most of them) pass by mask, the others are looked up one by
 /// one, and `\u` must be followed by four hex digits.
-#[inline]
+#[cfg(test)]
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
-    // Most strings of a document are short keys and values: sixteen bytes
-    // looked at together settle them, inline, before any block is built.
-    if let Some(window) = bytes.get(start..start + 16) {
-        let stops = stops16(window);
-        if stops != 0 && window[stops.trailing_zeros() as usize] == b'"' {
-            return Some(start + stops.trailing_zeros() as usize);
+    first_window_end(bytes, start).or_else(|| string_end_scanned(bytes, start))
+}
+
+/// The closing quote of a string whose inside starts at `start`, when the
+/// thirty-two bytes from there settle it: the first quote, backslash or
+/// control character among them is a quote. Most strings of a document are
+/// short keys and values; this settles them inline, before any block is
+/// built. Near the end of the text the window is padded with NULs (control
+/// characters: a stop that is not a quote).
+#[inline]
+fn first_window_end(bytes: &[u8], start: usize) -> Option<usize> {
+    const WINDOW: usize = 32;
+    let mut padded = [0u8; WINDOW];
+    let window = match bytes.get(start..start + WINDOW) {
+        Some(window) => window,
+        None => {
+            let rest = bytes.get(start..)?;
+            padded.get_mut(..rest.len())?.copy_from_slice(rest);
+            &padded[..]
         }
+    };
+    let (low, high) = window.split_at(16);
+    let mut stops = stops16(low);
+    if stops == 0 {
+        stops = stops16(high) << 16;
     }
-    string_end_scanned(bytes, start)
+    let first = stops.trailing_zeros() as usize;
+    (stops != 0 && window[first] == b'"').then_some(start + first)
 }
 
 /// [`string_end`] past its first window: a few bytes one by one near the
@@ -708,6 +746,49 @@ mod tests {
                 0..=0x1f => return None,
                 _ => i += 1,
             }
+        }
+    }
+
+    #[test]
+    fn the_first_window_agrees_with_a_bytewise_walk_at_every_length_and_stop() {
+        // Strings of every length around the window's two halves, closed
+        // or cut off, with a quote, backslash, escape or control character
+        // placed at every position, and text after them or none.
+        for len in 0..70 {
+            for stop in [
+                None,
+                Some(&b"\""[..]),
+                Some(b"\\n"),
+                Some(b"\\q"),
+                Some(b"\x01"),
+            ] {
+                for at in 0..=len {
+                    for tail in [&b""[..], b"\"", b"\",1]"] {
+                        let mut text = vec![b'"'];
+                        text.extend(std::iter::repeat_n(b'a', len));
+                        if let Some(stop) = stop {
+                            text.splice(1 + at..1 + at, stop.iter().copied());
+                        }
+                        text.extend_from_slice(tail);
+                        prop_assert_eq_plain(&text);
+                    }
+                }
+            }
+        }
+    }
+
+    fn prop_assert_eq_plain(text: &[u8]) {
+        assert_eq!(
+            string_end(text, 1),
+            string_end_bytewise(text, 1),
+            "{:?}",
+            String::from_utf8_lossy(text)
+        );
+        if let Ok(text) = std::str::from_utf8(text) {
+            let mut scanner = Scanner::new(text);
+            let expected =
+                string_end_bytewise(text.as_bytes(), 1).and_then(|close| text.get(..=close));
+            assert_eq!(scanner.string(), expected, "{text:?}");
         }
     }
 

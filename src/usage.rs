@@ -500,44 +500,37 @@ mod direct {
         if crate::protocol::json_text::has_backslash(bytes) {
             return false;
         }
-        let (mut depth, mut in_string, mut i) = (0usize, false, 0);
-        while i < bytes.len() {
-            let b = bytes[i];
+        // One pass, a byte at a time with no inner loop: `raw` is valid
+        // JSON (the scanner's), so a run of number characters that starts
+        // at `-` or a digit outside a string is exactly one number, and an
+        // `e` outside a string is in a number or in `true` / `false`.
+        let (mut depth, mut in_string, mut number) = (0usize, false, None::<usize>);
+        for &b in bytes {
             if in_string {
-                // No backslash (checked above): the next quote closes it.
-                match bytes[i..].iter().position(|&c| c == b'"') {
-                    Some(n) => i += n,
-                    None => return false,
-                }
-                in_string = false;
-            } else {
-                match b {
-                    b'"' => in_string = true,
-                    b'{' | b'[' => {
-                        depth += 1;
-                        if depth > 64 {
-                            return false;
-                        }
-                    }
-                    b'}' | b']' => depth = depth.saturating_sub(1),
-                    b'-' | b'0'..=b'9' => {
-                        let len = bytes[i..]
-                            .iter()
-                            .take_while(|c| {
-                                matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                            })
-                            .count();
-                        let number = &bytes[i..i + len];
-                        if len > 20 || number.iter().any(|c| matches!(c, b'e' | b'E')) {
-                            return false;
-                        }
-                        i += len;
-                        continue;
-                    }
-                    _ => {}
-                }
+                in_string = b != b'"';
+                continue;
             }
-            i += 1;
+            match b {
+                b'-' | b'0'..=b'9' | b'+' | b'.' => {
+                    let len = number.map_or(1, |n| n + 1);
+                    if len > 20 {
+                        return false;
+                    }
+                    number = Some(len);
+                    continue;
+                }
+                b'e' | b'E' if number.is_some() => return false,
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > 64 {
+                        return false;
+                    }
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            number = None;
         }
         true
     }

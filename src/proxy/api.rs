@@ -241,7 +241,7 @@ pub(super) async fn handle(
     };
     let session_header = parts
         .headers
-        .get("x-toolstub-session")
+        .get(&SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty() && s.len() <= 256)
         .map(str::to_string);
@@ -548,10 +548,16 @@ fn reason_label(reason: &str) -> &'static str {
     }
 }
 
+/// The client's own session id for its requests (named once: a lookup by
+/// `&str` parses the name on every request).
+static SESSION_HEADER: http::HeaderName = http::HeaderName::from_static("x-toolstub-session");
+/// `1`: forward this request without reading it.
+static BYPASS_HEADER: http::HeaderName = http::HeaderName::from_static("x-toolstub-bypass");
+
 /// Why a request is forwarded without reading its body, if it is.
 fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str> {
     if headers
-        .get("x-toolstub-bypass")
+        .get(&BYPASS_HEADER)
         .is_some_and(|v| v.as_bytes() == b"1")
     {
         return Some("bypass");

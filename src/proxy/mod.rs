@@ -25,6 +25,7 @@ pub mod large_buffers;
 mod ledger;
 pub mod memory;
 mod operator;
+mod pool;
 mod recall;
 mod responses;
 mod upstream;

@@ -1,5 +1,6 @@
-//! The upstream client: a pooled hyper client over HTTP or HTTPS (rustls,
-//! Mozilla's roots plus an optional CA file), the upstream URL for a request,
+//! The upstream client: kept HTTP/1 connections ([`super::pool`]) over HTTP
+//! or HTTPS (rustls, Mozilla's roots plus an optional CA file), the
+//! upstream URL for a request,
 //! and the header rules of SPEC section 1 (hop-by-hop headers, `Host` and
 //! `x-toolstub-*` never go upstream).
 
@@ -11,10 +12,7 @@ use anyhow::{Context, Result};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::time::{Duration, Instant};
 
 /// Headers that describe one connection, not the request (RFC 9110 7.6.1).
@@ -31,7 +29,7 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, BoxBody>,
+    pool: super::pool::Pool,
     base: Uri,
     /// The `Host` header of a request to `base`, as the client would
     /// write it (built once, not per request).
@@ -83,16 +81,15 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        let pool = super::pool::Pool::new(
+            connector,
+            config.pool_max_idle_per_host,
+            config.pool_idle_timeout,
+        );
         Ok(Upstream {
-            client,
+            pool,
             base: config.base_url.clone(),
-            base_host: host_header(&config.base_url),
+            base_host: super::pool::host_value(&config.base_url),
             anthropic_base: config.anthropic_base.clone(),
             gemini_base: config.gemini_base.clone(),
             bedrock_base: config
@@ -224,7 +221,7 @@ impl Upstream {
         // Host and port only: userinfo in a base URL stays out of messages.
         // (Built only when it fails.)
         let uri = request.uri().clone();
-        match tokio::time::timeout(self.first_byte_timeout, self.client.request(request)).await {
+        match tokio::time::timeout(self.first_byte_timeout, self.pool.send(request)).await {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
@@ -234,10 +231,7 @@ impl Upstream {
                     (Some(host), None) => host.to_string(),
                     _ => String::new(),
                 };
-                Err(ProxyError::UpstreamUnreachable(format!(
-                    "{authority}: {}",
-                    error_chain(&e)
-                )))
+                Err(ProxyError::UpstreamUnreachable(format!("{authority}: {e}")))
             }
             Ok(Ok(response)) => Ok((response, started.elapsed())),
         }
@@ -303,32 +297,6 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect()
-}
-
-/// The `Host` header hyper-util's client would add for a request to
-/// `uri`: the host, and the port unless it is the scheme's default.
-fn host_header(uri: &Uri) -> Option<HeaderValue> {
-    let host = uri.host()?;
-    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
-    let value = match uri.port_u16() {
-        Some(443) if secure => host.to_string(),
-        Some(80) if !secure => host.to_string(),
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    };
-    HeaderValue::from_str(&value).ok()
-}
-
-/// An error and its sources on one line (hyper's errors hide the cause).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 /// The location of a Vertex AI path (`/v1/projects/{p}/locations/{l}/...`,

@@ -15,6 +15,7 @@ mod recall;
 mod replicas;
 mod responses;
 mod security;
+mod upstream_connections;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

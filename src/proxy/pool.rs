@@ -65,22 +65,30 @@ struct Kept {
     seen: u64,
 }
 
-/// Why a request got no response head.
+/// Why a request got no response head: the upstream's host and port (never
+/// the userinfo a base URL may hold), then what failed, with its causes.
 #[derive(Debug)]
-pub enum SendError {
-    /// No connection could be made (DNS, refused, TLS): what failed, with
-    /// its causes.
-    Connect(String),
-    /// The request (or part of it) went out and the exchange failed.
-    Send(hyper::Error),
+pub struct SendError(String);
+
+impl SendError {
+    fn new(uri: &Uri, cause: &str) -> SendError {
+        let origin = match (uri.host(), uri.port_u16()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            _ => String::new(),
+        };
+        SendError(format!("{origin}: {cause}"))
+    }
+
+    /// No connection could be made (DNS, refused, TLS, the handshake).
+    fn connect(uri: &Uri, e: &dyn std::error::Error) -> SendError {
+        SendError::new(uri, &format!("connect error: {}", chain(e)))
+    }
 }
 
 impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::Connect(e) => write!(f, "connect error: {e}"),
-            SendError::Send(e) => f.write_str(&chain(e)),
-        }
+        f.write_str(&self.0)
     }
 }
 
@@ -108,16 +116,16 @@ impl Pool {
         &self,
         mut request: Request<BoxBody>,
     ) -> Result<Response<Incoming>, SendError> {
-        let uri = request.uri().clone();
+        let uri = std::mem::take(request.uri_mut());
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
-            return Err(SendError::Connect(format!(
-                "the upstream URL {uri} has no scheme or host"
-            )));
+            return Err(SendError::new(
+                &uri,
+                "the upstream URL has no scheme or host",
+            ));
         };
         if !request.headers().contains_key(HOST) {
-            let host = host_value(&uri).ok_or_else(|| {
-                SendError::Connect(format!("the upstream host of {uri} is not a header value"))
-            })?;
+            let host = host_value(&uri)
+                .ok_or_else(|| SendError::new(&uri, "the upstream host is not a header value"))?;
             request.headers_mut().insert(HOST, host);
         }
         *request.uri_mut() = origin_form(&uri);
@@ -136,7 +144,7 @@ impl Pool {
                     // (a race with its own idle timeout). Again, on
                     // another.
                     Some(unsent) if reused => request = unsent,
-                    _ => return Err(SendError::Send(e.into_error())),
+                    _ => return Err(SendError::new(&uri, &chain(&e.into_error()))),
                 },
             }
         }
@@ -148,15 +156,15 @@ impl Pool {
         let mut connector = self.inner.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
-            .map_err(|e| SendError::Connect(chain(&*e)))?;
+            .map_err(|e| SendError::connect(uri, &*e))?;
         let io = connector
             .call(uri.clone())
             .await
-            .map_err(|e| SendError::Connect(chain(&*e)))?;
+            .map_err(|e| SendError::connect(uri, &*e))?;
         let (sender, connection) = hyper::client::conn::http1::Builder::new()
             .handshake(io)
             .await
-            .map_err(|e| SendError::Connect(format!("HTTP handshake: {}", chain(&e))))?;
+            .map_err(|e| SendError::connect(uri, &e))?;
         tokio::spawn(async move {
             if let Err(e) = connection.with_upgrades().await {
                 tracing::debug!("upstream connection ended: {e}");

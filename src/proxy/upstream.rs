@@ -216,23 +216,13 @@ impl Upstream {
         request: Request<BoxBody>,
     ) -> Result<(Response<Incoming>, Duration), ProxyError> {
         let started = Instant::now();
-        // Named in errors, so an operator sees which upstream failed (the
-        // base URL is configuration, never a credential).
-        // Host and port only: userinfo in a base URL stays out of messages.
-        // (Built only when it fails.)
-        let uri = request.uri().clone();
+        // The pool's errors name the upstream's host and port, so an
+        // operator sees which upstream failed.
         match tokio::time::timeout(self.first_byte_timeout, self.pool.send(request)).await {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
-            Ok(Err(e)) => {
-                let authority = match (uri.host(), uri.port_u16()) {
-                    (Some(host), Some(port)) => format!("{host}:{port}"),
-                    (Some(host), None) => host.to_string(),
-                    _ => String::new(),
-                };
-                Err(ProxyError::UpstreamUnreachable(format!("{authority}: {e}")))
-            }
+            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(e.to_string())),
             Ok(Ok(response)) => Ok((response, started.elapsed())),
         }
     }

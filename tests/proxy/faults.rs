@@ -97,7 +97,10 @@ fn error_of(path: Path, status: u16, headers: &http::HeaderMap, body: &[u8]) -> 
     )
 }
 
-async fn proxy_in_front_of(upstream: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
+pub(crate) async fn proxy_in_front_of(
+    upstream: &str,
+    env: &[(&str, &str)],
+) -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let proxy = Server::start(config_for(upstream, dir.path(), env))
         .await

@@ -4,7 +4,8 @@
 //! upstream here is a raw HTTP/1.1 server over TCP that counts the
 //! connections it accepts and those the proxy closes.
 
-use super::{config_for, mock::client, mock::send, KEY};
+use super::faults::proxy_in_front_of as proxy;
+use super::{mock::client, mock::send, KEY};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -97,14 +98,6 @@ async fn read_head(socket: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> 
             Ok(n) => buffer.extend_from_slice(&chunk[..n]),
         }
     }
-}
-
-async fn proxy(upstream: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let proxy = Server::start(config_for(upstream, dir.path(), env))
-        .await
-        .expect("proxy");
-    (proxy, dir)
 }
 
 async fn ask(proxy: &Server) -> u16 {

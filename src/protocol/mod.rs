@@ -215,6 +215,15 @@ pub trait Protocol: Send + Sync {
     /// or has a shape the adapter does not know (it is then forwarded as is).
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>>;
 
+    /// Whether `body` surely holds nothing the rewrite acts on (no tool
+    /// output and no tools offered), told from its bytes alone: such a
+    /// request goes upstream unread, and the ledger reads its session and
+    /// model later, in a batch, off the request's path. `false` when unsure
+    /// (the default: the body is then read).
+    fn surely_untouched(&self, _body: &[u8]) -> bool {
+        false
+    }
+
     /// The JSON value that replaces a tool output's content.
     fn encode_content(&self, shape: ContentShape, stub: &str) -> String {
         let text = json_string(stub);

@@ -247,7 +247,12 @@ pub(super) async fn handle(
         .map(str::to_string);
 
     let path_model = api.model_in_path(parts.uri.path());
-    match plan(app, api, original.clone(), Mode::WithRefs, true).await? {
+    let plan = if app.config.policy.enabled && api.protocol().surely_untouched(&original) {
+        Plan::Unchanged("no_tools", None)
+    } else {
+        plan(app, api, original.clone(), Mode::WithRefs, true).await?
+    };
+    match plan {
         Plan::Rewritten(mut rewritten) => {
             if rewritten.model.is_none() {
                 rewritten.model = path_model;

@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::protocol::Protocol;
 use crate::store::{AsyncResultStore, LedgerBatch, LedgerEntry, OutputTokens, Tenant};
 use crate::synopsis::Kind;
-use crate::usage::Observed;
+use crate::usage::{Observed, Reading};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -189,8 +189,9 @@ enum Job {
     Turn(Turn),
     /// A request the proxy forwarded unread or unchanged, with the usage
     /// its response reported: one hand-off per request.
-    Unread(UnreadTurn, Option<Observed>),
-    Usage(Arc<RequestNote>, Observed),
+    Unread(UnreadTurn, Option<Reading>),
+    /// A response's usage, read by the ledger task when not yet read.
+    Usage(Arc<RequestNote>, Reading),
     Recall(Arc<RequestNote>, u64),
     /// Write what is filed, then say so.
     Flush(tokio::sync::oneshot::Sender<()>),
@@ -359,9 +360,9 @@ impl Ledger {
         }
     }
 
-    pub fn usage(&self, note: Arc<RequestNote>, observed: Observed) {
-        if observed.seen {
-            self.submit(Job::Usage(note, observed));
+    pub fn usage(&self, note: Arc<RequestNote>, reading: Reading) {
+        if !reading.is_empty() {
+            self.submit(Job::Usage(note, reading));
         }
     }
 
@@ -407,9 +408,9 @@ pub struct Unread {
 
 impl Unread {
     /// Files the request with the usage its response reported (if any).
-    pub fn report(mut self, observed: Observed) {
+    pub fn report(mut self, reading: Reading) {
         if let Some(turn) = self.turn.take() {
-            let usage = observed.seen.then_some(observed);
+            let usage = (!reading.is_empty()).then_some(reading);
             self.ledger.submit(Job::Unread(turn, usage));
         }
     }
@@ -582,16 +583,19 @@ async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch, late: &mut J
     match job {
         Job::Turn(turn) => file_turn(turn, metrics, batch, late).await,
         Job::Unread(turn, usage) => file_unread(turn, usage, metrics, batch).await,
-        Job::Usage(note, observed) => {
-            file_usage(
-                &note.tenant,
-                note.api,
-                note.session(),
-                note.at,
-                observed,
-                metrics,
-                batch,
-            );
+        Job::Usage(note, reading) => {
+            let observed = reading.read();
+            if observed.seen {
+                file_usage(
+                    &note.tenant,
+                    note.api,
+                    note.session(),
+                    note.at,
+                    observed,
+                    metrics,
+                    batch,
+                );
+            }
         }
         Job::Flush(done) => {
             let _ = done.send(());
@@ -637,7 +641,7 @@ fn file_usage(
 /// its response's usage.
 async fn file_unread(
     turn: UnreadTurn,
-    usage: Option<Observed>,
+    usage: Option<Reading>,
     metrics: &Metrics,
     batch: &mut LedgerBatch,
 ) {
@@ -648,15 +652,19 @@ async fn file_unread(
         session,
     } = turn;
     let (session, model) = session_of(session, &tenant).await;
-    let request = request_row(session, at, model);
-    match usage {
-        Some(observed) => {
-            let session = request.session_id.clone();
-            batch.add(tenant.clone(), request);
-            file_usage(&tenant, api, session, at, observed, metrics, batch);
+    let mut request = request_row(session, at, model);
+    // One row a request: with its response's usage, under the model the
+    // response names (the one it was billed as; "gpt-4o" answers as
+    // "gpt-4o-2024-08-06"), else the one the request named.
+    if let Some(observed) = usage.map(Reading::read).filter(|observed| observed.seen) {
+        metrics.upstream_tokens(api, &observed.usage);
+        if observed.model.is_some() {
+            request.model = observed.model;
         }
-        None => batch.add(tenant, request),
+        request.rounds = 1;
+        request.usage = observed.usage;
     }
+    batch.add(tenant, request);
 }
 
 /// The row of a request itself: one turn of its session.
@@ -915,6 +923,55 @@ mod tests {
         assert_eq!(report.totals.chars_saved, 900);
         assert_eq!(report.totals.tokens_saved, 660);
         assert!(metrics.render().contains("toolstub_ledger_dropped_total 0"));
+    }
+
+    /// A request the rewrite never read, with its response's body left to
+    /// read: one row, its session derived from the body, its usage read
+    /// from the response, under the model the response names.
+    #[tokio::test]
+    async fn an_unread_request_and_its_usage_are_one_row() {
+        let tenant = Tenant::new("t").expect("tenant");
+        let request = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let response = br#"{"model":"m-2024","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+        let protocol = &crate::protocol::openai_chat::OpenAiChat;
+        let mut scanner =
+            crate::usage::UsageScanner::for_protocol(Some("application/json"), protocol);
+        scanner.push(response);
+        let turn = UnreadTurn {
+            tenant: tenant.clone(),
+            api: "chat",
+            at: 5,
+            session: SessionOf::Derive(protocol, Bytes::from_static(request.as_bytes()), None),
+        };
+        let mut batch = LedgerBatch::default();
+        let metrics = Metrics::default();
+        file_unread(turn, Some(scanner.finish_later()), &metrics, &mut batch).await;
+        let opening = protocol.parse(request).expect("parsed").opening;
+        let [(row_tenant, row)] = &batch.entries[..] else {
+            panic!("one row, not {:?}", batch.entries)
+        };
+        assert_eq!(row_tenant, &tenant);
+        assert_eq!(
+            row.session_id,
+            crate::rewrite::derive_session("t", &opening)
+        );
+        assert_eq!(row.model.as_deref(), Some("m-2024"));
+        assert_eq!((row.at, row.requests, row.rounds), (5, 1, 1));
+        assert_eq!(
+            (row.usage.input, row.usage.cache_read, row.usage.output),
+            (5, 4, 2)
+        );
+        // Without usage, the request's own model.
+        let turn = UnreadTurn {
+            tenant: tenant.clone(),
+            api: "chat",
+            at: 6,
+            session: SessionOf::Derive(protocol, Bytes::from_static(request.as_bytes()), None),
+        };
+        file_unread(turn, None, &metrics, &mut batch).await;
+        assert_eq!(batch.entries.len(), 2);
+        assert_eq!(batch.entries[1].1.model.as_deref(), Some("m"));
+        assert_eq!(batch.entries[1].1.rounds, 0);
     }
 
     /// Past the backlog, nothing is queued for the counter: the outputs

@@ -38,10 +38,10 @@ impl Sink {
         }
     }
 
-    fn report(self, observed: crate::usage::Observed) {
+    fn report(self, reading: crate::usage::Reading) {
         match self {
-            Sink::Tap(tap) => tap.ledger.usage(tap.note, observed),
-            Sink::Unread(unread, _) => unread.report(observed),
+            Sink::Tap(tap) => tap.ledger.usage(tap.note, reading),
+            Sink::Unread(unread, _) => unread.report(reading),
         }
     }
 }
@@ -80,7 +80,7 @@ impl<B> Tapped<B> {
 
     fn report(&mut self) {
         if let Some(Watch(scanner, sink)) = self.watch.take() {
-            sink.report(scanner.finish());
+            sink.report(scanner.finish_later());
         }
     }
 }

@@ -114,6 +114,23 @@ fn read_function<'b>(s: &mut Scanner<'b>) -> Option<Option<Cow<'b, str>>> {
 }
 
 impl Protocol for OpenAiChat {
+    /// A tool output is a message of role `"tool"` or `"function"`, and
+    /// tools are offered under `"tools"` (or the legacy `"functions"`): a
+    /// body with none of `"tool` and `"function` holds neither, unless a
+    /// key or role is spelled with an escape, and a body without a
+    /// backslash has none.
+    fn surely_untouched(&self, body: &[u8]) -> bool {
+        // Built once: a searcher set up per call costs more than a small
+        // body's search.
+        use memchr::memmem::Finder;
+        use std::sync::LazyLock;
+        static TOOL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tool"));
+        static FUNCTION: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"function"));
+        TOOL.find(body).is_none()
+            && memchr::memchr(b'\\', body).is_none()
+            && FUNCTION.find(body).is_none()
+    }
+
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
         let parsed = read_body(body)?;
         let tools = tools_slot(body, parsed.tools)?;
@@ -429,6 +446,22 @@ mod tests {
     }
 
     #[test]
+    fn only_a_body_without_tools_or_outputs_is_surely_untouched() {
+        let plain = r#"{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true}"#;
+        assert!(OpenAiChat.surely_untouched(plain.as_bytes()));
+        for body in [
+            r#"{"messages":[{"role":"tool","tool_call_id":"c","content":"x"}]}"#,
+            r#"{"messages":[{"role":"function","name":"f","content":"x"}]}"#,
+            r#"{"messages":[{"role":"user","content":"u"}],"tools":[]}"#,
+            r#"{"messages":[{"role":"user","content":"u"}],"functions":[]}"#,
+            // A role spelled with an escape is still a tool's.
+            r#"{"messages":[{"role":"\u0074ool","tool_call_id":"c","content":"x"}]}"#,
+        ] {
+            assert!(!OpenAiChat.surely_untouched(body.as_bytes()), "{body}");
+        }
+    }
+
+    #[test]
     fn unknown_shapes_are_not_understood() {
         for body in [
             "not json",
@@ -720,6 +753,16 @@ mod differential {
         fn understands_bodies_as_serde_json_did(body in body()) {
             let (scanned, reference) = both(&body);
             prop_assert_eq!(scanned, reference, "{}", body);
+        }
+
+        #[test]
+        fn a_body_surely_untouched_has_no_output_and_no_tools(body in body()) {
+            if OpenAiChat.surely_untouched(body.as_bytes()) {
+                if let Some(parsed) = OpenAiChat.parse(&body) {
+                    prop_assert!(parsed.outputs.is_empty(), "{}", body);
+                    prop_assert!(parsed.client_tool_names.is_empty(), "{}", body);
+                }
+            }
         }
 
         #[test]

@@ -8,7 +8,8 @@
 //! conversation budget within sane bounds, small values as likely as large
 //! ones); the rest is the body.
 //!
-//! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`; when
+//! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`, and
+//! so is one the adapter calls surely untouched (forwarded unparsed); when
 //! rewritten, the new body is valid JSON with the same number of messages,
 //! and it is the original byte for byte except for (a) each externalized
 //! output, in order: its content replaced by its encoded stub and the spans
@@ -118,6 +119,7 @@ fuzz_target!(|data: &[u8]| {
         (false, true) => (&OpenAiResponses, "input"),
         _ => (&OpenAiChat, "messages"),
     };
+    let untouched = protocol.surely_untouched(body);
     let is_json = std::str::from_utf8(body)
         .ok()
         .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok());
@@ -134,6 +136,7 @@ fuzz_target!(|data: &[u8]| {
             Outcome::Rewritten(r) => {
                 assert!(policy.enabled, "rewritten while disabled");
                 assert!(is_json, "rewrote a body that is not JSON");
+                assert!(!untouched, "rewrote a body said to be surely untouched");
                 check_rewritten(body, &r, &policy, mode, protocol, key);
             }
         }

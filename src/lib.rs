@@ -5,6 +5,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the map of the modules
 //! and the path a request takes through them.
 
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod metrics;

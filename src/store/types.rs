@@ -41,6 +41,13 @@ impl Tenant {
         Ok(Tenant(id.into()))
     }
 
+    /// A tenant id the proxy builds itself (`k-` or `aws-` and hex
+    /// digits: [`crate::auth`]), valid by construction.
+    pub(crate) fn named(id: String) -> Tenant {
+        debug_assert!(Tenant::new(id.clone()).is_ok(), "{id:?}");
+        Tenant(id.into())
+    }
+
     /// The `anonymous` tenant.
     pub fn anonymous() -> Tenant {
         Tenant(Tenant::ANONYMOUS.into())

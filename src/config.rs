@@ -29,6 +29,7 @@ pub struct RawConfig {
     pub externalization: RawExternalization,
     pub recall: RawRecall,
     pub operator_api: RawOperatorApi,
+    pub auth: RawAuth,
     /// `[[pricing]]`: prices per model-name pattern, for the estimate.
     pub pricing: Vec<RawPrice>,
 }
@@ -96,6 +97,18 @@ pub struct RawUpstream {
     /// Hosts besides Google's own Vertex AI hosts that may get the Google
     /// token toolstub obtains (a Private Service Connect endpoint).
     pub google_token_hosts: Vec<String>,
+    /// Hosts besides AWS's own (`*.amazonaws.com`, `*.amazonaws.com.cn`)
+    /// that may get requests signed with the AWS credentials toolstub finds.
+    pub aws_signing_hosts: Vec<String>,
+    /// The provider keys toolstub holds, sent for a client that presents a
+    /// client key in their place (else `OPENAI_API_KEY`,
+    /// `ANTHROPIC_API_KEY`, `GEMINI_API_KEY` or `GOOGLE_API_KEY`).
+    pub openai_api_key: Option<Secret>,
+    pub anthropic_api_key: Option<Secret>,
+    pub gemini_api_key: Option<Secret>,
+    /// Hosts besides each provider's own API host that may get the
+    /// provider key toolstub holds (a gateway in front of it).
+    pub api_key_hosts: Vec<String>,
 }
 
 impl Default for RawUpstream {
@@ -109,8 +122,47 @@ impl Default for RawUpstream {
             pool_max_idle_per_host: 64,
             routes: BTreeMap::new(),
             google_token_hosts: Vec::new(),
+            aws_signing_hosts: Vec::new(),
+            openai_api_key: None,
+            anthropic_api_key: None,
+            gemini_api_key: None,
+            api_key_hosts: Vec::new(),
         }
     }
+}
+
+/// A secret from the configuration (a provider key, the admin token): it
+/// never prints, in a log line or an error.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// `[auth]`: who may use the proxy.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAuth {
+    /// Whether every request needs a client key. Unset: required when
+    /// `server.listen` is not a loopback address or any client key exists.
+    pub required: Option<bool>,
+    /// Names besides the listen address, `localhost` and loopback
+    /// addresses that a request's `Host` may give when no key is required.
+    pub hosts: Vec<String>,
 }
 
 /// A database URL: it may hold a password, so it never prints.
@@ -281,7 +333,7 @@ impl Default for RawRecall {
 pub struct RawOperatorApi {
     pub enabled: bool,
     pub listen: Option<String>,
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
 }
 
 impl Default for RawOperatorApi {
@@ -320,7 +372,22 @@ pub struct Config {
     pub restore_history: bool,
     pub keepalive: Duration,
     pub operator_api: OperatorApiConfig,
+    pub auth: AuthConfig,
     pub pricing: crate::pricing::PriceTable,
+}
+
+/// Who may use the proxy (`[auth]`, and `toolstub wrap`'s run secret).
+#[derive(Clone, Debug, Default)]
+pub struct AuthConfig {
+    /// `auth.required`; `None`: decided by the listen address and whether
+    /// any client key exists.
+    pub required: Option<bool>,
+    /// `auth.hosts`.
+    pub hosts: Vec<String>,
+    /// `toolstub wrap`'s per-run secret: every request's path must start
+    /// with `/run/<secret>`, and nothing else is needed (nor served).
+    /// Never read from a file or the environment.
+    pub run_secret: Option<Secret>,
 }
 
 #[derive(Clone, Debug)]
@@ -344,13 +411,27 @@ pub struct UpstreamConfig {
     pub routes: Vec<(String, http::Uri)>,
     /// `upstream.google_token_hosts`.
     pub google_token_hosts: Vec<String>,
+    /// `upstream.aws_signing_hosts`.
+    pub aws_signing_hosts: Vec<String>,
+    /// The provider keys toolstub holds.
+    pub held_keys: HeldKeys,
+    /// `upstream.api_key_hosts`.
+    pub api_key_hosts: Vec<String>,
+}
+
+/// The provider keys toolstub holds, one per API.
+#[derive(Clone, Debug, Default)]
+pub struct HeldKeys {
+    pub openai: Option<Secret>,
+    pub anthropic: Option<Secret>,
+    pub gemini: Option<Secret>,
 }
 
 #[derive(Clone, Debug)]
 pub struct OperatorApiConfig {
     pub enabled: bool,
     pub listen: Option<SocketAddr>,
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
 }
 
 /// Overrides given on the command line (they win over everything).
@@ -395,9 +476,27 @@ pub fn load_with_defaults(
             .with_context(|| format!("invalid TOML in {}", path.display()))?;
         merge_sections(&mut table, from_file);
     }
+    let mut provider_keys = BTreeMap::new();
     for (name, value) in env {
         if let Some(key) = name.strip_prefix("TOOLSTUB_") {
             apply_env(&mut table, &name, key, &value)?;
+        } else if let Some(field) = provider_key_field(&name) {
+            if !value.trim().is_empty() {
+                // GEMINI_API_KEY wins over GOOGLE_API_KEY, whatever the order.
+                if name != "GOOGLE_API_KEY" || !provider_keys.contains_key(field) {
+                    provider_keys.insert(field, value.trim().to_string());
+                }
+            }
+        }
+    }
+    for (field, value) in provider_keys {
+        let upstream = table
+            .entry("upstream".to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(upstream) = upstream {
+            upstream
+                .entry(field.to_string())
+                .or_insert(toml::Value::String(value));
         }
     }
     apply_overrides(&mut table, overrides)?;
@@ -471,14 +570,26 @@ fn apply_overrides(table: &mut toml::Table, overrides: &Overrides) -> Result<()>
     Ok(())
 }
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "server",
     "upstream",
     "store",
     "externalization",
     "recall",
     "operator_api",
+    "auth",
 ];
+
+/// The `upstream` key a provider's own environment variable fills when the
+/// file and `TOOLSTUB_UPSTREAM_*` leave it unset.
+fn provider_key_field(name: &str) -> Option<&'static str> {
+    match name {
+        "OPENAI_API_KEY" => Some("openai_api_key"),
+        "ANTHROPIC_API_KEY" => Some("anthropic_api_key"),
+        "GEMINI_API_KEY" | "GOOGLE_API_KEY" => Some("gemini_api_key"),
+        _ => None,
+    }
+}
 
 /// `TOOLSTUB_<SECTION>_<KEY>=value`: the value is read as a TOML value when it
 /// parses as one (numbers, booleans), as a string otherwise.
@@ -668,8 +779,8 @@ fn validate(raw: RawConfig) -> Result<Config> {
     if raw
         .operator_api
         .admin_token
-        .as_deref()
-        .is_some_and(|t| t.trim().is_empty())
+        .as_ref()
+        .is_some_and(|t| t.expose().trim().is_empty())
     {
         bail!("operator_api.admin_token must not be empty: remove the key to run without a token");
     }
@@ -709,6 +820,13 @@ fn validate(raw: RawConfig) -> Result<Config> {
             pool_max_idle_per_host: raw.upstream.pool_max_idle_per_host,
             routes,
             google_token_hosts: raw.upstream.google_token_hosts.clone(),
+            aws_signing_hosts: raw.upstream.aws_signing_hosts.clone(),
+            held_keys: HeldKeys {
+                openai: raw.upstream.openai_api_key.clone(),
+                anthropic: raw.upstream.anthropic_api_key.clone(),
+                gemini: raw.upstream.gemini_api_key.clone(),
+            },
+            api_key_hosts: raw.upstream.api_key_hosts.clone(),
         },
         store: raw.store.clone(),
         failure_mode: e.failure_mode,
@@ -741,6 +859,11 @@ fn validate(raw: RawConfig) -> Result<Config> {
             enabled: raw.operator_api.enabled,
             listen: operator_listen,
             admin_token: raw.operator_api.admin_token.clone(),
+        },
+        auth: AuthConfig {
+            required: raw.auth.required,
+            hosts: raw.auth.hosts.clone(),
+            run_secret: None,
         },
         pricing: price_table(&raw.pricing)?,
     })
@@ -1061,7 +1184,10 @@ mod tests {
             &Overrides::default(),
         )
         .expect("token and listen");
-        assert_eq!(c.operator_api.admin_token.as_deref(), Some("s3cret"));
+        assert_eq!(
+            c.operator_api.admin_token.as_ref().map(Secret::expose),
+            Some("s3cret")
+        );
         assert_eq!(
             c.operator_api.listen.map(|a| a.to_string()).as_deref(),
             Some("127.0.0.1:8791")

@@ -368,10 +368,21 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
                 .is_none()
                 .then(|| config.store.path.clone());
             let upstream = config.upstream.base_url.to_string();
+            // The child's base URLs carry a secret of this run's: the proxy
+            // answers nothing without it, so no other process on the
+            // machine can use the credentials it lends (AWS signing, a
+            // Google token, a held provider key) nor read the run's outputs.
+            let secret = crate::auth::random_secret().context("making the run's secret")?;
+            let mut config = config;
+            config.auth.run_secret = Some(crate::config::Secret::new(secret.clone()));
             let server = Server::start(config).await?;
             tracing::info!(listen = %server.addr, %upstream, routes = ?routes.routes, db = %server.app.store.describe(), "toolstub wrap: proxy started");
             crate::proxy::memory::spawn_trimmer();
-            let mut endpoints = Endpoints::plain(&format!("http://{}", server.addr));
+            let mut endpoints = Endpoints::plain(&format!(
+                "http://{}{}{secret}",
+                server.addr,
+                crate::proxy::RUN_PREFIX
+            ));
             if let Some(path) = &routes.openai_path {
                 endpoints.openai = format!("{}{OPENAI_ROUTE}{path}", endpoints.base);
             }

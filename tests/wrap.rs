@@ -361,11 +361,13 @@ print("no_proxy=" + os.environ.get("NO_PROXY", "-"))
             .to_string()
     };
     let anthropic = value("anthropic");
-    let port: u16 = anthropic
+    let (port, secret) = anthropic
         .strip_prefix("http://127.0.0.1:")
-        .and_then(|p| p.parse().ok())
+        .and_then(|rest| rest.split_once("/run/"))
+        .and_then(|(port, secret)| Some((port.parse::<u16>().ok()?, secret)))
         .unwrap_or_else(|| panic!("ANTHROPIC_BASE_URL={anthropic}"));
     assert_ne!(port, 0);
+    assert_eq!(secret.len(), 43, "256 bits in base64url: {secret}");
     assert_eq!(value("openai"), format!("{anthropic}/v1"));
     assert_eq!(
         value("health"),
@@ -382,6 +384,87 @@ print("no_proxy=" + os.environ.get("NO_PROXY", "-"))
         value("no_proxy"),
         "localhost,127.0.0.1",
         "an HTTP proxy set: the proxy's host is kept off it"
+    );
+}
+
+/// Another process on the machine reaches wrap's port but not its run
+/// secret: every path answers 404, and nothing reaches the upstream (no
+/// request signed with the user's AWS credentials, no output read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_on_the_machine_gets_nothing_from_wraps_proxy() {
+    let mock = mock_upstream().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("t.db");
+    let child = r#"
+import os, re, urllib.request, urllib.error
+base = os.environ["ANTHROPIC_BASE_URL"]
+origin = re.match(r"(http://127\.0\.0\.1:\d+)/run/", base).group(1)
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def status(url, body=None, headers={}):
+    req = urllib.request.Request(url, data=body, headers=headers)
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+invoke = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'
+chat = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+for name, url, body, headers in [
+    ("healthz", origin + "/healthz", None, {}),
+    ("metrics", origin + "/metrics", None, {}),
+    ("results", origin + "/toolstub/v1/results", None, {}),
+    ("dashboard", origin + "/toolstub/", None, {}),
+    ("bedrock", origin + "/model/anthropic.claude-x/invoke", invoke, {"content-type": "application/json"}),
+    ("chat", origin + "/v1/chat/completions", chat, {"content-type": "application/json", "authorization": "Bearer sk-x"}),
+    ("wrong_secret", origin + "/run/" + "A" * 43 + "/healthz", None, {}),
+    ("no_secret_run", origin + "/run/", None, {}),
+    ("with_secret", base + "/healthz", None, {}),
+]:
+    print("%s=%d" % (name, status(url, body, headers)))
+"#;
+    let mut command = wrap(
+        home.path(),
+        &[
+            "--upstream",
+            &format!("http://{}", mock.addr),
+            "--db",
+            db.to_str().expect("utf-8"),
+            "--",
+        ],
+    );
+    command
+        .env("AWS_ACCESS_KEY_ID", "AKIDWRAPATTACK000001")
+        .env("AWS_SECRET_ACCESS_KEY", "wrap/attack/secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS", "[\"127.0.0.1\"]")
+        .args(["python3", "-c", child]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    for name in [
+        "healthz",
+        "metrics",
+        "results",
+        "dashboard",
+        "bedrock",
+        "chat",
+        "wrong_secret",
+        "no_secret_run",
+    ] {
+        assert!(
+            stdout.contains(&format!("{name}=404")),
+            "{name} without the run secret: {stdout}"
+        );
+    }
+    assert!(stdout.contains("with_secret=200"), "{stdout}");
+    assert!(
+        mock.requests().is_empty(),
+        "nothing reached the upstream: {:?}",
+        mock.requests()
+            .iter()
+            .map(|r| r.path_and_query.clone())
+            .collect::<Vec<_>>()
     );
 }
 

@@ -6,7 +6,6 @@
 //! one lookup.
 
 use crate::store::Tenant;
-use base64::Engine;
 
 /// Every client key starts with this, so that a key sent in place of a
 /// provider's credential is told from one at a glance.
@@ -34,12 +33,7 @@ impl std::fmt::Debug for ClientKey {
 impl ClientKey {
     /// A new key from the operating system's random source.
     pub fn generate() -> Result<ClientKey, getrandom::Error> {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes)?;
-        let secret = format!(
-            "{PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-        );
+        let secret = format!("{PREFIX}{}", super::random_secret()?);
         let hash = KeyHash::of(&secret);
         Ok(ClientKey { secret, hash })
     }

@@ -14,7 +14,7 @@ use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
 use super::usage_tap::{Sink, Tap};
-use super::{forward, forward_whole, stream_back, tenant_of_request, whole_request, App, BoxBody};
+use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
 use crate::protocol::bedrock::OnBedrock;
@@ -189,11 +189,13 @@ pub(super) async fn handle(
     app: &Arc<App>,
     api: Api,
     memo: &super::TenantMemo,
+    caller: super::access::Caller,
     req: http::Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let started = std::time::Instant::now();
     let (mut parts, body) = req.into_parts();
-    let mut tenant = tenant_of_request(&parts.headers, &parts.uri, memo);
+    let keyed = matches!(caller, super::access::Caller::Key(_));
+    let mut tenant = super::caller_tenant(&caller, &parts.headers, &parts.uri, memo);
     let mut accounting = Accounting::of(api, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
         app.metrics.unchanged(why);
@@ -220,10 +222,12 @@ pub(super) async fn handle(
     if api.is_bedrock() {
         // Whether the proxy signs it, and whose it is, once its signature
         // (if any) is checked against the body.
-        let (signing, key) = Box::pin(app.aws.decide(&parts, &original)).await;
+        let (signing, identity) = Box::pin(app.aws.decide(&parts, &original)).await;
         parts.extensions.insert(signing);
-        if let Some(key) = key {
-            tenant = Tenant::from_credential(&key);
+        // A verified signature names its identity's tenant, unless a
+        // client key named one already.
+        if let Some(identity) = identity.filter(|_| !keyed) {
+            tenant = identity;
             accounting = Accounting::of(api, &tenant);
         }
     }

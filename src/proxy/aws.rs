@@ -26,6 +26,8 @@ use http::{header, HeaderMap, HeaderValue, Request};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::store::Tenant;
+
 /// Credentials this close to their expiry are fetched again.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
 /// After the chain found none, how long before it is asked again (each
@@ -97,13 +99,13 @@ impl AwsSigner {
         }
     }
 
-    /// What may be done with a client request's signature, and the access
-    /// key that names its tenant when its signature is checked good.
+    /// What may be done with a client request's signature, and the tenant
+    /// of its identity when its signature is checked good.
     pub async fn decide(
         &self,
         parts: &http::request::Parts,
         body: &[u8],
-    ) -> (Signing, Option<String>) {
+    ) -> (Signing, Option<Tenant>) {
         let Some(auth) = parts.headers.get(header::AUTHORIZATION) else {
             return (Signing::Resign, None);
         };
@@ -120,7 +122,10 @@ impl AwsSigner {
             credentials.secret_access_key(),
             SystemTime::now(),
         ) {
-            Some(key) => (Signing::Resign, Some(key.to_string())),
+            Some(key) => (
+                Signing::Resign,
+                Some(identity_tenant(key, credentials.secret_access_key())),
+            ),
             None => (Signing::AsSent, None),
         }
     }
@@ -194,6 +199,35 @@ fn scope_region(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let region = ClientSignature::parse(value)?.region;
     (!region.is_empty()).then(|| region.to_string())
+}
+
+/// The tenant of an AWS identity whose signature checked good: `aws-` and
+/// 16 hex digits of the SHA-256 of its access key id and secret key. The
+/// access key id alone is no secret (every signed request shows it), so
+/// it alone must not name a tenant.
+fn identity_tenant(key_id: &str, secret: &str) -> Tenant {
+    let digest = crate::refs::sha256(format!("aws-sigv4\n{key_id}\n{secret}").as_bytes());
+    Tenant::named(format!("aws-{}", crate::refs::hex(&digest[..8])))
+}
+
+/// Whether requests to `host` may be signed with the AWS credentials the
+/// proxy finds: AWS's own hosts (`*.amazonaws.com`, `*.amazonaws.com.cn`:
+/// Bedrock's runtime endpoints, FIPS and VPC endpoints among them), or one
+/// the operator lists (`upstream.aws_signing_hosts`). A signature is the
+/// operator's identity for 15 minutes: it never goes to any other host.
+pub fn may_sign_for(host: &str, listed: &[String]) -> bool {
+    let host = host.to_ascii_lowercase();
+    let aws = [".amazonaws.com", ".amazonaws.com.cn"]
+        .iter()
+        .any(|suffix| {
+            host.strip_suffix(suffix).is_some_and(|name| {
+                !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            })
+        });
+    aws || listed.iter().any(|h| h.eq_ignore_ascii_case(&host))
 }
 
 /// Whether an `Authorization` value is a SigV4 signature.
@@ -290,6 +324,39 @@ mod tests {
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_220_293))
         );
         assert_eq!(parse_amz_date("2026-12-02"), None);
+    }
+
+    #[test]
+    fn an_identitys_tenant_needs_its_secret_and_signing_needs_an_aws_host() {
+        let a = identity_tenant("AKIDPROXY", "the-secret");
+        assert_eq!(a, identity_tenant("AKIDPROXY", "the-secret"));
+        assert_ne!(a, identity_tenant("AKIDPROXY", "another-secret"));
+        assert_ne!(
+            a,
+            Tenant::from_credential("AKIDPROXY"),
+            "the key id alone names nothing"
+        );
+        assert!(a.as_str().starts_with("aws-"));
+        let listed = vec!["bedrock.gateway.internal".to_string()];
+        for host in [
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "bedrock-runtime-fips.us-gov-west-1.amazonaws.com",
+            "vpce-1a2b.bedrock-runtime.eu-west-1.vpce.amazonaws.com",
+            "bedrock-runtime.cn-north-1.amazonaws.com.cn",
+            "Bedrock.Gateway.Internal",
+        ] {
+            assert!(may_sign_for(host, &listed), "{host}");
+        }
+        for host in [
+            "127.0.0.1",
+            "amazonaws.com",
+            "attacker.example",
+            "amazonaws.com.attacker.example",
+            "bedrock-runtime.us-east-1.amazonaws.com.attacker.example",
+            "x_y.amazonaws.com",
+        ] {
+            assert!(!may_sign_for(host, &listed), "{host}");
+        }
     }
 
     #[test]
@@ -391,7 +458,11 @@ fn verified_key<'a>(
         }
         out
     };
-    let path = parts.uri.path();
+    // The path the client signed: wrap's run secret was in it.
+    let path = parts
+        .extensions
+        .get::<super::access::OriginalPath>()
+        .map_or(parts.uri.path(), |sent| sent.0.as_str());
     let canonical_uri: Vec<String> = path.split('/').map(encode).collect();
     let mut query: Vec<(String, String)> = parts
         .uri

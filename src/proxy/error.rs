@@ -43,6 +43,16 @@ pub enum ProxyError {
     /// The operator API's admin token is missing or wrong.
     #[error("the operator API requires a valid admin token in the x-toolstub-admin-token header")]
     Unauthorized,
+    /// No client key, or one toolstub does not know, where one is required.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// Refused whoever the caller is (another machine, a web page) in the
+    /// local case.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// Client keys could not be read from the store yet.
+    #[error("toolstub cannot check client keys now: its store is unavailable")]
+    KeysUnknown,
     /// A bug or an unexpected condition inside toolstub.
     #[error("internal error: {0}")]
     Internal(String),
@@ -59,7 +69,9 @@ impl ProxyError {
             ProxyError::NotFound(_) => StatusCode::NOT_FOUND,
             ProxyError::Expired(_) => StatusCode::GONE,
             ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            ProxyError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ProxyError::Unauthorized | ProxyError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ProxyError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ProxyError::KeysUnknown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -77,6 +89,9 @@ impl ProxyError {
             ProxyError::Expired(_) => "expired",
             ProxyError::MethodNotAllowed(_) => "method_not_allowed",
             ProxyError::Unauthorized => "unauthorized",
+            ProxyError::Unauthenticated(_) => "invalid_client_key",
+            ProxyError::Forbidden(_) => "forbidden",
+            ProxyError::KeysUnknown => "keys_unavailable",
             ProxyError::Internal(_) => "internal_error",
         }
     }

@@ -14,6 +14,7 @@
 //! (sockets, upstream, store) and never parses a wire format itself: that is
 //! the protocol adapters' job.
 
+mod access;
 mod api;
 mod aws;
 mod body;
@@ -31,6 +32,7 @@ mod responses;
 mod upstream;
 mod usage_tap;
 
+pub use access::RUN_PREFIX;
 pub use body::BoxBody;
 pub use error::ProxyError;
 
@@ -71,6 +73,8 @@ pub struct App {
     aws: aws::AwsSigner,
     /// A Google token for Vertex AI requests that carry none.
     gcp: gcp::GcpAuth,
+    /// Who may use the proxy: the gate and the client keys.
+    access: access::Access,
 }
 
 /// The store settings the proxy's configuration asks for.
@@ -112,7 +116,10 @@ impl App {
                 None => format!("cannot open the store {}", config.store.path.display()),
             })?;
         let metrics = Arc::new(Metrics::default());
+        let access = access::Access::new(&config.auth, config.listen, store.clone());
+        access.keys.start().await;
         Ok(App {
+            access,
             config,
             ledger: ledger::Ledger::start(store.clone(), metrics.clone()),
             metrics,
@@ -381,7 +388,7 @@ pub async fn run(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
+                let (stream, remote) = match accepted {
                     Ok(conn) => conn,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -390,9 +397,13 @@ pub async fn run(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let Ok(local) = stream.local_addr() else { continue };
                 let app = app.clone();
-                let memo = Arc::new(TenantMemo::default());
-                let service = service_fn(move |req| handle(app.clone(), role, memo.clone(), req));
+                let conn = Arc::new(Connection {
+                    peer: access::Peer { remote, local },
+                    memo: TenantMemo::default(),
+                });
+                let service = service_fn(move |req| handle(app.clone(), role, conn.clone(), req));
                 let conn = http1
                     .serve_connection(TokioIo::new(stream), service)
                     .with_upgrades();
@@ -440,48 +451,43 @@ async fn serve_until_drained<I, S>(
     drop(draining);
 }
 
+/// What the requests of one connection share.
+struct Connection {
+    peer: access::Peer,
+    /// The tenant of the connection's last credential.
+    memo: TenantMemo,
+}
+
 /// Serves one request and records its metrics and log line.
 async fn handle(
     app: Arc<App>,
     role: Role,
-    memo: Arc<TenantMemo>,
-    req: Request<Incoming>,
+    conn: Arc<Connection>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
+    // wrap's run secret comes off the path before anything reads it.
+    let entered = app.access.enter(&mut req);
     let route = Route::of(req.method(), req.uri().path());
     let flavor = route.flavor(req.uri().path(), req.headers());
     let method = req.method().clone();
+    let admitted = match entered {
+        Ok(()) => {
+            let token = app.config.operator_api.admin_token.as_ref();
+            let admin = |h: &HeaderMap| access::admin_token_ok(token, h);
+            app.access.admit(&conn.peer, route, admin, &mut req).await
+        }
+        Err(e) => Err(e),
+    };
     // For the log line and the few answers that name the path: a count on
-    // the request's URI, not a copy of it.
+    // the request's URI (a client key in its query already taken off).
     let uri = req.uri().clone();
     let path = uri.path();
     let separate_operator =
         app.config.operator_api.enabled && app.config.operator_api.listen.is_some();
-    let result = match route {
-        Route::Operator | Route::Dashboard if role == Role::Main && separate_operator => {
-            Err(ProxyError::NotFound(
-                "the operator API is not served on this address (see operator_api.listen)"
-                    .to_string(),
-            ))
-        }
-        Route::Operator => Box::pin(operator::handle(&app, req)).await,
-        Route::Dashboard => dashboard::handle(&app, &method, path),
-        _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
-            "this address serves the operator API only (/toolstub/v1/...), not {path}"
-        ))),
-        Route::Healthz => Ok(healthz(&app).await),
-        Route::Metrics => {
-            let mut text = app.metrics.render();
-            memory::render_gauges(&mut text, app.memo.bytes());
-            Ok(text_response(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                text,
-            ))
-        }
-        Route::Api(api) => api::handle(&app, api, &memo, req).await,
-        Route::ResponseById => Box::pin(responses::by_id(&app, req)).await,
-        Route::Passthrough => passthrough(&app, req).await,
+    let result = match admitted {
+        Err(refused) => Err(refused),
+        Ok(caller) => serve_route(&app, role, &conn, caller, route, separate_operator, req).await,
     };
     let response = result.unwrap_or_else(|e| {
         tracing::warn!(code = e.code(), error = %e, "request failed");
@@ -498,6 +504,69 @@ async fn handle(
         "request"
     );
     Ok(response)
+}
+
+/// The handler of an admitted request's route.
+async fn serve_route(
+    app: &Arc<App>,
+    role: Role,
+    conn: &Connection,
+    caller: access::Caller,
+    route: Route,
+    separate_operator: bool,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, ProxyError> {
+    let path = req.uri().path();
+    match route {
+        Route::Operator | Route::Dashboard if role == Role::Main && separate_operator => {
+            Err(ProxyError::NotFound(
+                "the operator API is not served on this address (see operator_api.listen)"
+                    .to_string(),
+            ))
+        }
+        Route::Operator => {
+            let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
+            Box::pin(operator::handle(app, tenant, req)).await
+        }
+        Route::Dashboard => dashboard::handle(app, req.method(), path),
+        _ if role == Role::Operator => Err(ProxyError::NotFound(format!(
+            "this address serves the operator API only (/toolstub/v1/...), not {path}"
+        ))),
+        Route::Healthz => Ok(healthz(app).await),
+        Route::Metrics => {
+            if !access::admin_token_ok(app.config.operator_api.admin_token.as_ref(), req.headers())
+            {
+                return Err(ProxyError::Unauthorized);
+            }
+            let mut text = app.metrics.render();
+            memory::render_gauges(&mut text, app.memo.bytes());
+            Ok(text_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                text,
+            ))
+        }
+        Route::Api(api) => api::handle(app, api, &conn.memo, caller, req).await,
+        Route::ResponseById => {
+            let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
+            Box::pin(responses::by_id(app, tenant, req)).await
+        }
+        Route::Passthrough => passthrough(app, req).await,
+    }
+}
+
+/// The tenant of an admitted request: its client key's, else its
+/// provider credential's (or `anonymous`).
+fn caller_tenant(
+    caller: &access::Caller,
+    headers: &HeaderMap,
+    uri: &http::Uri,
+    memo: &TenantMemo,
+) -> Tenant {
+    match caller {
+        access::Caller::Key(tenant) => tenant.clone(),
+        access::Caller::Local => tenant_of_request(headers, uri, memo),
+    }
 }
 
 /// `/healthz`: 200 while the proxy serves. A store it cannot use right now
@@ -633,6 +702,14 @@ fn upstream_request(
     if let Some(n) = content_length {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
     }
+    let held = &app.config.upstream;
+    upstream::lend_held_key(
+        &held.held_keys,
+        &held.api_key_hosts,
+        flavor,
+        &uri,
+        &mut headers,
+    );
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = uri;
@@ -665,7 +742,9 @@ async fn cloud_auth(
 ) {
     let path = request.uri().path();
     if crate::protocol::bedrock::is_model_path(path) {
-        if client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign) {
+        let host = request.uri().host().unwrap_or("");
+        let resign = client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign);
+        if resign && aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts) {
             // Boxed, as the other rare awaits of a request's path: the
             // request's future is as large as its largest await, and it is
             // moved and touched on every request.
@@ -859,6 +938,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = listeners.spawn(&app, &rx);
     memory::spawn_trimmer();
+    app.access.announce();
     match operator {
         Some(operator) => {
             tracing::info!(%listen, %operator, %upstream, db = %db, "toolstub listening (operator API on its own address)");

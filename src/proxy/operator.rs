@@ -50,17 +50,13 @@ use super::{App, BoxBody};
 use crate::refs::looks_like_ref;
 use crate::store::{ReportQuery, StoreError, Tenant, OFFSET_UNIT};
 use crate::synopsis::{Kind, Synopsis};
-use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use http::{header, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// Every operator path starts with this.
 const PREFIX: &str = "/toolstub/v1/";
-/// The request header carrying the admin token.
-const ADMIN_TOKEN_HEADER: &str = "x-toolstub-admin-token";
-
 /// Defaults, as for the recall tools (SPEC section 6).
 const LIST_LIMIT: i64 = 50;
 const READ_LIMIT: i64 = 20_000;
@@ -69,6 +65,7 @@ const CONTEXT_CHARS: i64 = 300;
 
 pub(super) async fn handle(
     app: &Arc<App>,
+    tenant: Tenant,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let (parts, _body) = req.into_parts();
@@ -79,7 +76,7 @@ pub(super) async fn handle(
                 .to_string(),
         ));
     }
-    if !admin_token_ok(settings.admin_token.as_deref(), &parts.headers) {
+    if !super::access::admin_token_ok(settings.admin_token.as_ref(), &parts.headers) {
         return Err(ProxyError::Unauthorized);
     }
     let endpoint = Endpoint::parse(parts.uri.path())?;
@@ -87,7 +84,6 @@ pub(super) async fn handle(
         return Err(ProxyError::MethodNotAllowed(parts.method.to_string()));
     }
     let query = Query::parse(parts.uri.query())?;
-    let tenant = super::tenant_of(&parts.headers);
     match endpoint {
         Endpoint::List => list(app, &tenant, &query).await,
         Endpoint::Read(r) => read(app, &tenant, &r, &query).await,
@@ -211,31 +207,6 @@ fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, ProxyError> {
             "malformed percent-escape in {s:?}, or not UTF-8 once decoded"
         ))
     })
-}
-
-/// With a token configured, the request must carry the same one. Both sides
-/// are hashed first, so the comparison takes the same time whatever the
-/// length or content of the guess; an empty configured token admits no one.
-fn admin_token_ok(expected: Option<&str>, headers: &HeaderMap) -> bool {
-    let Some(expected) = expected else {
-        return true;
-    };
-    let Some(given) = headers.get(ADMIN_TOKEN_HEADER) else {
-        return false;
-    };
-    let same = constant_time_eq(
-        &Sha256::digest(given.as_bytes()),
-        &Sha256::digest(expected.as_bytes()),
-    );
-    same && !expected.is_empty()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y)));
-    a.len() == b.len() && diff == 0
 }
 
 /// Store failures as HTTP: the caller's mistakes keep their meaning, the
@@ -586,24 +557,5 @@ mod tests {
             "+ is a space"
         );
         assert!(bad(q("q=").q()).contains("required"));
-    }
-
-    #[test]
-    fn admin_tokens_compare_whole() {
-        let mut headers = HeaderMap::new();
-        assert!(admin_token_ok(None, &headers));
-        assert!(!admin_token_ok(Some("secret"), &headers));
-        headers.insert(ADMIN_TOKEN_HEADER, "secre".parse().expect("value"));
-        assert!(!admin_token_ok(Some("secret"), &headers));
-        headers.insert(ADMIN_TOKEN_HEADER, "secret".parse().expect("value"));
-        assert!(admin_token_ok(Some("secret"), &headers));
-        headers.insert(ADMIN_TOKEN_HEADER, "".parse().expect("value"));
-        assert!(
-            !admin_token_ok(Some(""), &headers),
-            "an empty token admits no one"
-        );
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
     }
 }

@@ -13,7 +13,7 @@
 
 use super::body::{boxed, collect_within, full, Collected};
 use super::error::ProxyError;
-use super::{forward, stream_back, tenant_of, App, BoxBody};
+use super::{forward, stream_back, App, BoxBody};
 use crate::protocol::json_edit::{raw_member, set_members};
 use crate::protocol::json_string;
 use crate::recall::RecallTool;
@@ -66,9 +66,9 @@ pub(super) async fn chain_from_upstream(app: &App, tenant: &Tenant, body: Bytes)
 /// A request for one response by id.
 pub(super) async fn by_id(
     app: &App,
+    tenant: Tenant,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let tenant = tenant_of(req.headers());
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let Some(client_id) = response_id_in(&path).map(str::to_string) else {

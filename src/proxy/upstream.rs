@@ -6,7 +6,7 @@
 
 use super::body::BoxBody;
 use super::error::ProxyError;
-use crate::config::UpstreamConfig;
+use crate::config::{HeldKeys, UpstreamConfig};
 use crate::protocol::Flavor;
 use anyhow::{Context, Result};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -250,6 +250,60 @@ pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
     headers
 }
 
+/// The provider key toolstub holds for `flavor`'s API, added to a request
+/// that carries no credential of its own (its client sent none, or a
+/// client key in its place, taken off at the gate): only when the request
+/// goes to that provider's own API host or a host listed in
+/// `upstream.api_key_hosts`, never anywhere else. Every caller past the
+/// gate is authenticated (a client key, wrap's run secret, or the local
+/// case), so lending is theirs to have.
+pub fn lend_held_key(
+    held: &HeldKeys,
+    listed: &[String],
+    flavor: Flavor,
+    uri: &http::Uri,
+    headers: &mut HeaderMap,
+) {
+    let (key, own_host, header) = match flavor {
+        Flavor::OpenAi => (&held.openai, "api.openai.com", header::AUTHORIZATION),
+        Flavor::Anthropic => (&held.anthropic, "api.anthropic.com", X_API_KEY),
+        Flavor::Google => (
+            &held.gemini,
+            "generativelanguage.googleapis.com",
+            X_GOOG_API_KEY,
+        ),
+    };
+    let Some(key) = key else { return };
+    let carries_one = CREDENTIAL_HEADERS.iter().any(|h| headers.contains_key(h))
+        || uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.starts_with("key=")));
+    let host = uri.host().unwrap_or("");
+    let allowed =
+        host.eq_ignore_ascii_case(own_host) || listed.iter().any(|h| h.eq_ignore_ascii_case(host));
+    if carries_one || !allowed {
+        return;
+    }
+    let value = match flavor {
+        Flavor::OpenAi => HeaderValue::from_str(&format!("Bearer {}", key.expose())),
+        _ => HeaderValue::from_str(key.expose()),
+    };
+    if let Ok(mut value) = value {
+        value.set_sensitive(true);
+        headers.insert(header, value);
+    }
+}
+
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+/// The headers a provider credential comes in.
+const CREDENTIAL_HEADERS: [HeaderName; 4] = [
+    header::AUTHORIZATION,
+    X_API_KEY,
+    HeaderName::from_static("api-key"),
+    X_GOOG_API_KEY,
+];
+
 /// Removes hop-by-hop headers, in place (also used for responses). Most
 /// messages carry none: then nothing is removed (or hashed).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -394,6 +448,9 @@ mod tests {
                 "http://127.0.0.1:9".parse().expect("uri"),
             )],
             google_token_hosts: Vec::new(),
+            aws_signing_hosts: Vec::new(),
+            held_keys: crate::config::HeldKeys::default(),
+            api_key_hosts: Vec::new(),
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(

@@ -286,7 +286,9 @@ def bproxy(amock, tmp_path):
     (tmp_path / "bedrock-proxy").mkdir()
     p = start_proxy(amock.url, tmp_path / "bedrock-proxy", extra_env={
         "AWS_ACCESS_KEY_ID": AWS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true"})
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # The mock stands in for AWS: signing goes only to hosts listed.
+        "TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS": '["127.0.0.1"]'})
     amock.aws_credentials = (AWS_KEY, AWS_SECRET)
     yield p
     stop_proxy(p)

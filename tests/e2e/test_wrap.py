@@ -180,7 +180,9 @@ def test_claude_code_on_a_cloud_through_wrap(amock, dirs, tmp_path, cloud):
         # mock checks each signature.
         env.update(claude_code.bedrock_env(amock.url))
         env.update({"AWS_ACCESS_KEY_ID": "AKIDWRAPE2E000000001", "AWS_SECRET_ACCESS_KEY": "wrap/e2e/secret",
-                    "AWS_EC2_METADATA_DISABLED": "true"})
+                    "AWS_EC2_METADATA_DISABLED": "true",
+                    # The mock stands in for AWS: signing goes only to hosts listed.
+                    "TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS": '["127.0.0.1"]'})
         amock.aws_credentials = ("AKIDWRAPE2E000000001", "wrap/e2e/secret")
     log, db = tmp_path / "wrap.log", tmp_path / "wrap.db"
     p = wrap(["--db", str(db), "--log-file", str(log)],

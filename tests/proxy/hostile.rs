@@ -402,7 +402,7 @@ async fn probe_100_mb_body() {
     let started = Instant::now();
     let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
     let request_head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {TOTAL}\r\nconnection: close\r\n\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {TOTAL}\r\nconnection: close\r\n\r\n"
     );
     stream
         .write_all(request_head.as_bytes())
@@ -526,7 +526,7 @@ async fn expect_100_continue_gets_100_then_the_response() {
     let body = chat_body(&[big_json(2_000)], "");
     let mut stream = TcpStream::connect(s.proxy.addr).await.expect("connect");
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.expect("head");
@@ -554,7 +554,7 @@ async fn a_chunked_upload_is_reassembled_and_rewritten() {
     let body = chat_body(&[big_json(2_000)], "");
     let mut stream = TcpStream::connect(s.proxy.addr).await.expect("connect");
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: {KEY}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.expect("head");
     // Odd-sized chunks, so chunk boundaries fall inside the tool output's
@@ -605,7 +605,7 @@ async fn slow_clients_are_cut_off() {
     let mut stream = TcpStream::connect(s.proxy.addr).await.expect("connect");
     let started = Instant::now();
     stream
-        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-le")
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-le")
         .await
         .expect("half a header");
     let (raw, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
@@ -632,7 +632,7 @@ async fn slow_clients_are_cut_off() {
     let started = Instant::now();
     stream
         .write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"messages\":[",
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"messages\":[",
         )
         .await
         .expect("head and a little body");
@@ -657,7 +657,7 @@ async fn thousands_of_headers_get_431_and_the_process_stays_up() {
     for count in [300usize, 5_000] {
         let mut stream = TcpStream::connect(s.proxy.addr).await.expect("connect");
         let mut request = String::from(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-length: 2\r\n",
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-length: 2\r\n",
         );
         for i in 0..count {
             request.push_str(&format!("x-filler-{i}: value {i}\r\n"));

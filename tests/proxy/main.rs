@@ -2,6 +2,7 @@
 //! real TCP port, in front of a mock upstream (also real TCP) that records
 //! what it received. No fixed ports, no network beyond loopback.
 
+mod access;
 mod accounting;
 mod anthropic;
 mod dashboard;
@@ -730,5 +731,88 @@ pub(crate) async fn setup_with_file(script: Script, file: &std::path::Path) -> S
         proxy,
         mock,
         _dir: dir,
+    }
+}
+
+/// The real binary's `toolstub serve` on a free loopback port, JSON logs
+/// kept; killed when dropped.
+pub(crate) struct Binary {
+    child: std::process::Child,
+    pub(crate) addr: String,
+    pub(crate) log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Binary {
+    /// `toolstub serve ARGS` with `env` added to this process's; returns
+    /// once it has said where it listens.
+    pub(crate) async fn serve(args: &[&str], env: &[(&str, &str)]) -> Binary {
+        use std::io::BufRead;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("TOOLSTUB_SERVER_LOG_FORMAT", "json")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("start the binary");
+        let stderr = child.stderr.take().expect("stderr");
+        let log: Arc<Mutex<String>> = Arc::default();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel::<String>();
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("toolstub listening"))
+                    {
+                        if let Some(a) = v["fields"]["listen"].as_str() {
+                            let _ = addr_tx.send(a.to_string());
+                        }
+                    }
+                }
+                let mut log = sink.lock().expect("lock");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr =
+            tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(30)))
+                .await
+                .expect("join")
+                .expect("the binary logged its address");
+        Binary {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Kills it (SIGKILL) and returns everything it logged.
+    pub(crate) fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -787,7 +787,7 @@ async fn a_websocket_upgrade_is_tunnelled_as_it_is() {
         .await
         .expect("connect");
     client
-        .write_all(b"GET /v1/responses HTTP/1.1\r\nhost: proxy\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: abc\r\nsec-websocket-version: 13\r\nauthorization: Bearer k\r\n\r\n")
+        .write_all(b"GET /v1/responses HTTP/1.1\r\nhost: localhost\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: abc\r\nsec-websocket-version: 13\r\nauthorization: Bearer k\r\n\r\n")
         .await
         .expect("write");
     let mut head = Vec::new();

@@ -7,7 +7,6 @@ use super::mock::{completion, ok_json, Recorded, Reply, Script};
 use super::{big_json, chat_body, client, send, setup, setup_with, Setup, KEY};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const OTHER: &str = "Bearer sk-other-tenant-9876543210";
 const SECRET_MARKER: &str = "tenant-a-secret-marker";
@@ -593,7 +592,6 @@ async fn the_operator_api_can_require_an_admin_token() {
 /// database files, the logs and the metrics for them.
 #[tokio::test]
 async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
-    use std::io::BufRead;
     let secrets = [
         "sk-secret-authz-5b1e0c",
         "sk-secret-xapikey-77aa01",
@@ -629,50 +627,17 @@ async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
     let mock = super::mock::start(script).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("secrets.db");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &format!("http://{}", mock.addr),
-            "--db",
-            &db.to_string_lossy(),
-        ])
-        .env("TOOLSTUB_SERVER_LOG_FORMAT", "json")
-        .env("RUST_LOG", "debug")
-        .env("TOOLSTUB_OPERATOR_API_ADMIN_TOKEN", secrets[3])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the binary");
-    let stderr = child.stderr.take().expect("stderr");
-    let log: Arc<Mutex<String>> = Arc::default();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<String>();
-    let sink = log.clone();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if v["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("toolstub listening"))
-                {
-                    if let Some(a) = v["fields"]["listen"].as_str() {
-                        let _ = addr_tx.send(a.to_string());
-                    }
-                }
-            }
-            let mut log = sink.lock().expect("lock");
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let addr = tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(30)))
-        .await
-        .expect("join")
-        .expect("the binary logged its address");
-    let base = format!("http://{addr}");
+    let db_arg = db.to_string_lossy().to_string();
+    let upstream = format!("http://{}", mock.addr);
+    let proxy = super::Binary::serve(
+        &["--upstream", &upstream, "--db", &db_arg],
+        &[
+            ("RUST_LOG", "debug"),
+            ("TOOLSTUB_OPERATOR_API_ADMIN_TOKEN", secrets[3]),
+        ],
+    )
+    .await;
+    let base = format!("http://{}", proxy.addr);
     let c = client();
     let authz = format!("Bearer {}", secrets[0]);
     let credentials: [(&str, &str); 3] = [
@@ -719,16 +684,19 @@ async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
         }
         send(&c, "GET", format!("{base}/v1/models"), &[(name, value)], "").await;
     }
-    let (_, _, metrics) = send(&c, "GET", format!("{base}/metrics"), &[], "").await;
+    let (status, _, _) = send(&c, "GET", format!("{base}/metrics"), &[], "").await;
+    assert_eq!(
+        status, 401,
+        "the metrics need the admin token once one is set"
+    );
+    let admin = [("x-toolstub-admin-token", secrets[3])];
+    let (_, _, metrics) = send(&c, "GET", format!("{base}/metrics"), &admin, "").await;
     // The binary's allocator kept the requests' freed ~100 KB buffers for
     // reuse (the in-process server of the other tests reports 0).
     let kept = super::memory_gauge(&String::from_utf8_lossy(&metrics), "large_buffers");
     assert!(kept.is_some_and(|b| b > 0), "large buffers kept: {kept:?}");
     // SIGKILL: the WAL stays as it was, with whatever it holds.
-    child.kill().expect("kill");
-    child.wait().expect("wait");
-    reader.join().expect("log reader");
-    let log = log.lock().expect("lock").clone();
+    let log = proxy.kill();
     assert!(log.contains("\"level\":\"DEBUG\""), "debug logs were on");
     assert!(log.contains("request rewritten"));
     let mut files = vec![

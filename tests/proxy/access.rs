@@ -1,0 +1,498 @@
+//! Who may use the proxy, played as an attacker would: a web page on
+//! another origin (a blind cross-site POST, DNS rebinding), another
+//! machine, a caller with no key where keys are required; and where the
+//! credentials the proxy holds may go.
+
+use super::mock::{self, client, ok_json, send, Recorded, Script};
+use super::{big_json, chat_body, KEY};
+use serde_json::Value;
+use std::sync::Arc;
+use toolstub::config::{load, Overrides};
+use toolstub::proxy::Server;
+
+/// A proxy in front of a mock that answers every request, with `env`
+/// (`TOOLSTUB_*` and provider variables) and `listen`.
+async fn start(listen: &str, env: &[(&str, &str)]) -> (Server, mock::Mock, tempfile::TempDir) {
+    let script: Script = Arc::new(|_: &Recorded| ok_json("done"));
+    let mock = mock::start(script).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = Overrides {
+        listen: Some(listen.to_string()),
+        upstream: Some(format!("http://{}", mock.addr)),
+        db: Some(dir.path().join("toolstub.db")),
+        ..Overrides::default()
+    };
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    let config = load(None, env, &overrides).expect("config");
+    let proxy = Server::start(config).await.expect("proxy");
+    (proxy, mock, dir)
+}
+
+fn local_url(proxy: &Server, path: &str) -> String {
+    format!("http://127.0.0.1:{}{path}", proxy.addr.port())
+}
+
+const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+
+#[tokio::test]
+async fn a_page_of_another_origin_gets_nothing_from_a_local_proxy() {
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &[]).await;
+    let c = client();
+    let port = proxy.addr.port();
+    let rebound = format!("attacker.example:{port}");
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        // DNS rebinding: the page's own name now points at 127.0.0.1.
+        ("rebound host", vec![("host", &rebound)]),
+        // A blind cross-site POST with a body the browser sends unasked.
+        (
+            "cross-site text/plain POST",
+            vec![
+                ("origin", "http://attacker.example"),
+                ("content-type", "text/plain"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+        ),
+        (
+            "another origin",
+            vec![("origin", "http://attacker.example")],
+        ),
+        (
+            "another local port",
+            vec![("origin", "http://localhost:3000")],
+        ),
+        ("cross-site fetch", vec![("sec-fetch-site", "cross-site")]),
+    ];
+    for (what, headers) in cases {
+        for (method, path, body) in [
+            ("POST", "/v1/chat/completions", CHAT),
+            ("POST", "/v1/messages", CHAT),
+            ("GET", "/toolstub/v1/results", ""),
+            ("GET", "/metrics", ""),
+            ("GET", "/v1/models", ""),
+        ] {
+            let (status, _, answer) =
+                send(&c, method, local_url(&proxy, path), &headers, body).await;
+            assert_eq!(status, 403, "{what}: {method} {path}");
+            let v: Value = serde_json::from_slice(&answer).expect("a JSON error");
+            assert!(v["error"].is_object(), "{what}: {v}");
+        }
+    }
+    assert!(
+        mock.requests().is_empty(),
+        "nothing went upstream: {:?}",
+        mock.requests()
+            .iter()
+            .map(|r| r.path_and_query.clone())
+            .collect::<Vec<_>>()
+    );
+    // The proxy's own page and programs on this machine are served.
+    let own = format!("http://127.0.0.1:{port}");
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[("origin", &own), ("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        format!("http://localhost:{port}/v1/chat/completions"),
+        &[("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.requests().len(), 2);
+    proxy.shutdown().await;
+}
+
+/// A non-loopback address of this machine, to connect from.
+fn machine_address() -> std::net::IpAddr {
+    let probe = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("hostname -I");
+    String::from_utf8_lossy(&probe.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .expect("this machine has a non-loopback IPv4 address")
+}
+
+#[tokio::test]
+async fn a_proxy_requiring_no_key_answers_no_other_machine() {
+    // Told to listen everywhere and not to require keys: still only
+    // loopback peers are served.
+    let (proxy, mock, _dir) = start("0.0.0.0:0", &[("TOOLSTUB_AUTH_REQUIRED", "false")]).await;
+    let c = client();
+    let remote = format!(
+        "http://{}:{}/v1/chat/completions",
+        machine_address(),
+        proxy.addr.port()
+    );
+    let (status, _, _) = send(&c, "POST", remote, &[("authorization", KEY)], CHAT).await;
+    assert_eq!(status, 403, "a peer that is not loopback");
+    assert!(mock.requests().is_empty());
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200, "a loopback peer");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn listening_beyond_loopback_requires_a_key_in_every_apis_format() {
+    // No key made yet: every request is refused, nothing goes upstream.
+    let (proxy, mock, _dir) = start("0.0.0.0:0", &[]).await;
+    let c = client();
+    let output = big_json(3_000);
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, String);
+    let cases: [Case; 5] = [
+        (
+            "/v1/chat/completions",
+            "openai",
+            vec![("authorization", KEY)],
+            chat_body(std::slice::from_ref(&output), ""),
+        ),
+        (
+            "/v1/messages",
+            "anthropic",
+            vec![
+                ("x-api-key", "sk-ant-x"),
+                ("anthropic-version", "2023-06-01"),
+            ],
+            CHAT.to_string(),
+        ),
+        (
+            "/v1beta/models/gemini-x:generateContent",
+            "google",
+            vec![("x-goog-api-key", "AIza-x")],
+            r#"{"contents":[]}"#.to_string(),
+        ),
+        (
+            "/model/anthropic.claude-x/invoke",
+            "anthropic",
+            vec![],
+            r#"{"anthropic_version":"bedrock-2023-05-31","messages":[]}"#.to_string(),
+        ),
+        (
+            "/toolstub/v1/results",
+            "openai",
+            vec![("authorization", KEY)],
+            String::new(),
+        ),
+    ];
+    for (path, flavor, headers, body) in cases {
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        let (status, _, answer) = send(&c, method, local_url(&proxy, path), &headers, body).await;
+        assert_eq!(status, 401, "{path}");
+        let v: Value = serde_json::from_slice(&answer).expect("a JSON error");
+        match flavor {
+            "anthropic" => assert_eq!(v["error"]["type"], "authentication_error", "{v}"),
+            "google" => assert_eq!(v["error"]["status"], "UNAUTHENTICATED", "{v}"),
+            _ => assert_eq!(v["error"]["code"], "invalid_client_key", "{v}"),
+        }
+    }
+    let wrong = format!("tsk_{}", "A".repeat(43));
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[("x-toolstub-key", &wrong), ("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 401, "a key no one made");
+    assert!(mock.requests().is_empty(), "nothing went upstream");
+    let (status, _, body) = send(&c, "GET", local_url(&proxy, "/healthz"), &[], "").await;
+    assert_eq!(
+        (status.as_u16(), &body[..]),
+        (200, &b"ok\n"[..]),
+        "a load balancer's probe"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_held_provider_key_goes_only_to_its_providers_hosts() {
+    let held = "sk-held-by-the-proxy-77";
+    // The mock is no provider's host: the held key does not go there.
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &[("OPENAI_API_KEY", held)]).await;
+    let c = client();
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        mock.last().headers.get("authorization").is_none(),
+        "not lent to an unlisted host"
+    );
+    proxy.shutdown().await;
+
+    // Listed (a gateway in front of the provider): lent to a local caller
+    // that sent no key of its own; a caller's own key goes as it is.
+    let (proxy, mock, _dir) = start(
+        "127.0.0.1:0",
+        &[
+            ("OPENAI_API_KEY", held),
+            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+        ],
+    )
+    .await;
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        mock.last().headers["authorization"],
+        format!("Bearer {held}")
+    );
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.last().headers["authorization"], KEY);
+    // An Anthropic request gets no OpenAI key.
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/messages"),
+        &[("anthropic-version", "2023-06-01")],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let last = mock.last();
+    assert!(last.headers.get("authorization").is_none() && last.headers.get("x-api-key").is_none());
+    proxy.shutdown().await;
+}
+
+/// A Bedrock invoke body with one large tool output.
+fn bedrock_body(output: &str) -> String {
+    serde_json::json!({
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output}]},
+        ],
+    })
+    .to_string()
+}
+
+fn anthropic_reply() -> Script {
+    Arc::new(|_: &Recorded| {
+        mock::Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            serde_json::json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            })
+            .to_string(),
+        )
+    })
+}
+
+/// `url` POSTed with `body`, signed with SigV4 for `bedrock` as a client
+/// that signs its own requests does (the proxy's host in the signature).
+async fn signed_invoke(url: &str, body: &str, key_id: &str, secret: &str) -> (u16, Vec<u8>) {
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    use http_body_util::{BodyExt, Full};
+    let uri: http::Uri = url.parse().expect("uri");
+    let host = uri.authority().expect("authority").to_string();
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(())
+        .expect("request");
+    let identity =
+        aws_credential_types::Credentials::new(key_id, secret, None, None, "test").into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("bedrock")
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .expect("params")
+        .into();
+    let headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().expect("ascii").to_string()))
+        .collect();
+    let signable = SignableRequest::new(
+        "POST",
+        request.uri().to_string(),
+        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        SignableBody::Bytes(body.as_bytes()),
+    )
+    .expect("signable");
+    sign(signable, &params)
+        .expect("signed")
+        .into_parts()
+        .0
+        .apply_to_request_http1x(&mut request);
+    let (parts, ()) = request.into_parts();
+    let request = http::Request::from_parts(parts, Full::new(bytes::Bytes::from(body.to_string())));
+    let response = client().request(request).await.expect("response");
+    let status = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, bytes.to_vec())
+}
+
+const AKID: &str = "AKIDTENANTATTACK0001";
+const AWS_SECRET: &str = "tenant/attack/secret/0123456789";
+
+fn aws_env(listed: bool) -> Vec<(&'static str, &'static str)> {
+    let mut env = vec![
+        ("AWS_ACCESS_KEY_ID", AKID),
+        ("AWS_SECRET_ACCESS_KEY", AWS_SECRET),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    if listed {
+        env.push(("TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS", "[\"127.0.0.1\"]"));
+    }
+    env
+}
+
+/// A SigV4-signed client's outputs are its AWS identity's, which only its
+/// secret key can name: its access key id (in every signed request, no
+/// secret) sent as a credential reads nothing.
+#[tokio::test]
+async fn an_aws_access_key_id_names_no_tenant() {
+    let mock = mock::start(anthropic_reply()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("toolstub.db");
+    let upstream = format!("http://{}", mock.addr);
+    let proxy = super::Binary::serve(
+        &["--upstream", &upstream, "--db", &db.to_string_lossy()],
+        &aws_env(true),
+    )
+    .await;
+    let body = bedrock_body(&big_json(3_000));
+    let (status, answer) = signed_invoke(
+        &proxy.url("/model/anthropic.claude-x/invoke"),
+        &body,
+        AKID,
+        AWS_SECRET,
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let sent = mock.last();
+    let authorization = sent.headers["authorization"].to_str().expect("ascii");
+    assert!(
+        authorization.starts_with(&format!("AWS4-HMAC-SHA256 Credential={AKID}/")),
+        "signed again by the proxy: {authorization}"
+    );
+    let upstream_body = String::from_utf8_lossy(&sent.body).to_string();
+    let r = upstream_body
+        .split("ref: ")
+        .nth(1)
+        .and_then(|rest| rest.split(['\\', '"']).next())
+        .expect("the output was stubbed")
+        .to_string();
+    let c = client();
+    for (name, value) in [
+        ("x-api-key", AKID.to_string()),
+        ("authorization", AKID.to_string()),
+        ("authorization", format!("Bearer {AKID}")),
+    ] {
+        let (status, _, list) = send(
+            &c,
+            "GET",
+            proxy.url("/toolstub/v1/results"),
+            &[(name, &value)],
+            "",
+        )
+        .await;
+        assert_eq!(status, 200);
+        let list: Value = serde_json::from_slice(&list).expect("json");
+        assert_eq!(
+            list["results"].as_array().map(Vec::len),
+            Some(0),
+            "{name}: {list}"
+        );
+        let (status, _, _) = send(
+            &c,
+            "GET",
+            proxy.url(&format!("/toolstub/v1/results/{r}")),
+            &[(name, &value)],
+            "",
+        )
+        .await;
+        assert_eq!(status, 404, "{name}: the owner's ref {r}");
+    }
+    proxy.kill();
+}
+
+/// The operator's AWS identity signs only for AWS's hosts (or those
+/// listed): a request bound elsewhere goes as the client sent it.
+#[tokio::test]
+async fn aws_signing_goes_only_to_aws_hosts() {
+    for listed in [false, true] {
+        let mock = mock::start(anthropic_reply()).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("toolstub.db");
+        let upstream = format!("http://{}", mock.addr);
+        let proxy = super::Binary::serve(
+            &["--upstream", &upstream, "--db", &db.to_string_lossy()],
+            &aws_env(listed),
+        )
+        .await;
+        // A client that skipped its own AWS auth for this gateway.
+        let (status, _, _) = send(
+            &client(),
+            "POST",
+            proxy.url("/model/anthropic.claude-x/invoke"),
+            &[("content-type", "application/json")],
+            bedrock_body(&big_json(3_000)),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let sent = mock.last();
+        let signed = sent
+            .headers
+            .get("authorization")
+            .is_some_and(|v| v.to_str().is_ok_and(|v| v.contains(AKID)));
+        assert_eq!(signed, listed, "signed only for a listed host");
+        if !listed {
+            assert!(sent.headers.get("x-amz-date").is_none());
+        }
+        proxy.kill();
+    }
+}

@@ -793,6 +793,22 @@ fn validate(raw: RawConfig) -> Result<Config> {
             bail!("store.pool_size must be at least 1");
         }
     }
+    for (key, hosts) in [
+        ("auth.hosts", &raw.auth.hosts),
+        ("upstream.aws_signing_hosts", &raw.upstream.aws_signing_hosts),
+        ("upstream.api_key_hosts", &raw.upstream.api_key_hosts),
+        ("upstream.google_token_hosts", &raw.upstream.google_token_hosts),
+    ] {
+        for host in hosts {
+            let plain = !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
+            if !plain {
+                bail!("{key}: {host:?} is not a host name (no scheme, path or port)");
+            }
+        }
+    }
     if raw.store.sweep_interval_ms < 100 {
         bail!(
             "store.sweep_interval_ms must be at least 100, got {}",
@@ -906,6 +922,45 @@ mod tests {
 
     fn no_env() -> Vec<(String, String)> {
         Vec::new()
+    }
+
+    #[test]
+    fn provider_keys_come_from_their_own_variables_below_toolstubs_and_never_print() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let c = load(
+            None,
+            env(&[
+                ("OPENAI_API_KEY", "sk-env"),
+                ("GOOGLE_API_KEY", "AIza-google"),
+                ("GEMINI_API_KEY", "AIza-gemini"),
+                ("TOOLSTUB_UPSTREAM_ANTHROPIC_API_KEY", "sk-ant-toolstub"),
+                ("ANTHROPIC_API_KEY", "sk-ant-env"),
+                ("TOOLSTUB_AUTH_REQUIRED", "true"),
+            ]),
+            &Overrides::default(),
+        )
+        .expect("config");
+        let held = &c.upstream.held_keys;
+        assert_eq!(held.openai.as_ref().map(Secret::expose), Some("sk-env"));
+        assert_eq!(held.gemini.as_ref().map(Secret::expose), Some("AIza-gemini"));
+        assert_eq!(
+            held.anthropic.as_ref().map(Secret::expose),
+            Some("sk-ant-toolstub"),
+            "TOOLSTUB_* wins"
+        );
+        assert_eq!(c.auth.required, Some(true));
+        let printed = format!("{c:?}");
+        for secret in ["sk-env", "AIza-gemini", "sk-ant-toolstub"] {
+            assert!(!printed.contains(secret), "{secret} printed");
+        }
+        let none = load(None, Vec::new(), &Overrides::default()).expect("config");
+        assert!(none.upstream.held_keys.openai.is_none());
+        assert_eq!(none.auth.required, None);
     }
 
     #[test]

@@ -496,3 +496,37 @@ async fn aws_signing_goes_only_to_aws_hosts() {
         proxy.kill();
     }
 }
+
+/// In the local case a request with no credential is `anonymous`; a
+/// request naming any credential is that credential's tenant and reads
+/// nothing of it.
+#[tokio::test]
+async fn an_anonymous_local_output_is_not_another_credentials() {
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &[]).await;
+    let c = client();
+    let body = chat_body(&[big_json(3_000)], "");
+    let (status, _, _) = send(&c, "POST", local_url(&proxy, "/v1/chat/completions"), &[], body).await;
+    assert_eq!(status, 200);
+    let sent = String::from_utf8_lossy(&mock.last().body).to_string();
+    let r = sent
+        .split("ref: ")
+        .nth(1)
+        .and_then(|rest| rest.split(['\\', '"']).next())
+        .expect("the output was stubbed")
+        .to_string();
+    let read = |headers: Vec<(&'static str, &'static str)>| {
+        let c = c.clone();
+        let url = local_url(&proxy, &format!("/toolstub/v1/results/{r}"));
+        async move { send(&c, "GET", url, &headers, "").await.0 }
+    };
+    assert_eq!(read(vec![]).await, 200, "anonymous reads its own");
+    for credential in [
+        ("x-api-key", "anything"),
+        ("authorization", "Bearer anonymous"),
+        ("authorization", "anonymous"),
+        ("x-goog-api-key", "anonymous"),
+    ] {
+        assert_eq!(read(vec![credential]).await, 404, "{credential:?}");
+    }
+    proxy.shutdown().await;
+}

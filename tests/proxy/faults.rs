@@ -385,3 +385,102 @@ async fn a_client_leaving_a_passthrough_stream_cancels_the_upstream_request() {
 async fn a_client_leaving_a_recall_splice_cancels_the_upstream_request() {
     disconnect_cancels(Path::RecallStream).await;
 }
+
+/// Issue 41 item 7.5: at `log_level = "trace"`, the SigV4 signer logged the
+/// request it signed, the client's headers in it. The real binary signs a
+/// Bedrock invoke request carrying an `x-api-key` with AWS credentials from
+/// its environment; the key appears nowhere on its standard error.
+#[tokio::test]
+async fn no_client_header_is_logged_even_at_trace() {
+    use std::io::BufRead;
+    let secret = "xak-never-logged-5b1e0c7d9a";
+    let upstream = mock::start(Arc::new(|_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}"#.to_string(),
+        )
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolstub"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("http://{}", upstream.addr),
+            "--db",
+            &dir.path().join("t.db").to_string_lossy(),
+        ])
+        .env_remove("RUST_LOG")
+        .env("TOOLSTUB_SERVER_LOG_LEVEL", "trace")
+        .env("TOOLSTUB_SERVER_LOG_FORMAT", "json")
+        .env("HOME", dir.path())
+        .env("AWS_ACCESS_KEY_ID", "AKIDFAKEFAKEFAKE")
+        .env("AWS_SECRET_ACCESS_KEY", "fake-secret-access-key")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let stderr = child.stderr.take().expect("stderr");
+    let log: Arc<std::sync::Mutex<String>> = Arc::default();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<String>();
+    let sink = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("toolstub listening"))
+                {
+                    if let Some(a) = v["fields"]["listen"].as_str() {
+                        let _ = addr_tx.send(a.to_string());
+                    }
+                }
+            }
+            let mut log = sink.lock().expect("lock");
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    let addr = tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(30)))
+        .await
+        .expect("join")
+        .expect("the binary logged its address");
+    let body = r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, _, _) = send(
+        &client(),
+        "POST",
+        format!("http://{addr}/model/anthropic.claude-test/invoke"),
+        &[("x-api-key", secret), ("content-type", "application/json")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let got = upstream.last();
+    assert!(
+        got.headers["authorization"]
+            .to_str()
+            .is_ok_and(|a| a.starts_with("AWS4-HMAC-SHA256")),
+        "the proxy signed the request: {:?}",
+        got.headers.get("authorization")
+    );
+    assert_eq!(got.headers["x-api-key"], secret, "and forwarded the key");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    reader.join().expect("log reader");
+    let log = log.lock().expect("lock").clone();
+    assert!(log.contains("\"level\":\"DEBUG\""), "verbose logs were on");
+    assert!(
+        !log.contains(secret),
+        "a client header reached the log:\n{}",
+        log.lines()
+            .filter(|l| l.contains(secret))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -8,6 +8,7 @@ mod dashboard;
 mod faults;
 mod gemini;
 mod hostile;
+mod limits;
 mod mock;
 mod operator;
 mod policy;

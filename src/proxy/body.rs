@@ -50,7 +50,8 @@ where
 }
 
 /// [`collect_within`], asking `reserve` for room before the buffer holds
-/// more (with the bytes it will hold in all): when it refuses, what was
+/// more (with the bytes it will hold in all, up to `cap`: a body past the
+/// cap goes on unread, so it never needs more): when it refuses, what was
 /// read is dropped and the rest of the body comes back, `Err`.
 pub async fn collect_reserving<B>(
     mut body: B,
@@ -69,14 +70,14 @@ where
         .lower()
         .min(cap.saturating_add(1))
         .min(PRESIZE_MAX);
-    if !reserve(presize) {
+    if !reserve(presize.min(cap)) {
         return Ok(Err(body));
     }
     let mut buf = BytesMut::with_capacity(usize::try_from(presize).unwrap_or(0));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Into::into)?;
         if let Ok(data) = frame.into_data() {
-            if !reserve((buf.len() + data.len()) as u64) {
+            if !reserve(((buf.len() + data.len()) as u64).min(cap)) {
                 return Ok(Err(body));
             }
             buf.extend_from_slice(&data);
@@ -169,6 +170,15 @@ mod tests {
         match collect_reserving(body, 100, |_| true).await {
             Ok(Ok(Collected::Complete(b))) => assert_eq!(&b[..], b"hello world"),
             _ => panic!("complete"),
+        }
+        // A body past the cap needs no more than the cap: it goes on unread.
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        match collect_reserving(body, 4, |n| n <= 4).await {
+            Ok(Ok(Collected::TooLarge(rest))) => {
+                let all = rest.collect().await.expect("collect").to_bytes();
+                assert_eq!(&all[..], b"hello world");
+            }
+            _ => panic!("too large, not refused"),
         }
     }
 

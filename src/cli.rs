@@ -207,8 +207,11 @@ fn serve(args: ServeArgs) -> Result<()> {
 }
 
 /// Logs to standard error, as text or JSON lines. `RUST_LOG` wins over
-/// `server.log_level` when set.
+/// `server.log_level` when set; neither lets a client's headers in
+/// ([`crate::logging`]).
 fn init_logging(config: &crate::config::Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log_level))
@@ -216,9 +219,10 @@ fn init_logging(config: &crate::config::Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    let headers = crate::logging::no_client_headers();
     match config.log_format {
-        crate::config::LogFormat::Json => builder.json().init(),
-        crate::config::LogFormat::Text => builder.init(),
+        crate::config::LogFormat::Json => builder.json().finish().with(headers).init(),
+        crate::config::LogFormat::Text => builder.finish().with(headers).init(),
     }
 }
 

@@ -59,6 +59,11 @@ pub struct RawServer {
     pub max_body_bytes: u64,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
+    /// Client connections served at once; more are answered 503.
+    pub max_connections: usize,
+    /// Request and response bytes read whole across all requests at once;
+    /// a request that would pass it is answered 503.
+    pub max_buffered_bytes: u64,
     pub shutdown_grace_ms: u64,
     pub max_headers: usize,
     pub log_format: String,
@@ -72,6 +77,8 @@ impl Default for RawServer {
             max_body_bytes: 64 * 1024 * 1024,
             header_read_timeout_ms: 30_000,
             body_read_timeout_ms: 60_000,
+            max_connections: 1024,
+            max_buffered_bytes: 256 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
             max_headers: HYPER_MAX_HEADERS,
             log_format: "text".to_string(),
@@ -88,6 +95,8 @@ pub struct RawUpstream {
     pub base_url: Option<String>,
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
+    /// How long an upstream response body may be silent once its head is in.
+    pub idle_timeout_ms: u64,
     pub ca_file: Option<PathBuf>,
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
@@ -117,6 +126,7 @@ impl Default for RawUpstream {
             base_url: None,
             connect_timeout_ms: 10_000,
             first_byte_timeout_ms: 600_000,
+            idle_timeout_ms: 300_000,
             ca_file: None,
             pool_idle_timeout_ms: 90_000,
             pool_max_idle_per_host: 64,
@@ -360,6 +370,8 @@ pub struct Config {
     pub max_body_bytes: u64,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub max_connections: usize,
+    pub max_buffered_bytes: u64,
     pub shutdown_grace: Duration,
     pub max_headers: usize,
     pub log_format: LogFormat,
@@ -404,6 +416,7 @@ pub struct UpstreamConfig {
     pub gemini_base: Option<http::Uri>,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
     pub ca_file: Option<PathBuf>,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
@@ -821,6 +834,8 @@ fn validate(raw: RawConfig) -> Result<Config> {
         max_body_bytes: raw.server.max_body_bytes,
         header_read_timeout: ms(raw.server.header_read_timeout_ms.max(1)),
         body_read_timeout: ms(raw.server.body_read_timeout_ms.max(1)),
+        max_connections: raw.server.max_connections.max(1),
+        max_buffered_bytes: raw.server.max_buffered_bytes,
         shutdown_grace: ms(raw.server.shutdown_grace_ms),
         max_headers: raw.server.max_headers.max(16),
         log_format,
@@ -831,6 +846,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
             gemini_base,
             connect_timeout: ms(raw.upstream.connect_timeout_ms.max(1)),
             first_byte_timeout: ms(raw.upstream.first_byte_timeout_ms.max(1)),
+            idle_timeout: ms(raw.upstream.idle_timeout_ms.max(1)),
             ca_file: raw.upstream.ca_file.clone(),
             pool_idle_timeout: ms(raw.upstream.pool_idle_timeout_ms),
             pool_max_idle_per_host: raw.upstream.pool_max_idle_per_host,
@@ -997,6 +1013,31 @@ mod tests {
         assert_eq!(c.recall_max_rounds, 8);
         assert_eq!(c.max_body_bytes, 64 * 1024 * 1024);
         assert_eq!(c.store.durability, Durability::Full);
+        assert_eq!(c.upstream.idle_timeout, Duration::from_secs(300));
+        assert_eq!(c.max_connections, 1024);
+        assert_eq!(c.max_buffered_bytes, 256 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_fault_bounds_come_from_the_environment() {
+        let env = vec![
+            (
+                "TOOLSTUB_UPSTREAM_IDLE_TIMEOUT_MS".to_string(),
+                "1500".to_string(),
+            ),
+            (
+                "TOOLSTUB_SERVER_MAX_CONNECTIONS".to_string(),
+                "8".to_string(),
+            ),
+            (
+                "TOOLSTUB_SERVER_MAX_BUFFERED_BYTES".to_string(),
+                "1048576".to_string(),
+            ),
+        ];
+        let c = load(None, env, &Overrides::default()).expect("env");
+        assert_eq!(c.upstream.idle_timeout, Duration::from_millis(1500));
+        assert_eq!(c.max_connections, 8);
+        assert_eq!(c.max_buffered_bytes, 1 << 20);
     }
 
     #[test]

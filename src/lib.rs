@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod metrics;
 pub mod parallel;
 pub mod percent;

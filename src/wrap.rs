@@ -529,6 +529,8 @@ fn utf8_env() -> Vec<(String, String)> {
 
 /// The proxy's log, appended to `path` (never to the child's terminal).
 fn log_to(config: &crate::config::Config, path: &Path) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -540,9 +542,10 @@ fn log_to(config: &crate::config::Config, path: &Path) -> Result<()> {
         .with_env_filter(filter)
         .with_ansi(false)
         .with_writer(std::sync::Mutex::new(file));
+    let headers = crate::logging::no_client_headers();
     let installed = match config.log_format {
-        crate::config::LogFormat::Json => builder.json().try_init(),
-        crate::config::LogFormat::Text => builder.try_init(),
+        crate::config::LogFormat::Json => builder.json().finish().with(headers).try_init(),
+        crate::config::LogFormat::Text => builder.finish().with(headers).try_init(),
     };
     installed.map_err(|e| anyhow::anyhow!("cannot start logging: {e}"))
 }

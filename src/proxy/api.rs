@@ -9,7 +9,7 @@
 //! Whatever cannot be read or understood goes upstream as it came: bypassed,
 //! compressed, oversized or unparsable bodies are forwarded byte for byte.
 
-use super::body::{boxed, collect_within, Collected};
+use super::body::{boxed, Collected};
 use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall::{self, RecallRequest};
@@ -202,13 +202,7 @@ pub(super) async fn handle(
         let tap = unread(&accounting, app, SessionOf::Unknown);
         return forward(app, &parts, boxed(body), tap).await;
     }
-    let collected = tokio::time::timeout(
-        app.config.body_read_timeout,
-        collect_within(body, app.config.max_body_bytes),
-    )
-    .await
-    .map_err(|_| ProxyError::BodyTimeout(app.config.body_read_timeout.as_millis()))?
-    .map_err(|e| ProxyError::BodyRead(e.to_string()))?;
+    let (collected, held) = super::limits::read_body(app, body).await?;
     let original = match collected {
         Collected::Complete(bytes) => bytes,
         Collected::TooLarge(stream) => {
@@ -270,6 +264,7 @@ pub(super) async fn handle(
                 session_header,
                 started,
                 read_us,
+                held,
             };
             // Boxed: storing, restoring and the recall rounds make a
             // large future, which a request forwarded unchanged (the
@@ -299,6 +294,8 @@ struct Request {
     session_header: Option<String>,
     started: std::time::Instant,
     read_us: u64,
+    /// The body's part of the buffered-bytes bound, held while it is.
+    held: super::limits::Held,
 }
 
 /// A request the rewrite changed: its outputs stored and hidden exchanges
@@ -318,6 +315,7 @@ async fn rewritten_request(
         session_header,
         started,
         read_us,
+        held,
     } = request;
     let plan_of = |mode| plan(app, api, original.clone(), mode, true);
     let session =
@@ -439,6 +437,7 @@ async fn rewritten_request(
             extra_headers,
             saved_tokens,
             tap,
+            _held: held,
         };
         return if streaming {
             Box::pin(recall::streaming(app, req)).await

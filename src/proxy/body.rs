@@ -39,7 +39,25 @@ pub enum Collected<B> {
 const PRESIZE_MAX: u64 = 8 << 20;
 
 /// Reads `body` into memory unless it exceeds `cap` bytes.
-pub async fn collect_within<B>(mut body: B, cap: u64) -> Result<Collected<B>, BoxError>
+pub async fn collect_within<B>(body: B, cap: u64) -> Result<Collected<B>, BoxError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    Ok(collect_reserving(body, cap, |_| true)
+        .await?
+        .unwrap_or_else(|rest| Collected::TooLarge(Prefixed { prefix: None, rest })))
+}
+
+/// [`collect_within`], asking `reserve` for room before the buffer holds
+/// more (with the bytes it will hold in all, up to `cap`: a body past the
+/// cap goes on unread, so it never needs more): when it refuses, what was
+/// read is dropped and the rest of the body comes back, `Err`.
+pub async fn collect_reserving<B>(
+    mut body: B,
+    cap: u64,
+    mut reserve: impl FnMut(u64) -> bool,
+) -> Result<Result<Collected<B>, B>, BoxError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -52,20 +70,26 @@ where
         .lower()
         .min(cap.saturating_add(1))
         .min(PRESIZE_MAX);
+    if !reserve(presize.min(cap)) {
+        return Ok(Err(body));
+    }
     let mut buf = BytesMut::with_capacity(usize::try_from(presize).unwrap_or(0));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Into::into)?;
         if let Ok(data) = frame.into_data() {
+            if !reserve(((buf.len() + data.len()) as u64).min(cap)) {
+                return Ok(Err(body));
+            }
             buf.extend_from_slice(&data);
             if buf.len() as u64 > cap {
-                return Ok(Collected::TooLarge(Prefixed {
+                return Ok(Ok(Collected::TooLarge(Prefixed {
                     prefix: Some(buf.freeze()),
                     rest: body,
-                }));
+                })));
             }
         }
     }
-    Ok(Collected::Complete(buf.freeze()))
+    Ok(Ok(Collected::Complete(buf.freeze())))
 }
 
 /// A body that yields an already-read prefix, then the rest of the original.
@@ -127,6 +151,36 @@ impl Body for ChannelBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refused_reservation_gives_the_body_back() {
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        let mut asked = Vec::new();
+        match collect_reserving(body, 100, |n| {
+            asked.push(n);
+            n < 11
+        })
+        .await
+        {
+            Ok(Err(_rest)) => {}
+            _ => panic!("refused"),
+        }
+        assert_eq!(asked, [11], "the announced size is asked for first");
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        match collect_reserving(body, 100, |_| true).await {
+            Ok(Ok(Collected::Complete(b))) => assert_eq!(&b[..], b"hello world"),
+            _ => panic!("complete"),
+        }
+        // A body past the cap needs no more than the cap: it goes on unread.
+        let body = Full::new(Bytes::from_static(b"hello world"));
+        match collect_reserving(body, 4, |n| n <= 4).await {
+            Ok(Ok(Collected::TooLarge(rest))) => {
+                let all = rest.collect().await.expect("collect").to_bytes();
+                assert_eq!(&all[..], b"hello world");
+            }
+            _ => panic!("too large, not refused"),
+        }
+    }
 
     #[tokio::test]
     async fn collects_within_the_cap_and_keeps_the_rest() {

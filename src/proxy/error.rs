@@ -17,6 +17,18 @@ pub enum ProxyError {
     /// The upstream did not send its response headers in time.
     #[error("upstream did not answer within {0} ms")]
     UpstreamTimeout(u128),
+    /// The upstream's response body was silent for longer than
+    /// `upstream.idle_timeout_ms` while the proxy had to read it whole.
+    #[error("the upstream response sent nothing for {0} ms")]
+    UpstreamIdle(u128),
+    /// The upstream compressed a response the proxy must read with an
+    /// encoding it cannot decode.
+    #[error("{0}")]
+    UpstreamEncoding(String),
+    /// The proxy holds as much as its bounds allow (connections, buffered
+    /// bytes); the answer carries `Retry-After`.
+    #[error("{0}")]
+    Overloaded(String),
     /// The client did not send its body in time.
     #[error("request body not received within {0} ms")]
     BodyTimeout(u128),
@@ -62,7 +74,11 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::UpstreamUnreachable(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamTimeout(_) | ProxyError::UpstreamIdle(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::UpstreamEncoding(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::BodyRead(_) | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::StoreRejected(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -81,6 +97,9 @@ impl ProxyError {
         match self {
             ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
             ProxyError::UpstreamTimeout(_) => "upstream_timeout",
+            ProxyError::UpstreamIdle(_) => "upstream_idle_timeout",
+            ProxyError::UpstreamEncoding(_) => "upstream_encoding",
+            ProxyError::Overloaded(_) => "overloaded",
             ProxyError::BodyTimeout(_) => "request_timeout",
             ProxyError::BodyRead(_) => "bad_request_body",
             ProxyError::StoreRejected(_) => "store_unavailable",
@@ -99,6 +118,7 @@ impl ProxyError {
     /// The error as a response in the client's API format.
     pub fn into_response(self, flavor: Flavor) -> Response<BoxBody> {
         let allow = matches!(self, ProxyError::MethodNotAllowed(_));
+        let overloaded = matches!(self, ProxyError::Overloaded(_));
         let body = flavor.error_body(self.status().as_u16(), self.code(), &self.to_string());
         let mut response = Response::new(full(body));
         *response.status_mut() = self.status();
@@ -110,6 +130,11 @@ impl ProxyError {
             response
                 .headers_mut()
                 .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
+        }
+        if overloaded {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, super::limits::retry_after());
         }
         response
     }

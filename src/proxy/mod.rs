@@ -19,16 +19,19 @@ mod api;
 mod aws;
 mod body;
 mod dashboard;
+mod decode;
 mod error;
 mod framing;
 mod gcp;
 pub mod large_buffers;
 mod ledger;
+mod limits;
 pub mod memory;
 mod operator;
 mod pool;
 mod recall;
 mod responses;
+mod timeouts;
 mod upstream;
 mod usage_tap;
 
@@ -75,6 +78,8 @@ pub struct App {
     gcp: gcp::GcpAuth,
     /// Who may use the proxy: the gate and the client keys.
     access: access::Access,
+    /// What the proxy holds at once: connections, buffered bytes.
+    limits: limits::Limits,
 }
 
 /// The store settings the proxy's configuration asks for.
@@ -120,7 +125,6 @@ impl App {
         access.keys.start().await;
         Ok(App {
             access,
-            config,
             ledger: ledger::Ledger::start(store.clone(), metrics.clone()),
             metrics,
             store,
@@ -128,6 +132,8 @@ impl App {
             memo: crate::rewrite::memo::Memo::new(MEMO_ENTRIES),
             aws: aws::AwsSigner::new(aws_region()),
             gcp: gcp::GcpAuth::default(),
+            limits: limits::Limits::new(&config),
+            config,
         })
     }
 }
@@ -398,6 +404,10 @@ pub async fn run(
                 };
                 let _ = stream.set_nodelay(true);
                 let Ok(local) = stream.local_addr() else { continue };
+                let Some(place) = app.limits.connection() else {
+                    limits::refuse(stream, &app);
+                    continue;
+                };
                 let app = app.clone();
                 let conn = Arc::new(Connection {
                     peer: access::Peer { remote, local },
@@ -408,7 +418,10 @@ pub async fn run(
                     .serve_connection(TokioIo::new(stream), service)
                     .with_upgrades();
                 let draining = draining.clone();
-                tokio::spawn(serve_until_drained(conn, draining));
+                tokio::spawn(async move {
+                    serve_until_drained(conn, draining).await;
+                    drop(place);
+                });
             }
             () = &mut shutdown => break,
         }
@@ -540,6 +553,7 @@ async fn serve_route(
             }
             let mut text = app.metrics.render();
             memory::render_gauges(&mut text, app.memo.bytes());
+            limits::render_gauges(&mut text, &app.limits);
             Ok(text_response(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
@@ -642,7 +656,11 @@ async fn tunnel(app: &App, mut req: Request<Incoming>) -> Result<Response<BoxBod
         return Ok(stream_back(response));
     }
     let upstream_side = hyper::upgrade::on(&mut response);
+    // The tunnel keeps its place among the client connections once its
+    // HTTP connection has given its own back.
+    let place = app.limits.tunnel();
     tokio::spawn(async move {
+        let _place = place;
         match tokio::try_join!(client_side, upstream_side) {
             Ok((client, upstream)) => {
                 let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
@@ -657,21 +675,35 @@ async fn tunnel(app: &App, mut req: Request<Incoming>) -> Result<Response<BoxBod
     Ok(Response::from_parts(parts, full(bytes::Bytes::new())))
 }
 
-/// Sends `body` upstream with the client's method, path and headers, and
-/// streams the response back.
+/// Sends `body` (the client's, streamed) upstream with the client's
+/// method, path and headers, and streams the response back. A body not
+/// finished within the read timeout is cut, which aborts the upstream
+/// request ([`timeouts::Deadline`]; a 408 when no response has started).
 async fn forward(
     app: &App,
     parts: &http::request::Parts,
     body: BoxBody,
     tap: Option<usage_tap::Sink>,
 ) -> Result<Response<BoxBody>, ProxyError> {
+    let body = if http_body::Body::is_end_stream(&body) {
+        body
+    } else {
+        let started = tokio::time::Instant::now();
+        boxed(timeouts::Deadline::new(
+            body,
+            started,
+            app.config.body_read_timeout,
+        ))
+    };
     let upstream_request = upstream_request(app, parts, body, None)?;
     let (response, latency) = app.upstream.send(upstream_request).await?;
     app.metrics.upstream_latency(latency);
     Ok(stream_back(tapped(response, tap)))
 }
 
-/// The upstream's response with its body read for usage by `tap`.
+/// The upstream's response with its body read for usage by `tap` (not a
+/// compressed one: its bytes are no JSON to read; the request is still
+/// filed).
 fn tapped<B>(
     response: Response<B>,
     tap: Option<usage_tap::Sink>,
@@ -679,7 +711,8 @@ fn tapped<B>(
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| !decode::is_encoded(response.headers()));
     let watch = usage_tap::Watch::of(content_type, tap);
     response.map(|body| usage_tap::Tapped::new(body, watch))
 }

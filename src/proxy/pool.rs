@@ -68,7 +68,7 @@ struct Kept {
 /// Why a request got no response head: the upstream's host and port (never
 /// the userinfo a base URL may hold), then what failed, with its causes.
 #[derive(Debug)]
-pub struct SendError(String);
+pub struct SendError(String, Option<u128>);
 
 impl SendError {
     fn new(uri: &Uri, cause: &str) -> SendError {
@@ -77,7 +77,13 @@ impl SendError {
             (Some(host), None) => host.to_string(),
             _ => String::new(),
         };
-        SendError(format!("{origin}: {cause}"))
+        SendError(format!("{origin}: {cause}"), None)
+    }
+
+    /// The request failed because the client's body missed its deadline
+    /// (after this many milliseconds), not the upstream.
+    pub fn body_deadline(&self) -> Option<u128> {
+        self.1
     }
 
     /// No connection could be made (DNS, refused, TLS, the handshake).
@@ -144,7 +150,13 @@ impl Pool {
                     // (a race with its own idle timeout). Again, on
                     // another.
                     Some(unsent) if reused => request = unsent,
-                    _ => return Err(SendError::new(&uri, &chain(&e.into_error()))),
+                    _ => {
+                        let e = e.into_error();
+                        let mut error = SendError::new(&uri, &chain(&e));
+                        error.1 =
+                            super::timeouts::find::<super::timeouts::BodyDeadline>(&e).map(|d| d.0);
+                        return Err(error);
+                    }
                 },
             }
         }

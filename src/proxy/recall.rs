@@ -12,15 +12,25 @@
 //! client at once; a task feeds each round's events through the rounds'
 //! splicer into a bounded channel that is the client's response body, and
 //! sends a keep-alive event whenever the client has had no byte for
-//! `recall.keepalive_ms` (while calls run and the next round starts). A
+//! `recall.keepalive_ms` while the proxy itself works: while calls run,
+//! while the next round waits for its response head (within
+//! `upstream.first_byte_timeout_ms`), and when the upstream's frames are
+//! held back from the client (a hidden recall call). Never while an
+//! upstream body is silent: that body ends after `upstream.idle_timeout_ms`
+//! and the stream with the protocol's error event. A response compressed
+//! despite the identity the proxy asked for is decoded before it is read
+//! ([`super::decode`]); one it cannot decode is refused. A
 //! dropped client ends the task, which drops (cancels) the upstream request.
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
 use super::api::{exchange_key, plan, Api, Plan};
-use super::body::{collect_within, full, BoxBody, ChannelBody, Collected};
+use super::body::{collect_reserving, full, BoxBody, ChannelBody, Collected};
+use super::decode::Decoded;
 use super::error::ProxyError;
 use super::framing::Framing;
+use super::timeouts::{find, UpstreamIdle};
+use super::upstream::UpstreamBody;
 use super::usage_tap::{Tap, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::{Protocol, RoundsContext};
@@ -32,7 +42,6 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response};
 use http_body::Frame;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -42,6 +51,12 @@ use tokio::time::Instant;
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 /// Frames buffered between the recall driver and a slow client.
 const CHANNEL_FRAMES: usize = 16;
+/// The most of an upstream's error answer during a streamed recall round
+/// that is read (its start is quoted in the stream's error event).
+const MAX_ERROR_BYTES: u64 = 64 * 1024;
+
+/// A round's response body: decoded if it came compressed, read for usage.
+type RoundBody = Tapped<Decoded<UpstreamBody>>;
 
 /// One request that carries stubs and offers the recall tools.
 pub(super) struct RecallRequest {
@@ -66,6 +81,9 @@ pub(super) struct RecallRequest {
     /// Where each round's usage, and the recall calls, go (the request's
     /// note in the ledger).
     pub tap: Option<Tap>,
+    /// The request body's part of the buffered-bytes bound: `body` and
+    /// `original` are held as long as the rounds run.
+    pub _held: super::limits::Held,
 }
 
 impl RecallRequest {
@@ -108,8 +126,11 @@ impl RecallRequest {
 
     /// Sends a round upstream. Its response is read (every round may hold
     /// recall calls), so it is asked for uncompressed whatever the client
-    /// accepts: the client then gets it uncompressed too.
-    async fn send(&self, app: &App, body: Bytes) -> Result<Response<Tapped<Incoming>>, ProxyError> {
+    /// accepts: the client then gets it uncompressed too. A successful
+    /// response compressed all the same is decoded; one in a coding the
+    /// proxy cannot decode is refused (502), never passed on with a recall
+    /// call in it.
+    async fn send(&self, app: &App, body: Bytes) -> Result<Response<RoundBody>, ProxyError> {
         let length = body.len();
         let mut request = upstream_request(app, &self.parts, full(body.clone()), Some(length))?;
         request.headers_mut().insert(
@@ -120,6 +141,15 @@ impl RecallRequest {
         super::cloud_auth(app, &mut request, &body, &self.parts).await;
         let (response, latency) = app.upstream.send(request).await?;
         app.metrics.upstream_latency(latency);
+        let response = if response.status().is_success() {
+            super::decode::decoded(response).map_err(|coding| {
+                ProxyError::UpstreamEncoding(format!(
+                    "the upstream compressed a response toolstub must read with a coding it cannot decode: {coding}"
+                ))
+            })?
+        } else {
+            response.map(Decoded::Plain)
+        };
         Ok(super::tapped(response, self.tap.clone().map(Into::into)))
     }
 
@@ -224,17 +254,7 @@ pub(super) async fn non_streaming(
         let (mut head, body) = response.into_parts();
         super::upstream::strip_hop_by_hop(&mut head.headers);
         head.headers.remove(header::CONTENT_LENGTH);
-        let bytes = match collect_within(body, MAX_RESPONSE_BYTES)
-            .await
-            .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading the response: {e}")))?
-        {
-            Collected::Complete(bytes) => bytes,
-            Collected::TooLarge(_) => {
-                return Err(ProxyError::Internal(
-                    "the upstream response is too large to inspect for recall calls".to_string(),
-                ))
-            }
-        };
+        let bytes = read_round(app, body).await?;
         match rounds.response(&bytes, offered) {
             Step::Final(answer) => {
                 app.metrics.recall_rounds(done);
@@ -249,6 +269,25 @@ pub(super) async fn non_streaming(
                 rounds.answered(results);
             }
         }
+    }
+}
+
+/// A non-streaming round's response, read whole within
+/// [`MAX_RESPONSE_BYTES`] and the buffered-bytes bound (held only while it
+/// is read: the answer is then the client's response).
+async fn read_round(app: &App, body: RoundBody) -> Result<Bytes, ProxyError> {
+    let mut held = app.limits.buffer();
+    let read = collect_reserving(body, MAX_RESPONSE_BYTES, |total| held.grow_to(total)).await;
+    match read {
+        Ok(Ok(Collected::Complete(bytes))) => Ok(bytes),
+        Ok(Ok(Collected::TooLarge(_))) => Err(ProxyError::Internal(
+            "the upstream response is too large to inspect for recall calls".to_string(),
+        )),
+        Ok(Err(_)) => Err(super::limits::over_buffered(app)),
+        Err(e) => Err(match find::<UpstreamIdle>(e.as_ref()) {
+            Some(idle) => ProxyError::UpstreamIdle(idle.0),
+            None => ProxyError::UpstreamUnreachable(format!("reading the response: {e}")),
+        }),
     }
 }
 
@@ -315,8 +354,33 @@ impl Client {
         true
     }
 
-    /// Awaits `work`, sending `keepalive` whenever the client has had no
-    /// byte for the keep-alive interval; `None` when the client is gone.
+    /// Awaits the upstream's next frame, without keep-alive events (an
+    /// upstream silent too long ends its body); `None` when the client is
+    /// gone meanwhile.
+    async fn next_frame<B: http_body::Body + Unpin>(
+        &mut self,
+        body: &mut B,
+    ) -> Option<Option<Result<Frame<B::Data>, B::Error>>> {
+        tokio::select! {
+            frame = body.frame() => Some(frame),
+            () = self.tx.closed() => None,
+        }
+    }
+
+    /// Sends `keepalive` if the client has had no byte for the keep-alive
+    /// interval though the upstream is sending (what it sends is held back:
+    /// a recall call); `false` when the client is gone.
+    async fn keep_alive_if_due(&mut self, keepalive: &Bytes) -> bool {
+        if self.last_sent.elapsed() < self.keepalive {
+            return true;
+        }
+        self.send(vec![keepalive.clone()]).await
+    }
+
+    /// Awaits the proxy's own `work` (recall calls, the next round's
+    /// response head, storing the answer), sending `keepalive` whenever
+    /// the client has had no byte for the keep-alive interval; `None` when
+    /// the client is gone.
     async fn wait<F: Future>(&mut self, work: F, keepalive: &Bytes) -> Option<F::Output> {
         tokio::pin!(work);
         loop {
@@ -336,7 +400,7 @@ impl Client {
 async fn drive(
     app: &Arc<App>,
     req: &RecallRequest,
-    mut body: Tapped<Incoming>,
+    mut body: RoundBody,
     mut rounds: Box<dyn Rounds>,
     client: &mut Client,
 ) {
@@ -347,7 +411,7 @@ async fn drive(
     loop {
         let mut parser = client.framing.decoder();
         loop {
-            let Some(frame) = client.wait(body.frame(), &keepalive).await else {
+            let Some(frame) = client.next_frame(&mut body).await else {
                 return; // the client is gone: dropping `body` cancels the upstream
             };
             let Some(frame) = frame else { break };
@@ -357,8 +421,15 @@ async fn drive(
                     Err(_) => continue,
                 },
                 Err(e) => {
-                    let message = format!("the upstream stream failed: {e}");
-                    let end = rounds.error_event(&message, "upstream_stream_failed");
+                    let end = match find::<UpstreamIdle>(e.as_ref()) {
+                        Some(idle) => {
+                            rounds.error_event(&idle.to_string(), "upstream_idle_timeout")
+                        }
+                        None => {
+                            let message = format!("the upstream stream failed: {e}");
+                            rounds.error_event(&message, "upstream_stream_failed")
+                        }
+                    };
                     client.send(vec![end]).await;
                     app.metrics.recall_rounds(done);
                     return;
@@ -377,6 +448,9 @@ async fn drive(
                 if !client.send(out).await {
                     return;
                 }
+            }
+            if !client.keep_alive_if_due(&keepalive).await {
+                return;
             }
         }
         if let Some(event) = parser.finish() {
@@ -449,12 +523,13 @@ async fn drive(
                 };
                 if !response.status().is_success() {
                     let status = response.status().as_u16();
-                    let detail = response
-                        .into_body()
-                        .collect()
-                        .await
-                        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-                        .unwrap_or_default();
+                    let detail =
+                        match super::body::collect_within(response.into_body(), MAX_ERROR_BYTES)
+                            .await
+                        {
+                            Ok(Collected::Complete(b)) => String::from_utf8_lossy(&b).into_owned(),
+                            _ => String::new(),
+                        };
                     let message = format!(
                         "the upstream answered {status} during a recall round: {}",
                         crate::synopsis::clip(&detail, 500)

@@ -44,7 +44,12 @@ pub struct Upstream {
     /// (path prefix, base URL), longest prefix first (`upstream.routes`).
     routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
+    /// How long a response body may be silent once its head is in.
+    idle_timeout: Duration,
 }
+
+/// An upstream response's body, ended by the idle timeout.
+pub type UpstreamBody = super::timeouts::Idle<Incoming>;
 
 impl Upstream {
     pub fn new(config: &UpstreamConfig) -> Result<Upstream> {
@@ -99,6 +104,7 @@ impl Upstream {
                 .and_then(|r| crate::protocol::bedrock::runtime_endpoint(&r).parse().ok()),
             routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
+            idle_timeout: config.idle_timeout,
         })
     }
 
@@ -210,11 +216,13 @@ impl Upstream {
     }
 
     /// Sends a request and waits for the response headers, within the
-    /// first-byte timeout. Dropping the returned future cancels the request.
+    /// first-byte timeout; its body then ends if it is silent for the idle
+    /// timeout. Dropping the returned future cancels the request. A request
+    /// whose own body was cut by its deadline is the client's fault (408).
     pub async fn send(
         &self,
         request: Request<BoxBody>,
-    ) -> Result<(Response<Incoming>, Duration), ProxyError> {
+    ) -> Result<(Response<UpstreamBody>, Duration), ProxyError> {
         let started = Instant::now();
         // The pool's errors name the upstream's host and port, so an
         // operator sees which upstream failed.
@@ -222,8 +230,15 @@ impl Upstream {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
-            Ok(Err(e)) => Err(ProxyError::UpstreamUnreachable(e.to_string())),
-            Ok(Ok(response)) => Ok((response, started.elapsed())),
+            Ok(Err(e)) => Err(match e.body_deadline() {
+                Some(ms) => ProxyError::BodyTimeout(ms),
+                None => ProxyError::UpstreamUnreachable(e.to_string()),
+            }),
+            Ok(Ok(response)) => {
+                let idle = self.idle_timeout;
+                let response = response.map(|body| super::timeouts::Idle::new(body, idle));
+                Ok((response, started.elapsed()))
+            }
         }
     }
 }
@@ -440,6 +455,7 @@ mod tests {
             gemini_base: Some("https://gemini.example".parse().expect("uri")),
             connect_timeout: Duration::from_secs(1),
             first_byte_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
             ca_file: None,
             pool_idle_timeout: Duration::from_secs(1),
             pool_max_idle_per_host: 1,

@@ -9,6 +9,7 @@ mod dashboard;
 mod faults;
 mod gemini;
 mod hostile;
+mod limits;
 mod mock;
 mod operator;
 mod policy;
@@ -754,6 +755,7 @@ impl Binary {
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("TOOLSTUB_SERVER_LOG_FORMAT", "json")
+            .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
         for (k, v) in env {

@@ -40,6 +40,13 @@ pub enum Reply {
     StreamThenCut(Vec<String>),
     /// A binary stream of this content type: each chunk sent on its own.
     Binary(&'static str, Vec<Bytes>),
+    /// A 200 of this content type and `Content-Encoding`, its (encoded)
+    /// body sent in these chunks, each on its own.
+    Coded {
+        content_type: &'static str,
+        encoding: String,
+        chunks: Vec<Bytes>,
+    },
     /// Sends `chunk` every `gap` until the peer is gone, then notifies
     /// `closed` (the proxy cancelled the upstream request).
     Endless {
@@ -219,6 +226,28 @@ fn respond(reply: Reply) -> Response<MockBody> {
             response
                 .headers_mut()
                 .insert("content-type", content_type.parse().expect("header"));
+            response
+        }
+        Reply::Coded {
+            content_type,
+            encoding,
+            chunks,
+        } => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+            tokio::spawn(async move {
+                for chunk in chunks {
+                    if tx.send(Ok(Frame::data(chunk))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut response = Response::new(ChannelBody(rx).boxed());
+            response
+                .headers_mut()
+                .insert("content-type", content_type.parse().expect("header"));
+            response
+                .headers_mut()
+                .insert("content-encoding", encoding.parse().expect("header"));
             response
         }
         Reply::StreamThenCut(chunks) => {

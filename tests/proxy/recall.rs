@@ -405,13 +405,13 @@ async fn client_tool_calls_pass_through_untouched() {
     s.proxy.shutdown().await;
 }
 
-fn sse(chunks: &[Value]) -> Vec<String> {
+pub(crate) fn sse(chunks: &[Value]) -> Vec<String> {
     let mut out: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
     out.push("data: [DONE]\n\n".to_string());
     out
 }
 
-fn delta(id: &str, delta: Value, finish: Option<&str>) -> Value {
+pub(crate) fn delta(id: &str, delta: Value, finish: Option<&str>) -> Value {
     json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": "mock-model",
            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 }

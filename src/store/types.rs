@@ -235,7 +235,9 @@ pub struct SearchHit {
     /// Code-point offset of the first query term in the hit passage.
     pub offset: u64,
     pub snippet: String,
-    /// BM25 relevance, higher is better (SQLite's `bm25()` negated).
+    /// Relevance, higher is better: BM25 over the session's own passages
+    /// on SQLite, `ts_rank_cd` on PostgreSQL (neither depends on another
+    /// tenant's outputs).
     pub score: f64,
 }
 

@@ -809,6 +809,59 @@ mod tenancy {
             );
         }
 
+        fn a_session_search_answers_the_same_whatever_another_tenant_holds() {
+            // The attack: Alice searches her session for a word she does
+            // not hold, with words she does, and reads in the answer
+            // whether the word is in Bob's outputs (a session of the same
+            // name). It must read the same as a word no one holds.
+            let (_d, store) = open();
+            let report = store
+                .put_one(&alice(), output("shared", "a1", "t", "alpha beta quarterly report"))
+                .unwrap()
+                .result_ref;
+            let summary = store
+                .put_one(&alice(), output("shared", "a2", "t", "alpha summary of the week"))
+                .unwrap()
+                .result_ref;
+            store
+                .put_one(&bob(), output("shared", "b1", "t", "zebulon alpha merger plans"))
+                .unwrap();
+            store.flush_index().unwrap();
+            store.analyze();
+            let search = |q: &str| store.search_session(&alice(), "shared", q, 10, 8).unwrap();
+            // A word only Bob's output holds: the answer of a word nowhere.
+            let bobs = search("alpha beta zebulon");
+            let nowhere = search("alpha beta qxjvwyz");
+            assert_eq!(bobs, nowhere);
+            assert_eq!(bobs.len(), 1, "only the passage with both of her words: {bobs:?}");
+            assert_eq!(bobs[0].result_ref, report);
+            assert_eq!(search("zebulon"), search("qxjvwyz"));
+            assert!(search("zebulon").is_empty());
+            // A word both hold: exactly Alice's hits.
+            let mut both: Vec<String> = search("alpha").into_iter().map(|h| h.result_ref).collect();
+            both.sort();
+            let mut hers = vec![report.clone(), summary.clone()];
+            hers.sort();
+            assert_eq!(both, hers);
+            // Nor does the ranking move when Bob stores the word again and
+            // again (a score weighing the word by the whole index would).
+            let before = search("alpha beta");
+            let alpha_before = search("alpha");
+            for i in 0..30 {
+                store
+                    .put_one(&bob(), output("shared", &format!("b{i}x"), "t", &format!("alpha {i} beta")))
+                    .unwrap();
+                store
+                    .put_one(&bob(), output("elsewhere", &format!("e{i}"), "t", &format!("alpha alpha {i}")))
+                    .unwrap();
+            }
+            store.flush_index().unwrap();
+            store.analyze();
+            assert_eq!(search("alpha beta"), before);
+            assert_eq!(search("alpha"), alpha_before);
+            assert_eq!(search("alpha beta zebulon"), search("alpha beta qxjvwyz"));
+        }
+
         fn same_content_and_call_id_in_two_tenants_is_two_rows_one_original() {
             let (_d, store) = open();
             let a = store

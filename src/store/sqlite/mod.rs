@@ -13,6 +13,7 @@
 
 pub(crate) mod asynchronous;
 mod pool;
+mod rank;
 mod reader;
 mod retention;
 pub(crate) mod schema;
@@ -273,7 +274,9 @@ impl ResultStore {
     /// Ranked (BM25) full-text search across one session's outputs. The
     /// query is reduced to its words, which must all occur in a passage; if
     /// no passage has them all, passages with any of them are ranked instead.
-    /// A query without words finds nothing. Outputs stored in the last few
+    /// A query without words finds nothing. What it answers (hits, scores,
+    /// order) depends on the tenant's session alone: a word in another
+    /// tenant's outputs is a word nowhere (`rank.rs`). Outputs stored in the last few
     /// milliseconds may not be indexed yet (see [`ResultStore::flush_index`]).
     pub fn search_session(
         &self,

@@ -19,6 +19,7 @@
 
 mod asynchronous;
 mod error;
+mod keys;
 mod ledger;
 mod postgres;
 mod prepare;
@@ -31,9 +32,9 @@ pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};
 pub use types::{
-    Answer, Exchange, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta, OutputSummary,
-    OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit, StoreStats,
-    Stored, StubFacts, Sums, SweepReport, Tenant, OFFSET_UNIT,
+    Answer, Exchange, KeyRecord, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta,
+    OutputSummary, OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit,
+    StoreStats, Stored, StubFacts, Sums, SweepReport, Tenant, OFFSET_UNIT,
 };
 
 use std::fmt;
@@ -115,6 +116,11 @@ pub struct StoreConfig {
     pub readers: usize,
     /// Capacity of the writer's job queue.
     pub queue: usize,
+    /// SQLite: a health check finding nothing written (nor failed) for
+    /// this long asks the writer for a small durable write, so `/healthz`
+    /// learns that the file can no longer be written (a full disk) or can
+    /// again, also while no request writes.
+    pub health_probe_after: Duration,
     pub clock: Clock,
 }
 
@@ -128,6 +134,7 @@ impl Default for StoreConfig {
             durability: Durability::default(),
             readers: 4,
             queue: 64,
+            health_probe_after: Duration::from_secs(5),
             clock: Clock::system(),
         }
     }

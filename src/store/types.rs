@@ -139,6 +139,20 @@ pub struct Answer {
     pub response_id: Option<ResponseId>,
 }
 
+/// A client key as the store keeps it (never the key itself: only its
+/// SHA-256, which cannot be turned back into the key). Active until
+/// revoked; revoked rows stay, so a revoked key's hash is never recorded
+/// again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub name: String,
+    pub hash: crate::auth::KeyHash,
+    /// Always `hash.tenant()`.
+    pub tenant: Tenant,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
 /// What `put` reports for one output, once it is committed durably.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stored {

@@ -12,6 +12,7 @@
 //! the calling thread and must not be called from async tasks.
 
 pub(crate) mod asynchronous;
+mod health;
 mod pool;
 mod rank;
 mod reader;
@@ -25,9 +26,9 @@ use super::error::{self, SqlContext};
 use super::prepare;
 use super::text;
 use super::{
-    age_cutoff, Answer, Clock, Durability, Exchange, NewOutput, OutputMeta, OutputSummary,
-    ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, StoreStats, Stored,
-    SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
+    age_cutoff, Answer, Clock, Durability, Exchange, KeyRecord, NewOutput, OutputMeta,
+    OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError,
+    StoreStats, Stored, SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
 };
 use super::{LedgerBatch, Report, ReportQuery};
 use rusqlite::{Connection, OpenFlags};
@@ -51,6 +52,8 @@ struct Inner {
     readers: pool::Pool,
     writer: Option<std::thread::JoinHandle<()>>,
     retention: Option<retention::Handle>,
+    /// What the writer last learnt of the file's writability.
+    health: Arc<health::WriteHealth>,
 }
 
 impl Drop for Inner {
@@ -110,7 +113,8 @@ impl ResultStore {
         }
         schema::migrate(&mut conn)?;
         let (tx, rx) = mpsc::channel(config.queue);
-        let writer = writer::spawn(conn, rx, config.clone())?;
+        let health = Arc::new(health::WriteHealth::new());
+        let writer = writer::spawn(conn, rx, config.clone(), health.clone())?;
         let readers = pool::Pool::new(path.clone(), config.readers);
         let retention = match config.sweep_interval {
             Some(every) => Some(retention::spawn(tx.clone(), every, config.clock.clone())?),
@@ -124,6 +128,7 @@ impl ResultStore {
                 readers,
                 writer: Some(writer),
                 retention,
+                health,
             }),
         })
     }
@@ -363,6 +368,46 @@ impl ResultStore {
                 source,
             })?;
         Ok(stats)
+    }
+
+    /// Records a new active key (see [`crate::store::AsyncResultStore::create_key`]).
+    pub fn create_key(
+        &self,
+        name: &str,
+        hash: crate::auth::KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        super::keys::check_name(name)?;
+        let record = super::keys::new_record(name, hash, created_at);
+        self.ask_writer(|reply| writer::Job::CreateKey { record, reply })
+    }
+
+    /// Every active key, by name, from a read connection (so it answers
+    /// while the writer is busy).
+    pub fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.inner.readers.with(reader::keys)
+    }
+
+    /// Revokes the active key named `name`; `false` when none is.
+    pub fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        let name = name.to_string();
+        self.ask_writer(|reply| writer::Job::RevokeKey { name, at, reply })
+    }
+
+    /// A job for the writer, and its answer.
+    fn ask_writer<T>(
+        &self,
+        job: impl FnOnce(writer::Reply<T>) -> writer::Job,
+    ) -> Result<T, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(job(reply))
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    pub(crate) fn write_health(&self) -> &health::WriteHealth {
+        &self.inner.health
     }
 
     pub(crate) fn readers(&self) -> &pool::Pool {

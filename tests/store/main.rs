@@ -1306,7 +1306,57 @@ mod concurrency {
 }
 
 mod file {
+    //! Who can read the store's files: their owner alone. A new database
+    //! file is made 0600 before SQLite opens it; SQLite gives `-wal` and
+    //! `-shm` the main file's mode. A file that exists keeps its mode.
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_new_store_and_its_wal_and_shm_are_its_owners_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let store = ResultStore::open(&db, config()).unwrap();
+        store
+            .put_one(&alice(), output("s", "c", "t", "some output"))
+            .unwrap();
+        // Open: the WAL and the shared-memory index exist beside the file.
+        for path in [
+            db.clone(),
+            dir.path().join("t.db-wal"),
+            dir.path().join("t.db-shm"),
+        ] {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+        drop(store);
+        assert_eq!(mode(&db), 0o600);
+    }
+
+    #[test]
+    fn an_existing_files_mode_is_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        drop(ResultStore::open(&db, config()).unwrap());
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let store = ResultStore::open(&db, config()).unwrap();
+        store
+            .put_one(&alice(), output("s", "c", "t", "some output"))
+            .unwrap();
+        assert_eq!(mode(&db), 0o640);
+        assert_eq!(
+            mode(&dir.path().join("t.db-wal")),
+            0o640,
+            "SQLite copies the file's mode"
+        );
+    }
 
     /// `auto_vacuum` must be set before the first write (switching to WAL
     /// writes the header): retention's `incremental_vacuum` does nothing

@@ -10,6 +10,12 @@
 //! is fed by a bounded channel; readers use a small pool of connections (WAL
 //! lets them run beside the writer). The sync API ([`ResultStore`]) blocks
 //! the calling thread and must not be called from async tasks.
+//!
+//! Who can read the file: its owner only. A new database file is created
+//! with mode 0600 before SQLite opens it, and SQLite gives its `-wal` and
+//! `-shm` files the main file's mode, so all three are 0600 (an existing
+//! file keeps the mode it has). What the file holds of other secrets: no
+//! credential and no client key, only their hashes (`keys.rs`).
 
 pub(crate) mod asynchronous;
 mod health;
@@ -77,6 +83,25 @@ impl fmt::Debug for ResultStore {
     }
 }
 
+/// Creates the database file with mode 0600 (its owner alone reads and
+/// writes it) when it does not exist, so that SQLite, which would create
+/// it 0644 less the umask, opens a file of that mode and gives its `-wal`
+/// and `-shm` files the same. An existing file is left as it is.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::Io {
+            context: format!("creating the database file {}", path.display()),
+            source,
+        }),
+    }
+}
+
 /// Opens a connection with the settings every store connection shares.
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -100,6 +125,7 @@ impl ResultStore {
                 "store readers and queue must be at least 1".to_string(),
             ));
         }
+        create_private(&path)?;
         let mut conn = open_connection(&path)?;
         schema::configure_new_file(&conn)?;
         let mode: String = conn

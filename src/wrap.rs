@@ -1084,8 +1084,8 @@ mod tests {
         m.externalized("json", "single_threshold");
         m.externalized("text", "turn_budget");
         m.chars_saved(123_456);
-        m.tokens_saved("json", Some("Read"), true, 30_000);
-        m.tokens_saved("text", None, false, 1_000);
+        m.tokens_saved("json", true, 30_000);
+        m.tokens_saved("text", false, 1_000);
         m.recall_call("tool_result_read");
         m.recall_call("tool_result_search");
         m.recall_call("tool_result_read");

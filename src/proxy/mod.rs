@@ -87,7 +87,7 @@ fn store_config(config: &Config) -> StoreConfig {
 }
 
 /// Which database the configuration asks for.
-fn store_backend(config: &Config) -> Backend {
+pub(crate) fn store_backend(config: &Config) -> Backend {
     match &config.store.url {
         Some(url) => Backend::Postgres(PostgresOptions {
             url: url.0.clone(),

@@ -13,6 +13,14 @@
 //! derives from an output before writing: hash, ref, chunks), `text` (pure
 //! chunking, code-point and query helpers).
 //!
+//! Who can read what: every output, exchange, response id and ledger row
+//! belongs to one [`Tenant`], and every query is scoped by it; nothing a
+//! query answers depends on another tenant's rows (another tenant's ref
+//! reads as not found, and a session search keeps, finds, scores and
+//! orders from the tenant's session alone). Client keys (`keys`) are kept
+//! as their SHA-256, never as keys, and read by whoever runs the proxy.
+//! The SQLite file toolstub creates, its `-wal` and `-shm`, are mode 0600.
+//!
 //! Architecture invariant: only this module touches a database, and its API
 //! speaks domain types (`NewOutput`, `ReadWindow`, `SearchHit`, ...), never
 //! rows. It knows nothing of HTTP or of any LLM API.

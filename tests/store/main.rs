@@ -1902,6 +1902,27 @@ mod keys {
         ClientKey::generate().expect("random")
     }
 
+    /// Every replica reads the keys each second: on SQLite from a read
+    /// connection, so the answer comes while the writer waits. Here the
+    /// writer is held by another connection's write lock, a put waits
+    /// behind it, and the keys are read all the same.
+    #[test]
+    fn keys_are_read_while_the_sqlite_writer_waits() {
+        let store = Store::open(config());
+        let made = store.create_key("alice", key().hash, 1_000).unwrap();
+        let db = store.sqlite_path().expect("a SQLite store");
+        let holder = rusqlite::Connection::open(&db).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::scope(|s| {
+            let put = s.spawn(|| store.put_one(&alice(), output("s", "c", "t", "waits")));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(store.keys().unwrap(), std::slice::from_ref(&made));
+            assert!(!put.is_finished(), "the writer was waiting all along");
+            holder.execute_batch("ROLLBACK").unwrap();
+            put.join().unwrap().unwrap();
+        });
+    }
+
     both! {
         fn a_key_is_recorded_listed_revoked_and_its_name_freed() {
             let (_d, store) = open();

@@ -17,9 +17,10 @@
 //! belongs to one [`Tenant`], and every query is scoped by it; nothing a
 //! query answers depends on another tenant's rows (another tenant's ref
 //! reads as not found, and a session search keeps, finds, scores and
-//! orders from the tenant's session alone). Client keys (`keys`) are kept
-//! as their SHA-256, never as keys, and read by whoever runs the proxy.
-//! The SQLite file toolstub creates, its `-wal` and `-shm`, are mode 0600.
+//! orders from the tenant's session alone). Client keys (`keys`) belong to
+//! no tenant: the operator makes them, every replica reads them, and the
+//! store keeps their SHA-256, never the keys. The SQLite file toolstub
+//! creates, its `-wal` and `-shm`, are mode 0600 (their owner's alone).
 //!
 //! Architecture invariant: only this module touches a database, and its API
 //! speaks domain types (`NewOutput`, `ReadWindow`, `SearchHit`, ...), never

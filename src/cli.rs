@@ -1,4 +1,5 @@
-//! The command line: `toolstub serve`, `wrap`, `synopsis`, `results`.
+//! The command line: `toolstub serve`, `wrap`, `synopsis`, `results`,
+//! `stats`, `keys`, `estimate`.
 //! Parsing is clap's; each subcommand is one function that returns an error
 //! with context, printed once by [`main`] (`wrap` exits with its child's
 //! code, [`crate::wrap::main`]).
@@ -41,6 +42,11 @@ enum Command {
     Results(results::ResultsArgs),
     /// What toolstub saved, from the store's ledger: totals, per tool and per session (every tenant's unless --tenant).
     Stats(results::StatsArgs),
+    /// Client keys, in the store `serve` uses (--config, --db, --store-url as for serve): create one (shown once), list the active ones, revoke one.
+    #[command(
+        after_help = "Examples:\n  toolstub keys create alice\n  toolstub keys list\n  toolstub keys revoke alice\n  toolstub keys --store-url postgres://toolstub@db/toolstub create ci-bot\n\nThe store keeps only each key's SHA-256: a key is shown once, when it is made, and never again."
+    )]
+    Keys(results::KeysArgs),
     /// What toolstub would save on recorded sessions, offline: each request replayed through the real rewrite and billed at the providers' cache prices, net of the recalls its stubs would cause.
     #[command(
         after_help = "PATH: files or folders of mini-swe-agent trajectories (*.traj.json), Claude Code session files (~/.claude/projects/**/*.jsonl) or Codex rollouts (~/.codex/sessions/**/rollout-*.jsonl); with none, your own Claude Code and Codex session folders. Nothing is sent anywhere and nothing is stored.\n\nExamples:\n  toolstub estimate\n  toolstub estimate --json ~/.claude/projects\n  toolstub estimate --config config/toolstub.toml --shape all trajs/"
@@ -177,6 +183,7 @@ pub fn main() -> ExitCode {
         Command::Synopsis(args) => synopsis(args),
         Command::Results(args) => results::run(args),
         Command::Stats(args) => results::stats(args),
+        Command::Keys(args) => results::keys(args),
         Command::Estimate(args) => estimate(args),
     };
     match result {
@@ -318,7 +325,8 @@ fn read_stdin() -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// `toolstub results list|read|search`: the store seen by an operator.
+/// `toolstub results list|read|search`, `stats` and `keys`: the store seen
+/// by an operator.
 mod results {
     use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
     use anyhow::{bail, Context, Result};
@@ -566,6 +574,12 @@ mod results {
                 db.map_or_else(|| "./toolstub.db".to_string(), |d| d.display().to_string())
             ),
         };
+        open_backend(backend)
+    }
+
+    /// The store at `backend`, for one command: no background sweep, one
+    /// reader.
+    fn open_backend(backend: Backend) -> Result<Opened> {
         let config = StoreConfig {
             sweep_interval: None,
             readers: 1,
@@ -726,6 +740,122 @@ mod results {
         Ok(())
     }
 
+    #[derive(Args, Debug)]
+    pub struct KeysArgs {
+        /// A TOML configuration file: its [store] section names the store, as for `serve`.
+        #[arg(long, value_name = "FILE", global = true)]
+        config: Option<PathBuf>,
+        /// The SQLite file holding the store (store.path).
+        #[arg(long, value_name = "FILE", global = true)]
+        db: Option<PathBuf>,
+        /// A PostgreSQL store instead (store.url, or TOOLSTUB_STORE_URL).
+        #[arg(long, value_name = "URL", global = true)]
+        store_url: Option<String>,
+        #[command(subcommand)]
+        action: KeysAction,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum KeysAction {
+        /// Make a key named NAME: printed once, as the last line of the output.
+        Create {
+            /// What the key is listed and revoked by: 1 to 64 of A-Z a-z 0-9 - _ . @
+            name: String,
+        },
+        /// The active keys: name, tenant and when each was made (never a key or a hash).
+        List,
+        /// Revoke the active key named NAME: proxies refuse it once they next read the keys.
+        Revoke { name: String },
+    }
+
+    /// `toolstub keys`: the store is the one `serve` would open with the
+    /// same flags, configuration and environment (the backend chosen by
+    /// [`crate::proxy::store_backend`]). Only `create` makes a new SQLite
+    /// file; `list` and `revoke` need the store to be there.
+    pub fn keys(args: KeysArgs) -> Result<()> {
+        let overrides = crate::config::Overrides {
+            db: args.db,
+            store_url: args.store_url,
+            ..crate::config::Overrides::default()
+        };
+        let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+        let backend = crate::proxy::store_backend(&config);
+        if let (Backend::Sqlite(path), false) =
+            (&backend, matches!(args.action, KeysAction::Create { .. }))
+        {
+            if !path.exists() {
+                bail!(
+                    "no store at {} (pass --db FILE, --store-url URL or --config FILE)",
+                    path.display()
+                );
+            }
+        }
+        let opened = open_backend(backend)?;
+        let mut out = std::io::stdout().lock();
+        match args.action {
+            KeysAction::Create { name } => create_key(&opened, &name, &mut out),
+            KeysAction::List => list_keys(&opened, &mut out),
+            KeysAction::Revoke { name } => revoke_key(&opened, &name, &mut out),
+        }
+    }
+
+    /// Makes a key, records its hash, and prints it once: last, alone on
+    /// its line, after a line naming it, its tenant and the store.
+    fn create_key(opened: &Opened, name: &str, out: &mut impl Write) -> Result<()> {
+        if !crate::auth::key::valid_name(name) {
+            bail!("invalid key name {name:?}: use 1 to 64 of A-Z a-z 0-9 - _ . @");
+        }
+        let key = crate::auth::ClientKey::generate()
+            .context("drawing a key from the operating system's random source")?;
+        let record = opened
+            .rt
+            .block_on(
+                opened
+                    .store
+                    .create_key(name, key.hash, crate::store::system_now_ms()),
+            )
+            .with_context(|| format!("cannot create key {name:?}"))?;
+        writeln!(
+            out,
+            "created key {name:?} (tenant {}) in {}; it is shown once, below, and the store keeps only its hash:",
+            record.tenant,
+            opened.store.describe()
+        )
+        .context("writing to standard output")?;
+        writeln!(out, "{}", key.secret).context("writing to standard output")?;
+        out.flush().context("writing to standard output")
+    }
+
+    fn list_keys(opened: &Opened, out: &mut impl Write) -> Result<()> {
+        let keys = opened.rt.block_on(opened.store.keys())?;
+        let rows: Vec<Vec<String>> = keys
+            .iter()
+            .map(|k| vec![k.name.clone(), k.tenant.to_string(), rfc3339(k.created_at)])
+            .collect();
+        print_table(
+            out,
+            &["NAME", "TENANT", "CREATED (UTC)"],
+            &[false, false, false],
+            &rows,
+        )
+    }
+
+    fn revoke_key(opened: &Opened, name: &str, out: &mut impl Write) -> Result<()> {
+        let revoked = opened
+            .rt
+            .block_on(opened.store.revoke_key(name, crate::store::system_now_ms()))
+            .with_context(|| format!("cannot revoke key {name:?}"))?;
+        if !revoked {
+            bail!("no active key is named {name:?} (toolstub keys list shows them)");
+        }
+        writeln!(out, "revoked key {name:?}").context("writing to standard output")
+    }
+
+    /// Unix milliseconds as RFC 3339 in UTC (`2023-11-14T22:13:20Z`).
+    fn rfc3339(ms: i64) -> String {
+        format!("{}Z", utc(ms).replacen(' ', "T", 1))
+    }
+
     fn print_json<T: serde::Serialize>(out: &mut impl Write, value: &T) -> Result<()> {
         serde_json::to_writer_pretty(&mut *out, value)
             .context("writing JSON to standard output")?;
@@ -837,6 +967,7 @@ mod results {
 
         #[test]
         fn utc_formats_known_instants() {
+            assert_eq!(rfc3339(1_700_000_000_000), "2023-11-14T22:13:20Z");
             assert_eq!(utc(0), "1970-01-01 00:00:00");
             assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20");
             assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");

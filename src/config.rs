@@ -808,9 +808,15 @@ fn validate(raw: RawConfig) -> Result<Config> {
     }
     for (key, hosts) in [
         ("auth.hosts", &raw.auth.hosts),
-        ("upstream.aws_signing_hosts", &raw.upstream.aws_signing_hosts),
+        (
+            "upstream.aws_signing_hosts",
+            &raw.upstream.aws_signing_hosts,
+        ),
         ("upstream.api_key_hosts", &raw.upstream.api_key_hosts),
-        ("upstream.google_token_hosts", &raw.upstream.google_token_hosts),
+        (
+            "upstream.google_token_hosts",
+            &raw.upstream.google_token_hosts,
+        ),
     ] {
         for host in hosts {
             let plain = !host.is_empty()
@@ -963,7 +969,10 @@ mod tests {
         .expect("config");
         let held = &c.upstream.held_keys;
         assert_eq!(held.openai.as_ref().map(Secret::expose), Some("sk-env"));
-        assert_eq!(held.gemini.as_ref().map(Secret::expose), Some("AIza-gemini"));
+        assert_eq!(
+            held.gemini.as_ref().map(Secret::expose),
+            Some("AIza-gemini")
+        );
         assert_eq!(
             held.anthropic.as_ref().map(Secret::expose),
             Some("sk-ant-toolstub"),

@@ -1,8 +1,15 @@
 //! Prometheus metrics, rendered as text for `GET /metrics`.
 //!
 //! Labels are low-cardinality by construction (route names, status codes,
-//! synopsis kinds, reasons, recall tool names): never a path, a ref, a
-//! session or anything a client chose, and never a credential.
+//! synopsis kinds, reasons, the proxy's own recall tool names): never a
+//! path, a ref, a session, a tool name or anything else a client chose,
+//! and never a credential.
+//!
+//! Who reads `/metrics`: whoever reaches the proxy's listener, with no
+//! credential, every tenant's figures summed. So it holds nothing of any
+//! one tenant's: no client's tool names (a tool's figures are in the
+//! tenant-scoped `GET /toolstub/v1/stats` and `toolstub stats`), only
+//! counts over every tenant and labels from closed sets the proxy chose.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -185,17 +192,13 @@ pub struct Metrics {
     recall_rounds: Histogram,
     exchanges_kept: AtomicU64,
     restored: AtomicU64,
-    /// (kind, tool, first_seen); tool labels are interned and bounded.
-    tokens_saved: Counters<(&'static str, &'static str, &'static str)>,
+    /// (kind, first_seen).
+    tokens_saved: Counters<(&'static str, &'static str)>,
     /// By api: the usage's parts.
     upstream_tokens: UsageCounters,
     ledger_dropped: AtomicU64,
     tokens_uncounted: AtomicU64,
-    tool_labels: Mutex<BTreeMap<String, &'static str>>,
 }
-
-/// Distinct tool names kept as label values; later ones count as `other`.
-const TOOL_LABELS: usize = 64;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -215,7 +218,6 @@ impl Default for Metrics {
             upstream_tokens: UsageCounters::default(),
             ledger_dropped: AtomicU64::new(0),
             tokens_uncounted: AtomicU64::new(0),
-            tool_labels: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -243,40 +245,13 @@ impl Metrics {
         self.chars_saved.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Tokens an output's stub saved (original minus stub, o200k_base).
-    /// The tool name is a label only if it is short and plain and among
-    /// the first [`TOOL_LABELS`] seen (a client chooses tool names).
-    pub fn tokens_saved(&self, kind: &'static str, tool: Option<&str>, first_seen: bool, n: u64) {
-        let tool = self.tool_label(tool);
+    /// Tokens an output's stub saved (original minus stub, o200k_base),
+    /// by synopsis kind and whether the output was seen for the first
+    /// time. Not by tool: a client names its tools, and `/metrics` is every
+    /// tenant's (per tool, the tenant's own stats say it).
+    pub fn tokens_saved(&self, kind: &'static str, first_seen: bool, n: u64) {
         let first = if first_seen { "true" } else { "false" };
-        self.tokens_saved.add((kind, tool, first), n);
-    }
-
-    fn tool_label(&self, tool: Option<&str>) -> &'static str {
-        let Some(tool) = tool else {
-            return "";
-        };
-        let plain = tool.len() <= 64
-            && tool
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
-        if !plain {
-            return "other";
-        }
-        let mut labels = match self.tool_labels.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(label) = labels.get(tool) {
-            return label;
-        }
-        if labels.len() >= TOOL_LABELS {
-            return "other";
-        }
-        // Bounded by TOOL_LABELS: at most 64 small strings for the process.
-        let label: &'static str = Box::leak(tool.to_string().into_boxed_str());
-        labels.insert(tool.to_string(), label);
-        label
+        self.tokens_saved.add((kind, first), n);
     }
 
     /// What the upstream reported using, by part (input, cache_read,
@@ -394,8 +369,8 @@ impl Metrics {
         self.tokens_saved.render(
             &mut out,
             "toolstub_tokens_saved_total",
-            "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind, tool and whether the output was seen for the first time.",
-            &["kind", "tool", "first_seen"],
+            "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind and whether the output was seen for the first time.",
+            &["kind", "first_seen"],
         );
         self.upstream_tokens.render(&mut out);
         let _ = writeln!(
@@ -487,24 +462,17 @@ mod tests {
     }
 
     #[test]
-    fn tool_labels_are_bounded_and_plain() {
+    fn tokens_saved_carry_no_tool_name() {
         let m = Metrics::default();
-        m.tokens_saved("json", Some("Read"), true, 10);
-        m.tokens_saved("json", Some("Read"), true, 5);
-        m.tokens_saved("text", Some("bad\"name"), false, 1);
-        for i in 0..100 {
-            m.tokens_saved("text", Some(&format!("t{i}")), false, 1);
-        }
+        m.tokens_saved("json", true, 10);
+        m.tokens_saved("json", true, 5);
+        m.tokens_saved("text", false, 1);
         let text = m.render();
-        assert!(text.contains(
-            "toolstub_tokens_saved_total{kind=\"json\",tool=\"Read\",first_seen=\"true\"} 15"
-        ));
-        // One for the bad name, 100 - 63 for the tools past the bound.
         assert!(
-            text.contains(
-                "toolstub_tokens_saved_total{kind=\"text\",tool=\"other\",first_seen=\"false\"} 38"
-            ),
+            text.contains("toolstub_tokens_saved_total{kind=\"json\",first_seen=\"true\"} 15"),
             "{text}"
         );
+        assert!(text.contains("toolstub_tokens_saved_total{kind=\"text\",first_seen=\"false\"} 1"));
+        assert!(!text.contains("tool=\""), "{text}");
     }
 }

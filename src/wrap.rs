@@ -48,6 +48,12 @@
 //! process group, has received them already (forwarding would deliver a
 //! second Ctrl-C, which Claude Code takes as "exit").
 //!
+//! Its store, when nothing names another, is `toolstub.db` in the user's
+//! data folder ([`default_store`]); the folders wrap makes for it are
+//! created 0700 and the database 0600 (by the store), so no other user of
+//! the machine reads what the agent's tools printed. Folders that exist
+//! keep their mode.
+//!
 //! Architecture invariant: this module owns the child process and the
 //! summary; it knows no wire format and runs the proxy as tests do, through
 //! [`crate::proxy::Server`].
@@ -353,7 +359,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                 {
-                    std::fs::create_dir_all(dir).with_context(|| {
+                    create_private_dir(dir).with_context(|| {
                         format!("cannot create the store's directory {}", dir.display())
                     })?;
                 }
@@ -500,6 +506,17 @@ fn split_base_url(url: &str) -> Result<(String, String)> {
     }
     let path = uri.path().trim_end_matches('/').to_string();
     Ok((format!("{scheme}://{authority}"), path))
+}
+
+/// Creates `dir` and its missing parents with mode 0700 (the store's
+/// folder is its owner's alone, as the store's files are); folders that
+/// exist keep their mode.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// wrap's store when nothing else names one: `toolstub.db` in the user's
@@ -1081,8 +1098,8 @@ mod tests {
         m.externalized("json", "single_threshold");
         m.externalized("text", "turn_budget");
         m.chars_saved(123_456);
-        m.tokens_saved("json", Some("Read"), true, 30_000);
-        m.tokens_saved("text", None, false, 1_000);
+        m.tokens_saved("json", true, 30_000);
+        m.tokens_saved("text", false, 1_000);
         m.recall_call("tool_result_read");
         m.recall_call("tool_result_search");
         m.recall_call("tool_result_read");

@@ -924,6 +924,44 @@ async fn a_running_proxy_is_used_and_its_counts_over_the_run_are_summarized() {
     );
 }
 
+/// wrap's own store is its user's alone: the folders it makes for it
+/// are 0700, the database and its -wal and -shm 0600 (seen by the child,
+/// while the store is open); a folder that exists keeps its mode.
+#[test]
+fn the_store_wrap_makes_is_its_users_alone() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let share = home.path().join(".local/share");
+    let dir = share.join("toolstub");
+    let modes =
+        |out: &Output| -> Vec<String> { text(&out.stdout).lines().map(str::to_string).collect() };
+    let script = "cd \"$HOME/.local/share\" && stat -c '%a %n' . toolstub toolstub/toolstub.db \
+                  toolstub/toolstub.db-wal toolstub/toolstub.db-shm";
+    let mut command = wrap(home.path(), &["--quiet", "--"]);
+    command.args(["sh", "-c", script]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        modes(&out),
+        [
+            "700 .",
+            "700 toolstub",
+            "600 toolstub/toolstub.db",
+            "600 toolstub/toolstub.db-wal",
+            "600 toolstub/toolstub.db-shm"
+        ],
+        "{}",
+        describe(&out)
+    );
+    // Made by someone else (or loosened by its user): left as it is.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut command = wrap(home.path(), &["--quiet", "--"]);
+    command.args(["sh", "-c", script]);
+    let out = output(command);
+    assert_eq!(modes(&out)[1], "755 toolstub", "{}", describe(&out));
+    assert!(share.is_dir());
+}
+
 #[test]
 fn wrap_needs_a_command_after_the_separator() {
     let home = tempfile::tempdir().expect("tempdir");

@@ -140,7 +140,7 @@ impl Access {
 
     fn keys_required(&self) -> bool {
         self.required
-            .unwrap_or_else(|| !self.loopback || self.keys.any_or_unknown())
+            .unwrap_or_else(|| !self.loopback || self.keys.any())
     }
 
     /// Admits `req` or says why not. On the way in, wrap's run secret is
@@ -296,11 +296,13 @@ impl KeyRing {
         });
     }
 
-    /// Whether any key is active, or whether that is not known yet (no read
-    /// has succeeded: keys are then required, failing closed).
-    pub fn any_or_unknown(&self) -> bool {
+    /// Whether any key is known to be active. Until a read has succeeded
+    /// (a store unreachable since the start) none is: a proxy on loopback
+    /// then admits as in the local case, whose checks still hold, and one
+    /// beyond loopback requires keys whatever this says.
+    pub fn any(&self) -> bool {
         let ring = self.ring.read().unwrap_or_else(|p| p.into_inner());
-        !ring.known || !ring.by_hash.is_empty()
+        !ring.by_hash.is_empty()
     }
 
     /// How many keys are active, once known.
@@ -373,8 +375,8 @@ impl KeyRing {
 async fn load_keys(
     store: &AsyncResultStore,
 ) -> Result<Vec<(KeyHash, Tenant)>, crate::store::StoreError> {
-    let _ = store;
-    Ok(Vec::new())
+    let keys = store.keys().await?;
+    Ok(keys.into_iter().map(|k| (k.hash, k.tenant)).collect())
 }
 
 #[cfg(test)]

@@ -796,12 +796,7 @@ fn file_outputs(turn: &FiledTurn, filing: Filing<'_>, metrics: &Metrics, batch: 
         let this = counted.and_then(|c| c.get(i)).copied();
         let c = this.unwrap_or_default();
         if counted.is_some() {
-            metrics.tokens_saved(
-                tally.kind.as_str(),
-                tally.tool.as_deref(),
-                tally.first_seen,
-                c.saved(),
-            );
+            metrics.tokens_saved(tally.kind.as_str(), tally.first_seen, c.saved());
         }
         let g = groups
             .entry((tally.tool.clone(), tally.kind.as_str(), tally.first_seen))

@@ -96,7 +96,7 @@ fn store_config(config: &Config) -> StoreConfig {
 }
 
 /// Which database the configuration asks for.
-fn store_backend(config: &Config) -> Backend {
+pub(crate) fn store_backend(config: &Config) -> Backend {
     match &config.store.url {
         Some(url) => Backend::Postgres(PostgresOptions {
             url: url.0.clone(),
@@ -487,7 +487,9 @@ async fn handle(
     let admitted = match entered {
         Ok(()) => {
             let token = app.config.operator_api.admin_token.as_ref();
-            let admin = |h: &HeaderMap| access::admin_token_ok(token, h);
+            // Where keys are required, the admin token (if one is set)
+            // stands for a key on /metrics: a scraper holds no client key.
+            let admin = |h: &HeaderMap| token.is_some() && access::admin_token_ok(token, h);
             app.access.admit(&conn.peer, route, admin, &mut req).await
         }
         Err(e) => Err(e),

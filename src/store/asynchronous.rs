@@ -7,9 +7,10 @@
 use super::postgres::{PostgresBackend, PostgresOptions};
 use super::sqlite::asynchronous::SqliteBackend;
 use super::{
-    Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, ResultStore,
-    SearchHit, StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
+    Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
+    ResultStore, SearchHit, StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
+use crate::auth::KeyHash;
 use std::path::PathBuf;
 
 /// Where the store lives (`store.path` or `store.url`).
@@ -89,12 +90,12 @@ impl AsyncResultStore {
         }
     }
 
-    /// Whether the store can be used now.
+    /// Whether the store can be used now: on SQLite, whether the file can
+    /// be written (reads work on a full disk; the writer's last commit, or
+    /// a probe once nothing was written for a while, tells); on
+    /// PostgreSQL, whether the database answers.
     pub async fn health(&self) -> Health {
-        match &self.backend {
-            Inner::Sqlite(_) => Health::Ok,
-            Inner::Postgres(b) => b.health().await,
-        }
+        on_backend!(self, b => b.health().await)
     }
 
     /// Stores the outputs of one request and resolves once they are
@@ -226,6 +227,32 @@ impl AsyncResultStore {
         query: crate::store::ReportQuery,
     ) -> Result<crate::store::Report, StoreError> {
         on_backend!(self, b => b.report(tenant, query).await)
+    }
+
+    /// Records a new active key: its name, its hash (the key itself is
+    /// never stored), the hash's tenant, `created_at` (Unix ms). A name an
+    /// active key has, or a hash recorded before, is
+    /// [`StoreError::InvalidArgument`] naming it, and nothing is written.
+    pub async fn create_key(
+        &self,
+        name: &str,
+        hash: KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        on_backend!(self, b => b.create_key(name, hash, created_at).await)
+    }
+
+    /// Every active key, by name: one indexed query, on a read connection
+    /// on SQLite (it answers while the writer is busy). Every replica
+    /// reads it each second.
+    pub async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        on_backend!(self, b => b.keys().await)
+    }
+
+    /// Revokes the active key of that name at `at` (Unix ms); `Ok(false)`
+    /// when none is active.
+    pub async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        on_backend!(self, b => b.revoke_key(name, at).await)
     }
 
     /// Sizes of the originals, the index and the database.

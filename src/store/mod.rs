@@ -13,12 +13,22 @@
 //! derives from an output before writing: hash, ref, chunks), `text` (pure
 //! chunking, code-point and query helpers).
 //!
+//! Who can read what: every output, exchange, response id and ledger row
+//! belongs to one [`Tenant`], and every query is scoped by it; nothing a
+//! query answers depends on another tenant's rows (another tenant's ref
+//! reads as not found, and a session search keeps, finds, scores and
+//! orders from the tenant's session alone). Client keys (`keys`) belong to
+//! no tenant: the operator makes them, every replica reads them, and the
+//! store keeps their SHA-256, never the keys. The SQLite file toolstub
+//! creates, its `-wal` and `-shm`, are mode 0600 (their owner's alone).
+//!
 //! Architecture invariant: only this module touches a database, and its API
 //! speaks domain types (`NewOutput`, `ReadWindow`, `SearchHit`, ...), never
 //! rows. It knows nothing of HTTP or of any LLM API.
 
 mod asynchronous;
 mod error;
+mod keys;
 mod ledger;
 mod postgres;
 mod prepare;
@@ -31,9 +41,9 @@ pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};
 pub use types::{
-    Answer, Exchange, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta, OutputSummary,
-    OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit, StoreStats,
-    Stored, StubFacts, Sums, SweepReport, Tenant, OFFSET_UNIT,
+    Answer, Exchange, KeyRecord, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta,
+    OutputSummary, OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit,
+    StoreStats, Stored, StubFacts, Sums, SweepReport, Tenant, OFFSET_UNIT,
 };
 
 use std::fmt;
@@ -115,6 +125,11 @@ pub struct StoreConfig {
     pub readers: usize,
     /// Capacity of the writer's job queue.
     pub queue: usize,
+    /// SQLite: a health check finding nothing written (nor failed) for
+    /// this long asks the writer for a small durable write, so `/healthz`
+    /// learns that the file can no longer be written (a full disk) or can
+    /// again, also while no request writes.
+    pub health_probe_after: Duration,
     pub clock: Clock,
 }
 
@@ -128,6 +143,7 @@ impl Default for StoreConfig {
             durability: Durability::default(),
             readers: 4,
             queue: 64,
+            health_probe_after: Duration::from_secs(5),
             clock: Clock::system(),
         }
     }

@@ -139,6 +139,20 @@ pub struct Answer {
     pub response_id: Option<ResponseId>,
 }
 
+/// A client key as the store keeps it (never the key itself: only its
+/// SHA-256, which cannot be turned back into the key). Active until
+/// revoked; revoked rows stay, so a revoked key's hash is never recorded
+/// again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub name: String,
+    pub hash: crate::auth::KeyHash,
+    /// Always `hash.tenant()`.
+    pub tenant: Tenant,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
 /// What `put` reports for one output, once it is committed durably.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stored {
@@ -235,7 +249,9 @@ pub struct SearchHit {
     /// Code-point offset of the first query term in the hit passage.
     pub offset: u64,
     pub snippet: String,
-    /// BM25 relevance, higher is better (SQLite's `bm25()` negated).
+    /// Relevance, higher is better: BM25 over the session's own passages
+    /// on SQLite, `ts_rank_cd` on PostgreSQL (neither depends on another
+    /// tenant's outputs).
     pub score: f64,
 }
 

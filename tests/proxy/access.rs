@@ -505,7 +505,14 @@ async fn an_anonymous_local_output_is_not_another_credentials() {
     let (proxy, mock, _dir) = start("127.0.0.1:0", &[]).await;
     let c = client();
     let body = chat_body(&[big_json(3_000)], "");
-    let (status, _, _) = send(&c, "POST", local_url(&proxy, "/v1/chat/completions"), &[], body).await;
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/chat/completions"),
+        &[],
+        body,
+    )
+    .await;
     assert_eq!(status, 200);
     let sent = String::from_utf8_lossy(&mock.last().body).to_string();
     let r = sent
@@ -528,5 +535,245 @@ async fn an_anonymous_local_output_is_not_another_credentials() {
     ] {
         assert_eq!(read(vec![credential]).await, 404, "{credential:?}");
     }
+    proxy.shutdown().await;
+}
+
+/// Makes a client key in the proxy's own store, as `toolstub keys create`
+/// does; returns the key.
+async fn make_key(proxy: &Server, name: &str) -> String {
+    let key = toolstub::auth::ClientKey::generate().expect("random");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    proxy
+        .app
+        .store
+        .create_key(name, key.hash, now)
+        .await
+        .expect("create the key");
+    key.secret.clone()
+}
+
+/// The ref of the stub in the last request the mock received.
+fn last_ref(mock: &mock::Mock) -> String {
+    let sent = String::from_utf8_lossy(&mock.last().body).to_string();
+    sent.split("ref: ")
+        .nth(1)
+        .and_then(|rest| rest.split(['\\', '"']).next())
+        .expect("the output was stubbed")
+        .to_string()
+}
+
+#[tokio::test]
+async fn client_keys_admit_their_holders_scope_their_outputs_and_never_go_upstream() {
+    let held_openai = "sk-held-openai-0091";
+    let held_anthropic = "sk-ant-held-0092";
+    let (proxy, mock, _dir) = start(
+        "0.0.0.0:0",
+        &[
+            ("OPENAI_API_KEY", held_openai),
+            ("ANTHROPIC_API_KEY", held_anthropic),
+            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+        ],
+    )
+    .await;
+    let (alice, bob) = (
+        make_key(&proxy, "alice").await,
+        make_key(&proxy, "bob").await,
+    );
+    let c = client();
+    let chat = local_url(&proxy, "/v1/chat/completions");
+    let output = chat_body(&[big_json(3_000)], "");
+
+    // Beside the client's own provider key: the own key goes upstream.
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        chat.clone(),
+        &[("x-toolstub-key", &alice), ("authorization", KEY)],
+        output.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sent = mock.last();
+    assert_eq!(sent.headers["authorization"], KEY);
+    let alices = last_ref(&mock);
+
+    // In place of the provider key: the proxy's own key goes upstream.
+    let bearer = format!("Bearer {bob}");
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        chat.clone(),
+        &[("authorization", &bearer)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        mock.last().headers["authorization"],
+        format!("Bearer {held_openai}")
+    );
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(&proxy, "/v1/messages"),
+        &[("x-api-key", &bob), ("anthropic-version", "2023-06-01")],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.last().headers["x-api-key"], held_anthropic);
+
+    // No key ever reached the upstream, in any header or the query.
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        local_url(
+            &proxy,
+            &format!("/v1beta/models/g:generateContent?key={alice}"),
+        ),
+        &[],
+        r#"{"contents":[]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    for r in mock.requests() {
+        let seen = format!("{} {:?}", r.path_and_query, r.headers);
+        for key in [&alice, &bob] {
+            assert!(
+                !seen.contains(key.as_str()),
+                "a client key went upstream: {seen}"
+            );
+        }
+        assert!(r.headers.get("x-toolstub-key").is_none());
+    }
+
+    // Each key reads its own outputs, and only them.
+    let read = |key: &str, r: &str| {
+        let (c, url, key) = (
+            c.clone(),
+            local_url(&proxy, &format!("/toolstub/v1/results/{r}")),
+            key.to_string(),
+        );
+        async move {
+            send(&c, "GET", url, &[("x-toolstub-key", &key)], "")
+                .await
+                .0
+        }
+    };
+    assert_eq!(read(&alice, &alices).await, 200);
+    assert_eq!(read(&bob, &alices).await, 404, "another key's output");
+    let (status, _, _) = send(
+        &c,
+        "GET",
+        local_url(&proxy, &format!("/toolstub/v1/results/{alices}")),
+        &[("authorization", KEY)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 401, "a provider key is no client key");
+
+    // Revoked: refused within about a second, on the next read of the ring.
+    assert!(proxy
+        .app
+        .store
+        .revoke_key("alice", 0)
+        .await
+        .expect("revoke"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _, _) = send(
+            &c,
+            "POST",
+            chat.clone(),
+            &[("x-toolstub-key", &alice), ("authorization", KEY)],
+            CHAT,
+        )
+        .await;
+        if status == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a revoked key still admitted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        chat,
+        &[("x-toolstub-key", &bob), ("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200, "the other key still works");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_first_key_made_makes_a_local_proxy_require_keys() {
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &[]).await;
+    let c = client();
+    let chat = local_url(&proxy, "/v1/chat/completions");
+    let (status, _, _) = send(&c, "POST", chat.clone(), &[("authorization", KEY)], CHAT).await;
+    assert_eq!(status, 200, "no key yet: the local case");
+    let key = make_key(&proxy, "first").await;
+    // A key presented is looked for at once, even before the ring's next read.
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        chat.clone(),
+        &[("x-toolstub-key", &key), ("authorization", KEY)],
+        CHAT,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = send(&c, "POST", chat, &[("authorization", KEY)], CHAT).await;
+    assert_eq!(status, 401, "a key exists: every request needs one");
+    let (status, _, _) = send(&c, "GET", local_url(&proxy, "/metrics"), &[], "").await;
+    assert_eq!(status, 401, "so do the metrics without an admin token");
+    let (status, _, _) = send(
+        &c,
+        "GET",
+        local_url(&proxy, "/metrics"),
+        &[("x-toolstub-key", &key)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.requests().len(), 2);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_scraper_reads_the_metrics_with_the_admin_token_alone() {
+    let token = "adm-token-for-scrapers-5";
+    let (proxy, _mock, _dir) =
+        start("0.0.0.0:0", &[("TOOLSTUB_OPERATOR_API_ADMIN_TOKEN", token)]).await;
+    let c = client();
+    let metrics = local_url(&proxy, "/metrics");
+    let bearer = format!("Bearer {token}");
+    for (headers, want) in [
+        (vec![], 401),
+        (vec![("authorization", "Bearer wrong")], 401),
+        (vec![("authorization", bearer.as_str())], 200),
+        (vec![("x-toolstub-admin-token", token)], 200),
+    ] {
+        let (status, _, _) = send(&c, "GET", metrics.clone(), &headers, "").await;
+        assert_eq!(status, want, "{headers:?}");
+    }
+    // The admin token opens the metrics only, not the API.
+    let (status, _, _) = send(
+        &c,
+        "GET",
+        local_url(&proxy, "/toolstub/v1/results"),
+        &[("x-toolstub-admin-token", token)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 401);
     proxy.shutdown().await;
 }

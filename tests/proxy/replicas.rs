@@ -420,3 +420,67 @@ async fn tls_to_the_database_is_verified_against_the_upstream_roots_and_ca_file(
     assert_eq!(mock.last().body, body.as_bytes());
     strict.proxy.shutdown().await;
 }
+
+/// Client keys on a shared store: a key made through one replica's store
+/// admits its holder on the other at once, and a revocation reaches both
+/// within about a second.
+#[tokio::test]
+async fn every_replica_knows_every_key() {
+    let schema = pg::Schema::create().await;
+    let mock = mock::start(Arc::new(|_: &Recorded| super::mock::ok_json("ok"))).await;
+    let env = [("TOOLSTUB_AUTH_REQUIRED", "true")];
+    let a = replica_with(&mock, &schema.store_url(), &env).await;
+    let b = replica_with(&mock, &schema.store_url(), &env).await;
+    let key = toolstub::auth::ClientKey::generate().expect("random");
+    a.proxy
+        .app
+        .store
+        .create_key("shared", key.hash, 1)
+        .await
+        .expect("create");
+    let c = client();
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let ask = |s: &Setup, key: &str| {
+        let (c, url, key) = (c.clone(), s.url("/v1/chat/completions"), key.to_string());
+        async move {
+            send(
+                &c,
+                "POST",
+                url,
+                &[("x-toolstub-key", &key), ("authorization", KEY)],
+                body,
+            )
+            .await
+            .0
+        }
+    };
+    assert_eq!(ask(&a, &key.secret).await, 200);
+    assert_eq!(
+        ask(&b, &key.secret).await,
+        200,
+        "the other replica knows it at once"
+    );
+    assert_eq!(
+        ask(&b, "tsk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").await,
+        401
+    );
+    assert!(b
+        .proxy
+        .app
+        .store
+        .revoke_key("shared", 2)
+        .await
+        .expect("revoke"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    for s in [&a, &b] {
+        while ask(s, &key.secret).await != 401 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "revoked, still admitted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    a.proxy.shutdown().await;
+    b.proxy.shutdown().await;
+}

@@ -12,10 +12,11 @@
 use std::cell::Cell;
 use std::sync::Arc;
 use tempfile::TempDir;
+use toolstub::auth::KeyHash;
 use toolstub::store::{
-    Answer, AsyncResultStore, Backend, Exchange, NewOutput, OutputMeta, OutputSummary,
-    PostgresOptions, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError,
-    StoreStats, Stored, SweepReport, Tenant,
+    Answer, AsyncResultStore, Backend, Exchange, Health, KeyRecord, NewOutput, OutputMeta,
+    OutputSummary, PostgresOptions, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig,
+    StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +162,33 @@ impl Store {
         }
     }
 
+    /// The SQLite file (`None` on PostgreSQL).
+    pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        match &*self.place {
+            Place::Dir(dir) => Some(dir.path().join("t.db")),
+            Place::Schema(_) => None,
+        }
+    }
+
+    /// The first column of each row of `sql`, as text, run on the store's
+    /// PostgreSQL schema (`None` on SQLite).
+    pub fn postgres_texts(&self, sql: &str) -> Option<Vec<String>> {
+        let Place::Schema(schema) = &*self.place else {
+            return None;
+        };
+        Some(self.rt.block_on(async {
+            let (client, conn) =
+                tokio_postgres::connect(&schema.store_url(), tokio_postgres::NoTls)
+                    .await
+                    .expect("connecting to read rows");
+            let conn = tokio::spawn(conn);
+            let rows = client.query(sql, &[]).await.expect("the query");
+            drop(client);
+            let _ = conn.await;
+            rows.iter().map(|r| r.get::<_, String>(0)).collect()
+        }))
+    }
+
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }
@@ -277,6 +305,31 @@ impl Store {
 
     pub fn sweep(&self) -> Result<SweepReport, StoreError> {
         self.block_on(self.store.sweep())
+    }
+
+    pub fn health(&self) -> Health {
+        self.block_on(self.store.health())
+    }
+
+    pub fn create_key(
+        &self,
+        name: &str,
+        hash: KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        self.block_on(self.store.create_key(name, hash, created_at))
+    }
+
+    pub fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.block_on(self.store.keys())
+    }
+
+    pub fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        self.block_on(self.store.revoke_key(name, at))
+    }
+
+    pub fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        self.block_on(self.store.sweep_at(now_ms))
     }
 
     pub fn stats(&self) -> Result<StoreStats, StoreError> {

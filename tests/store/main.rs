@@ -809,6 +809,59 @@ mod tenancy {
             );
         }
 
+        fn a_session_search_answers_the_same_whatever_another_tenant_holds() {
+            // The attack: Alice searches her session for a word she does
+            // not hold, with words she does, and reads in the answer
+            // whether the word is in Bob's outputs (a session of the same
+            // name). It must read the same as a word no one holds.
+            let (_d, store) = open();
+            let report = store
+                .put_one(&alice(), output("shared", "a1", "t", "alpha beta quarterly report"))
+                .unwrap()
+                .result_ref;
+            let summary = store
+                .put_one(&alice(), output("shared", "a2", "t", "alpha summary of the week"))
+                .unwrap()
+                .result_ref;
+            store
+                .put_one(&bob(), output("shared", "b1", "t", "zebulon alpha merger plans"))
+                .unwrap();
+            store.flush_index().unwrap();
+            store.analyze();
+            let search = |q: &str| store.search_session(&alice(), "shared", q, 10, 8).unwrap();
+            // A word only Bob's output holds: the answer of a word nowhere.
+            let bobs = search("alpha beta zebulon");
+            let nowhere = search("alpha beta qxjvwyz");
+            assert_eq!(bobs, nowhere);
+            assert_eq!(bobs.len(), 1, "only the passage with both of her words: {bobs:?}");
+            assert_eq!(bobs[0].result_ref, report);
+            assert_eq!(search("zebulon"), search("qxjvwyz"));
+            assert!(search("zebulon").is_empty());
+            // A word both hold: exactly Alice's hits.
+            let mut both: Vec<String> = search("alpha").into_iter().map(|h| h.result_ref).collect();
+            both.sort();
+            let mut hers = vec![report.clone(), summary.clone()];
+            hers.sort();
+            assert_eq!(both, hers);
+            // Nor does the ranking move when Bob stores the word again and
+            // again (a score weighing the word by the whole index would).
+            let before = search("alpha beta");
+            let alpha_before = search("alpha");
+            for i in 0..30 {
+                store
+                    .put_one(&bob(), output("shared", &format!("b{i}x"), "t", &format!("alpha {i} beta")))
+                    .unwrap();
+                store
+                    .put_one(&bob(), output("elsewhere", &format!("e{i}"), "t", &format!("alpha alpha {i}")))
+                    .unwrap();
+            }
+            store.flush_index().unwrap();
+            store.analyze();
+            assert_eq!(search("alpha beta"), before);
+            assert_eq!(search("alpha"), alpha_before);
+            assert_eq!(search("alpha beta zebulon"), search("alpha beta qxjvwyz"));
+        }
+
         fn same_content_and_call_id_in_two_tenants_is_two_rows_one_original() {
             let (_d, store) = open();
             let a = store
@@ -1253,7 +1306,57 @@ mod concurrency {
 }
 
 mod file {
+    //! Who can read the store's files: their owner alone. A new database
+    //! file is made 0600 before SQLite opens it; SQLite gives `-wal` and
+    //! `-shm` the main file's mode. A file that exists keeps its mode.
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_new_store_and_its_wal_and_shm_are_its_owners_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let store = ResultStore::open(&db, config()).unwrap();
+        store
+            .put_one(&alice(), output("s", "c", "t", "some output"))
+            .unwrap();
+        // Open: the WAL and the shared-memory index exist beside the file.
+        for path in [
+            db.clone(),
+            dir.path().join("t.db-wal"),
+            dir.path().join("t.db-shm"),
+        ] {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+        drop(store);
+        assert_eq!(mode(&db), 0o600);
+    }
+
+    #[test]
+    fn an_existing_files_mode_is_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        drop(ResultStore::open(&db, config()).unwrap());
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let store = ResultStore::open(&db, config()).unwrap();
+        store
+            .put_one(&alice(), output("s", "c", "t", "some output"))
+            .unwrap();
+        assert_eq!(mode(&db), 0o640);
+        assert_eq!(
+            mode(&dir.path().join("t.db-wal")),
+            0o640,
+            "SQLite copies the file's mode"
+        );
+    }
 
     /// `auto_vacuum` must be set before the first write (switching to WAL
     /// writes the header): retention's `incremental_vacuum` does nothing
@@ -1784,6 +1887,265 @@ mod ledger {
             let empty = s.report(Some(&Tenant::new("cccccccccccccccc").unwrap()), ReportQuery::default()).unwrap();
             assert_eq!(empty.totals, toolstub::store::Sums::default());
             assert!(empty.series.is_empty() && empty.sessions.is_empty());
+        }
+    }
+}
+
+mod keys {
+    //! Client keys: only their hash is stored; one active key per name;
+    //! every handle on the database sees every key; retention never
+    //! touches them.
+    use super::*;
+    use toolstub::auth::{ClientKey, KeyHash};
+
+    fn key() -> ClientKey {
+        ClientKey::generate().expect("random")
+    }
+
+    /// Every replica reads the keys each second: on SQLite from a read
+    /// connection, so the answer comes while the writer waits. Here the
+    /// writer is held by another connection's write lock, a put waits
+    /// behind it, and the keys are read all the same.
+    #[test]
+    fn keys_are_read_while_the_sqlite_writer_waits() {
+        let store = Store::open(config());
+        let made = store.create_key("alice", key().hash, 1_000).unwrap();
+        let db = store.sqlite_path().expect("a SQLite store");
+        let holder = rusqlite::Connection::open(&db).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::scope(|s| {
+            let put = s.spawn(|| store.put_one(&alice(), output("s", "c", "t", "waits")));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(store.keys().unwrap(), std::slice::from_ref(&made));
+            assert!(!put.is_finished(), "the writer was waiting all along");
+            holder.execute_batch("ROLLBACK").unwrap();
+            put.join().unwrap().unwrap();
+        });
+    }
+
+    both! {
+        fn a_key_is_recorded_listed_revoked_and_its_name_freed() {
+            let (_d, store) = open();
+            let (a, b) = (key(), key());
+            let alice = store.create_key("alice", a.hash, 1_000).unwrap();
+            assert_eq!(
+                (alice.name.as_str(), alice.hash, &alice.tenant, alice.created_at),
+                ("alice", a.hash, &a.hash.tenant(), 1_000)
+            );
+            assert_eq!(store.keys().unwrap(), std::slice::from_ref(&alice));
+            // A second active key of one name: refused, naming it, nothing written.
+            let e = store.create_key("alice", b.hash, 2_000).unwrap_err();
+            assert!(matches!(e, StoreError::InvalidArgument(_)), "{e}");
+            assert!(e.to_string().contains("\"alice\""), "{e}");
+            assert_eq!(store.keys().unwrap(), std::slice::from_ref(&alice));
+            // One hash is one key: never recorded twice, under any name.
+            let e = store.create_key("carol", a.hash, 2_000).unwrap_err();
+            assert!(matches!(e, StoreError::InvalidArgument(_)), "{e}");
+            for bad in ["", "a b", "x\n", &"n".repeat(65)] {
+                let e = store.create_key(bad, key().hash, 2_000).unwrap_err();
+                assert!(matches!(e, StoreError::InvalidArgument(_)), "{bad:?}: {e}");
+            }
+            let bob = store.create_key("bob", b.hash, 3_000).unwrap();
+            assert_eq!(store.keys().unwrap(), [alice.clone(), bob.clone()], "by name");
+            assert!(store.revoke_key("alice", 4_000).unwrap());
+            assert!(!store.revoke_key("alice", 5_000).unwrap(), "none active any more");
+            assert!(!store.revoke_key("nobody", 5_000).unwrap());
+            assert_eq!(store.keys().unwrap(), std::slice::from_ref(&bob));
+            // The name is free again; the revoked key's hash is not.
+            let e = store.create_key("alice", a.hash, 6_000).unwrap_err();
+            assert!(matches!(e, StoreError::InvalidArgument(_)), "{e}");
+            let c = key();
+            let again = store.create_key("alice", c.hash, 6_000).unwrap();
+            assert_eq!(again.tenant, c.hash.tenant());
+            assert_ne!(again.tenant, alice.tenant);
+            assert_eq!(store.keys().unwrap(), [again, bob]);
+        }
+
+        fn a_key_made_by_one_handle_is_seen_by_another() {
+            // Two processes on one SQLite file; two replicas on one
+            // PostgreSQL database.
+            let a = Store::open(config());
+            let b = a.twin(config());
+            let k = key();
+            let made = a.create_key("ci-bot", k.hash, 1_000).unwrap();
+            assert_eq!(b.keys().unwrap(), [made]);
+            assert!(b.revoke_key("ci-bot", 2_000).unwrap());
+            assert!(a.keys().unwrap().is_empty());
+            // Both record one name at once: one wins, the other is refused.
+            let (x, y) = (key(), key());
+            let (ra, rb) = std::thread::scope(|s| {
+                let ta = s.spawn(|| a.create_key("deploy", x.hash, 3_000));
+                let tb = s.spawn(|| b.create_key("deploy", y.hash, 3_000));
+                (ta.join().unwrap(), tb.join().unwrap())
+            });
+            assert_eq!(ra.is_ok() as u8 + rb.is_ok() as u8, 1, "{ra:?} {rb:?}");
+            let won = ra.or(rb).unwrap();
+            assert_eq!(a.keys().unwrap(), std::slice::from_ref(&won));
+            assert_eq!(b.keys().unwrap(), [won]);
+        }
+
+        fn retention_and_the_size_cap_never_touch_keys() {
+            let (_d, store, now) = open_with_clock(StoreConfig {
+                retention_days: 1,
+                max_bytes: Some(1),
+                ..config()
+            });
+            let k = key();
+            let record = store.create_key("old", k.hash, now.load(Ordering::SeqCst)).unwrap();
+            store
+                .put_one(&alice(), output("s", "c", "t", &words(3, 20_000)))
+                .unwrap();
+            let years = 10 * 365 * 86_400_000;
+            let report = store.sweep_at(now.load(Ordering::SeqCst) + years).unwrap();
+            assert!(report.expired_by_age + report.expired_by_size > 0, "{report:?}");
+            assert_eq!(store.keys().unwrap(), [record]);
+        }
+
+        fn the_database_holds_a_keys_hash_never_the_key() {
+            let (_d, store) = open();
+            let k = key();
+            store.create_key("alice", k.hash, 1_000).unwrap();
+            let body = &k.secret["tsk_".len()..];
+            match store.sqlite_path() {
+                Some(db) => {
+                    let mut bytes = Vec::new();
+                    for suffix in ["", "-wal"] {
+                        let path = format!("{}{suffix}", db.display());
+                        bytes.extend(std::fs::read(&path).unwrap_or_default());
+                    }
+                    let has = |needle: &str| {
+                        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+                    };
+                    // The search can find what is there: the hash is.
+                    assert!(has(&k.hash.hex()), "the hash is stored");
+                    assert!(!has(body), "the key is not");
+                }
+                None => {
+                    let rows = store
+                        .postgres_texts("SELECT row_to_json(k)::text FROM client_keys k")
+                        .expect("rows");
+                    assert_eq!(rows.len(), 1);
+                    assert!(rows[0].contains(&k.hash.hex()), "{rows:?}");
+                    assert!(!rows[0].contains(body), "{rows:?}");
+                }
+            }
+            assert_eq!(KeyHash::of(&k.secret), k.hash);
+        }
+    }
+}
+
+mod write_health {
+    //! On SQLite, `health()` (what `/healthz` says) tells whether the file
+    //! can be written: reads keep working on a full disk, writes fail. The
+    //! fault is the kernel's own: this test binary re-runs itself as a
+    //! child (`--exact write_health::child_file_size_limit`) that lowers
+    //! its RLIMIT_FSIZE to one byte, so every write to the store's files
+    //! fails as on a full disk, then raises it again.
+    use super::*;
+    use std::process::Command;
+    use std::time::Duration;
+    use toolstub::store::Health;
+
+    const CHILD_ENV: &str = "TOOLSTUB_STORE_HEALTH_CHILD";
+    /// The child's `health_probe_after`.
+    const PROBE_AFTER: Duration = Duration::from_millis(200);
+
+    /// Sets the soft limit on the size of files this process writes.
+    fn file_size_limit(bytes: Option<u64>) {
+        // SAFETY: getrlimit/setrlimit read and write a local struct; the
+        // soft limit stays within the hard one.
+        unsafe {
+            let mut limit = std::mem::zeroed::<libc::rlimit>();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit), 0);
+            limit.rlim_cur = bytes.map_or(limit.rlim_max, |b| b as libc::rlim_t);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+        }
+    }
+
+    fn degraded(health: &Health, words: &str) {
+        match health {
+            Health::Degraded(why) => assert!(why.contains(words), "{why}"),
+            Health::Ok => panic!("healthy while writes fail ({words})"),
+        }
+    }
+
+    #[test]
+    fn child_file_size_limit() {
+        if std::env::var_os(CHILD_ENV).is_none() {
+            return; // only does something when the parent runs it
+        }
+        // SAFETY: ignoring SIGXFSZ (a write past the limit then fails
+        // with EFBIG instead of killing the process).
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let store = Store::open(StoreConfig {
+            health_probe_after: PROBE_AFTER,
+            ..config()
+        });
+        let first = store
+            .put_one(&alice(), output("s", "c0", "t", "written before the fault"))
+            .unwrap();
+        assert_eq!(store.health(), Health::Ok);
+        // An idle store finds out by its probe.
+        file_size_limit(Some(1));
+        std::thread::sleep(PROBE_AFTER * 2);
+        degraded(&store.health(), "a write probe failed");
+        // A put fails, and says so; reads still work.
+        let e = store
+            .put_one(&alice(), output("s", "c1", "t", &words(1, 50_000)))
+            .unwrap_err();
+        assert!(matches!(e, StoreError::CommitFailed(_)), "{e}");
+        degraded(&store.health(), "the last write failed");
+        assert_eq!(
+            store
+                .read(&alice(), &first.result_ref, 0, -1)
+                .unwrap()
+                .content,
+            "written before the fault"
+        );
+        // The fault gone, the probe finds the store writable again.
+        file_size_limit(None);
+        std::thread::sleep(PROBE_AFTER * 2);
+        assert_eq!(store.health(), Health::Ok);
+        // And a write that succeeds heals it at once.
+        file_size_limit(Some(1));
+        assert!(store
+            .put_one(&alice(), output("s", "c2", "t", &words(2, 50_000)))
+            .is_err());
+        degraded(&store.health(), "the last write failed");
+        file_size_limit(None);
+        store
+            .put_one(&alice(), output("s", "c3", "t", &words(3, 50_000)))
+            .unwrap();
+        assert_eq!(store.health(), Health::Ok);
+        println!("HEALTH PLAYED");
+    }
+
+    #[test]
+    fn sqlite_health_is_degraded_while_the_file_cannot_be_written() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "write_health::child_file_size_limit",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("HEALTH PLAYED"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    both! {
+        fn a_store_that_writes_is_healthy() {
+            let (_d, store) = open();
+            store.put_one(&alice(), output("s", "c", "t", "text")).unwrap();
+            assert_eq!(store.health(), Health::Ok);
         }
     }
 }

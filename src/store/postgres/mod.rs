@@ -22,8 +22,8 @@ mod write;
 use super::asynchronous::Health;
 use super::error::PgContext;
 use super::{
-    Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit,
-    StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
+    Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
+    SearchHit, StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::path::PathBuf;
@@ -436,6 +436,28 @@ impl PostgresBackend {
         let mut conn = self.inner.conn().await?;
         self.inner
             .note(read::report(&mut conn, tenant, &query).await)
+    }
+
+    pub async fn create_key(
+        &self,
+        name: &str,
+        hash: crate::auth::KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        super::keys::check_name(name)?;
+        let record = super::keys::new_record(name, hash, created_at);
+        let conn = self.inner.conn().await?;
+        self.inner.note(write::create_key(&conn, record).await)
+    }
+
+    pub async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(read::keys(&conn).await)
+    }
+
+    pub async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        let conn = self.inner.conn().await?;
+        self.inner.note(write::revoke_key(&conn, name, at).await)
     }
 
     pub async fn stats(&self) -> Result<StoreStats, StoreError> {

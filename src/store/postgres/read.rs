@@ -11,7 +11,7 @@ use super::Conn;
 use crate::store::error::PgContext;
 use crate::store::text::{self, Window};
 use crate::store::{
-    OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreError,
+    KeyRecord, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreError,
     StoreStats, Tenant, OFFSET_UNIT,
 };
 use crate::synopsis::{Kind, Synopsis};
@@ -533,6 +533,24 @@ pub async fn search_session(
         .collect();
     tx.commit().await.pg("ending a session search")?;
     Ok(hits)
+}
+
+/// Every active key, by name (in byte order, as on SQLite, whatever the
+/// database's collation).
+pub async fn keys(conn: &Conn) -> Result<Vec<KeyRecord>, StoreError> {
+    let stmt = conn
+        .prepare_cached(&crate::store::ledger::postgres_sql(
+            crate::store::keys::ACTIVE,
+        ))
+        .await
+        .pg("preparing the key list")?;
+    let rows = conn.query(&stmt, &[]).await.pg("listing keys")?;
+    let mut keys = rows
+        .iter()
+        .map(|r| crate::store::keys::record(r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect::<Result<Vec<_>, _>>()?;
+    keys.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    Ok(keys)
 }
 
 pub async fn list(

@@ -13,7 +13,7 @@ use super::{Conn, Inner};
 use crate::store::error::PgContext;
 use crate::store::prepare::Prepared;
 use crate::store::{
-    age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
+    age_cutoff, Answer, KeyRecord, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
 };
 use crate::store::{size_victims, Kept, KeptKind, Victim};
 use deadpool_postgres::GenericClient;
@@ -348,6 +348,59 @@ pub async fn put_answer(
     }
     tx.commit().await.pg("committing a kept answer")?;
     Ok(new)
+}
+
+/// Records a new active key in one statement; the unique indexes settle
+/// two replicas recording one name at once (one wins, the other is told
+/// the name is taken), and nothing is written when one refuses it.
+pub async fn create_key(conn: &Conn, record: KeyRecord) -> Result<KeyRecord, StoreError> {
+    use crate::store::keys;
+    let insert = conn
+        .prepare_cached(&crate::store::ledger::postgres_sql(keys::INSERT))
+        .await
+        .pg("preparing to record a key")?;
+    let hash = record.hash.hex();
+    let inserted = conn
+        .execute(
+            &insert,
+            &[
+                &record.name,
+                &hash,
+                &record.tenant.as_str(),
+                &record.created_at,
+            ],
+        )
+        .await;
+    match inserted {
+        Ok(_) => Ok(record),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            let on_name = e
+                .as_db_error()
+                .and_then(|d| d.constraint())
+                .is_some_and(|c| c == "client_keys_active");
+            Err(if on_name {
+                keys::name_taken(&record.name)
+            } else {
+                keys::hash_taken()
+            })
+        }
+        Err(e) => Err(e).pg("recording a key"),
+    }
+}
+
+/// Revokes the active key named `name`; `false` when none is.
+pub async fn revoke_key(conn: &Conn, name: &str, at: i64) -> Result<bool, StoreError> {
+    let revoke = conn
+        .prepare_cached(&crate::store::ledger::postgres_sql(
+            crate::store::keys::REVOKE,
+        ))
+        .await
+        .pg("preparing to revoke a key")?;
+    let n = conn
+        .execute(&revoke, &[&name, &at])
+        .await
+        .pg("revoking a key")?;
+    Ok(n > 0)
 }
 
 /// Runs sweeps until one reports no more work.

@@ -6,11 +6,16 @@
 
 use super::writer::Job;
 use super::{
-    prepare, Answer, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
-    ResultStore, SearchHit, StoreError, StoreStats, Stored, SweepReport, Tenant,
+    prepare, Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
+    ResponseId, ResultStore, SearchHit, StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
+use crate::store::Health;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore};
+
+/// Longest wait for the writer's answer to a health check's probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A cheap-to-clone async handle on a [`ResultStore`].
 #[derive(Clone, Debug)]
@@ -219,6 +224,61 @@ impl SqliteBackend {
         let tenant = tenant.cloned();
         self.blocking(move |s| s.report(tenant.as_ref(), &query))
             .await
+    }
+
+    /// Whether the file can be written: what the writer last learnt, or,
+    /// when it learnt nothing for `health_probe_after`, a probe's answer
+    /// (`health.rs`). Reads need no check: they work while writes fail.
+    pub async fn health(&self) -> Health {
+        let (failure, since) = self.store.write_health().state();
+        if since < self.store.config().health_probe_after {
+            return failure.map_or(Health::Ok, Health::Degraded);
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ask(|reply| Job::Probe { reply })).await {
+            Ok(Ok(())) => Health::Ok,
+            Ok(Err(e)) => Health::Degraded(format!("a write probe failed: {e}")),
+            Err(_) => Health::Degraded(format!(
+                "the store's writer did not answer a write probe within {} s",
+                PROBE_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// A job for the writer, and its answer, awaited.
+    async fn ask<T>(
+        &self,
+        job: impl FnOnce(super::writer::Reply<T>) -> Job,
+    ) -> Result<T, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(job(reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`ResultStore::create_key`]: resolves once committed.
+    pub async fn create_key(
+        &self,
+        name: &str,
+        hash: crate::auth::KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        crate::store::keys::check_name(name)?;
+        let record = crate::store::keys::new_record(name, hash, created_at);
+        self.ask(|reply| Job::CreateKey { record, reply }).await
+    }
+
+    /// [`ResultStore::keys`], on a read connection.
+    pub async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.blocking(|s| s.keys()).await
+    }
+
+    /// [`ResultStore::revoke_key`]: resolves once committed.
+    pub async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        let name = name.to_string();
+        self.ask(|reply| Job::RevokeKey { name, at, reply }).await
     }
 
     /// [`ResultStore::stats`], off the runtime.

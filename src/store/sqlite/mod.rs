@@ -10,9 +10,17 @@
 //! is fed by a bounded channel; readers use a small pool of connections (WAL
 //! lets them run beside the writer). The sync API ([`ResultStore`]) blocks
 //! the calling thread and must not be called from async tasks.
+//!
+//! Who can read the file: its owner only. A new database file is created
+//! with mode 0600 before SQLite opens it, and SQLite gives its `-wal` and
+//! `-shm` files the main file's mode, so all three are 0600 (an existing
+//! file keeps the mode it has). What the file holds of other secrets: no
+//! credential and no client key, only their hashes (`keys.rs`).
 
 pub(crate) mod asynchronous;
+mod health;
 mod pool;
+mod rank;
 mod reader;
 mod retention;
 pub(crate) mod schema;
@@ -24,9 +32,9 @@ use super::error::{self, SqlContext};
 use super::prepare;
 use super::text;
 use super::{
-    age_cutoff, Answer, Clock, Durability, Exchange, NewOutput, OutputMeta, OutputSummary,
-    ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, StoreStats, Stored,
-    SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
+    age_cutoff, Answer, Clock, Durability, Exchange, KeyRecord, NewOutput, OutputMeta,
+    OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError,
+    StoreStats, Stored, SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
 };
 use super::{LedgerBatch, Report, ReportQuery};
 use rusqlite::{Connection, OpenFlags};
@@ -50,6 +58,8 @@ struct Inner {
     readers: pool::Pool,
     writer: Option<std::thread::JoinHandle<()>>,
     retention: Option<retention::Handle>,
+    /// What the writer last learnt of the file's writability.
+    health: Arc<health::WriteHealth>,
 }
 
 impl Drop for Inner {
@@ -70,6 +80,25 @@ impl fmt::Debug for ResultStore {
         f.debug_struct("ResultStore")
             .field("path", &self.inner.path)
             .finish_non_exhaustive()
+    }
+}
+
+/// Creates the database file with mode 0600 (its owner alone reads and
+/// writes it) when it does not exist, so that SQLite, which would create
+/// it 0644 less the umask, opens a file of that mode and gives its `-wal`
+/// and `-shm` files the same. An existing file is left as it is.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::Io {
+            context: format!("creating the database file {}", path.display()),
+            source,
+        }),
     }
 }
 
@@ -96,6 +125,7 @@ impl ResultStore {
                 "store readers and queue must be at least 1".to_string(),
             ));
         }
+        create_private(&path)?;
         let mut conn = open_connection(&path)?;
         schema::configure_new_file(&conn)?;
         let mode: String = conn
@@ -109,7 +139,8 @@ impl ResultStore {
         }
         schema::migrate(&mut conn)?;
         let (tx, rx) = mpsc::channel(config.queue);
-        let writer = writer::spawn(conn, rx, config.clone())?;
+        let health = Arc::new(health::WriteHealth::new());
+        let writer = writer::spawn(conn, rx, config.clone(), health.clone())?;
         let readers = pool::Pool::new(path.clone(), config.readers);
         let retention = match config.sweep_interval {
             Some(every) => Some(retention::spawn(tx.clone(), every, config.clock.clone())?),
@@ -123,6 +154,7 @@ impl ResultStore {
                 readers,
                 writer: Some(writer),
                 retention,
+                health,
             }),
         })
     }
@@ -273,7 +305,9 @@ impl ResultStore {
     /// Ranked (BM25) full-text search across one session's outputs. The
     /// query is reduced to its words, which must all occur in a passage; if
     /// no passage has them all, passages with any of them are ranked instead.
-    /// A query without words finds nothing. Outputs stored in the last few
+    /// A query without words finds nothing. What it answers (hits, scores,
+    /// order) depends on the tenant's session alone: a word in another
+    /// tenant's outputs is a word nowhere (`rank.rs`). Outputs stored in the last few
     /// milliseconds may not be indexed yet (see [`ResultStore::flush_index`]).
     pub fn search_session(
         &self,
@@ -360,6 +394,46 @@ impl ResultStore {
                 source,
             })?;
         Ok(stats)
+    }
+
+    /// Records a new active key (see [`crate::store::AsyncResultStore::create_key`]).
+    pub fn create_key(
+        &self,
+        name: &str,
+        hash: crate::auth::KeyHash,
+        created_at: i64,
+    ) -> Result<KeyRecord, StoreError> {
+        super::keys::check_name(name)?;
+        let record = super::keys::new_record(name, hash, created_at);
+        self.ask_writer(|reply| writer::Job::CreateKey { record, reply })
+    }
+
+    /// Every active key, by name, from a read connection (so it answers
+    /// while the writer is busy).
+    pub fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.inner.readers.with(reader::keys)
+    }
+
+    /// Revokes the active key named `name`; `false` when none is.
+    pub fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+        let name = name.to_string();
+        self.ask_writer(|reply| writer::Job::RevokeKey { name, at, reply })
+    }
+
+    /// A job for the writer, and its answer.
+    fn ask_writer<T>(
+        &self,
+        job: impl FnOnce(writer::Reply<T>) -> writer::Job,
+    ) -> Result<T, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.jobs()?
+            .blocking_send(job(reply))
+            .map_err(|_| StoreError::Closed)?;
+        wait.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
+    pub(crate) fn write_health(&self) -> &health::WriteHealth {
+        &self.inner.health
     }
 
     pub(crate) fn readers(&self) -> &pool::Pool {

@@ -91,6 +91,7 @@ impl Pool {
         // reader's cache fills under long-running traffic.
         conn.pragma_update(None, "cache_size", READER_CACHE_KIB)
             .ctx("sizing a read connection's page cache")?;
+        super::rank::register(&conn)?;
         Ok(conn)
     }
 }

@@ -7,6 +7,7 @@
 //! the window, so its cost depends on the window, not on the original's size.
 
 use super::error::SqlContext;
+use super::rank;
 use super::text::{self, CHUNK_BITS};
 use super::{
     OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats, Tenant,
@@ -261,58 +262,42 @@ pub(crate) fn search_session(
         return Ok(Vec::new());
     }
     let tx = conn.transaction().ctx("starting a session search")?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut ranked = rank(
-        &tx,
+    let session = Session {
+        conn: &tx,
         tenant,
         session_id,
-        &text::fts_expression(&terms, "AND"),
-        limit,
-    )?;
+    };
+    let mut ranked = session.rank(&text::fts_expression(&terms, "AND"), limit)?;
     let mut terms = terms;
     if ranked.is_empty() {
-        // Words the index has never seen cannot match: dropping them keeps a
-        // typo from turning an AND query into the slower OR fallback. Only
-        // asked when the AND found nothing: a hit holds every word.
-        let mut seen = tx
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?1)")
-            .ctx("preparing a term check")?;
+        // Words the session's outputs do not hold cannot match: dropping
+        // them keeps a typo from turning an AND query into the slower OR
+        // fallback. Only asked when the AND found nothing: a hit holds
+        // every word. Asked of the session, never of the whole index: a
+        // word only another tenant's outputs hold is dropped exactly as a
+        // word no output holds.
         let mut kept = Vec::with_capacity(terms.len());
         for term in &terms {
-            let expression = text::fts_expression(std::slice::from_ref(term), "AND");
-            if seen
-                .query_row([expression], |r| r.get::<_, bool>(0))
-                .ctx("checking a search term")?
+            if session
+                .first_candidate(&text::fts_expression(std::slice::from_ref(term), "AND"))?
+                .is_some()
             {
                 kept.push(term.clone());
             }
         }
-        drop(seen);
         if kept.is_empty() {
             return Ok(Vec::new());
         }
         if kept.len() < terms.len() {
-            ranked = rank(
-                &tx,
-                tenant,
-                session_id,
-                &text::fts_expression(&kept, "AND"),
-                limit,
-            )?;
+            ranked = session.rank(&text::fts_expression(&kept, "AND"), limit)?;
         }
         if ranked.is_empty() && kept.len() > 1 {
-            ranked = rank(
-                &tx,
-                tenant,
-                session_id,
-                &text::fts_expression(&kept, "OR"),
-                limit,
-            )?;
+            ranked = session.rank(&text::fts_expression(&kept, "OR"), limit)?;
         }
         terms = kept;
     }
     let mut hits = Vec::with_capacity(ranked.len());
-    for (chunk_id, bm25) in ranked {
+    for (chunk_id, score) in ranked {
         let blob_id = chunk_id >> CHUNK_BITS;
         let (result_ref, tool_name, total): (String, Option<String>, i64) = tx
             .prepare_cached(
@@ -345,62 +330,121 @@ pub(crate) fn search_session(
             tool_name,
             offset,
             snippet,
-            score: -bm25,
+            score,
         });
     }
     Ok(hits)
 }
 
-/// Chunk ids and BM25 ranks (lower is better) of the session's best passages
-/// among its newest [`text::RANK_CANDIDATES`] matching ones. `rowid >> 20`
-/// is the chunk's original ([`CHUNK_BITS`]), so filtering by session needs
-/// no lookup per FTS row, and rowid order is (original, chunk) order: the
-/// candidates are the matches from the lowest rowid the newest ones reach,
-/// which FTS5 seeks to in its doclists.
-fn rank(
-    conn: &Connection,
-    tenant: &Tenant,
-    session_id: &str,
-    expression: &str,
-    limit: i64,
-) -> Result<Vec<(i64, f64)>, StoreError> {
-    let first: Option<i64> = conn
-        .prepare_cached(
-            "SELECT min(rowid) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?1 \
-             AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
-                 WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
-             ORDER BY rowid DESC LIMIT ?4)",
-        )
-        .and_then(|mut s| {
-            s.query_row(
-                params![
-                    expression,
-                    tenant.as_str(),
-                    session_id,
-                    text::RANK_CANDIDATES as i64
-                ],
-                |r| r.get(0),
+/// One tenant's session, searched inside one read transaction. Every
+/// statement here filters the index's matches down to the session's
+/// originals (`rowid >> 20` is a passage's original, [`CHUNK_BITS`]), so
+/// nothing it answers depends on another tenant's outputs.
+struct Session<'a> {
+    conn: &'a Connection,
+    tenant: &'a Tenant,
+    session_id: &'a str,
+}
+
+impl Session<'_> {
+    /// The lowest rowid among the session's newest
+    /// [`text::RANK_CANDIDATES`] passages matching `expression` (rowid
+    /// order is (original, passage) order, so the candidates are the
+    /// matches from there on, which FTS5 seeks to in its doclists); `None`
+    /// when no passage of the session matches.
+    fn first_candidate(&self, expression: &str) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT min(rowid) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?1 \
+                 AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
+                     WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
+                 ORDER BY rowid DESC LIMIT ?4)",
             )
-        })
-        .ctx("finding the search's candidates")?;
-    let Some(first) = first else {
-        return Ok(Vec::new());
-    };
+            .and_then(|mut s| {
+                s.query_row(
+                    params![
+                        expression,
+                        self.tenant.as_str(),
+                        self.session_id,
+                        text::RANK_CANDIDATES as i64
+                    ],
+                    |r| r.get(0),
+                )
+            })
+            .ctx("finding the search's candidates")
+    }
+
+    /// Chunk ids and scores (higher is better) of the session's best
+    /// `limit` passages among its newest [`text::RANK_CANDIDATES`]
+    /// matching ones, ranked by BM25 over the session ([`rank`]).
+    fn rank(&self, expression: &str, limit: usize) -> Result<Vec<(i64, f64)>, StoreError> {
+        let Some(first) = self.first_candidate(expression)? else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT rowid, toolstub_counts(chunks_fts) FROM chunks_fts \
+                 WHERE chunks_fts MATCH ?1 AND rowid >= ?4 \
+                 AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
+                     WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL)",
+            )
+            .ctx("preparing the ranked search")?;
+        let rows = stmt
+            .query_map(
+                params![expression, self.tenant.as_str(), self.session_id, first],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            )
+            .ctx("running the ranked search")?;
+        let mut candidates = Vec::new();
+        for row in rows {
+            let (rowid, counts) = row.ctx("reading a ranked passage")?;
+            candidates.push(rank::Candidate::parse(rowid, &counts)?);
+        }
+        Ok(rank::best(&candidates, self.passages()?, limit))
+    }
+
+    /// The session's passages (chunks of its live originals): BM25's N.
+    fn passages(&self) -> Result<u64, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT coalesce(sum(chunk_count), 0) FROM blobs WHERE id IN \
+                 (SELECT blob_id FROM outputs \
+                  WHERE tenant = ?1 AND session_id = ?2 AND blob_id IS NOT NULL)",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.tenant.as_str(), self.session_id], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .ctx("counting the session's passages")
+    }
+}
+
+/// Every active key, by name ([`crate::store::keys::ACTIVE`]).
+pub(crate) fn keys(conn: &mut Connection) -> Result<Vec<super::KeyRecord>, StoreError> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid >= ?5 \
-             AND (rowid >> 20) IN (SELECT blob_id FROM outputs \
-                 WHERE tenant = ?2 AND session_id = ?3 AND blob_id IS NOT NULL) \
-             ORDER BY rank LIMIT ?4",
-        )
-        .ctx("preparing the ranked search")?;
+        .prepare_cached(crate::store::keys::ACTIVE)
+        .ctx("preparing the key list")?;
     let rows = stmt
-        .query_map(
-            params![expression, tenant.as_str(), session_id, limit, first],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .ctx("running the ranked search")?;
-    rows.collect::<Result<_, _>>().ctx("reading ranked hits")
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })
+        .ctx("listing keys")?;
+    let mut keys = Vec::new();
+    for row in rows {
+        let (name, hash, tenant, created_at) = row.ctx("reading a key")?;
+        keys.push(crate::store::keys::record(
+            name, &hash, &tenant, created_at,
+        )?);
+    }
+    Ok(keys)
 }
 
 pub(crate) fn list(
@@ -526,6 +570,27 @@ mod tests {
         assert!(text::check_window(-1, 5).is_err());
         assert!(text::check_window(0, -2).is_err());
         assert!(text::check_window(i64::MIN, i64::MIN).is_err());
+    }
+
+    /// Every replica lists the active keys each second: one walk of the
+    /// partial index of active names, never a scan of every key made.
+    #[test]
+    fn the_active_keys_are_read_through_their_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::sqlite::schema::migrate(&mut conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                crate::store::keys::ACTIVE
+            ))
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("client_keys_active"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
     }
 
     #[test]

@@ -16,6 +16,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_stub_facts.sql"),
     include_str!("migrations/0006_ledger_rollup.sql"),
     include_str!("migrations/0007_ledger_write_cost.sql"),
+    include_str!("migrations/0008_client_keys.sql"),
+    include_str!("migrations/0009_write_probe.sql"),
 ];
 
 /// The schema version this build writes.

@@ -7,15 +7,24 @@
 //!   indexes stored chunks into FTS5 in small batches, then checkpoints
 //!   (derived data: it may lag and is rebuilt from `chunks` after a crash,
 //!   so it never sits on the put path; searches flush it first);
-//! - runs retention sweeps in bounded batches.
+//! - runs retention sweeps in bounded batches;
+//! - records and revokes client keys (committed at `synchronous=FULL`
+//!   whatever `store.durability` says: a revocation must survive a power
+//!   loss);
+//! - notes whether its commits succeed, for `/healthz` (`health.rs`), and
+//!   runs the write probe a health check asks for.
 
 use super::error::SqlContext;
+use super::health::WriteHealth;
 use super::prepare::Prepared;
 use super::text::CHUNK_BITS;
-use super::{age_cutoff, Answer, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS};
+use super::{
+    age_cutoff, Answer, KeyRecord, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
+};
 use crate::store::{size_victims, Kept, KeptKind, Victim};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
@@ -72,6 +81,19 @@ pub(crate) enum Job {
         batch: crate::store::LedgerBatch,
         reply: Reply<()>,
     },
+    CreateKey {
+        record: KeyRecord,
+        reply: Reply<KeyRecord>,
+    },
+    RevokeKey {
+        name: String,
+        at: i64,
+        reply: Reply<bool>,
+    },
+    /// A small durable write, to learn whether the file can be written.
+    Probe {
+        reply: Reply<()>,
+    },
 }
 
 /// Starts the writer thread on `conn`.
@@ -79,6 +101,7 @@ pub(crate) fn spawn(
     conn: Connection,
     jobs: mpsc::Receiver<Job>,
     config: StoreConfig,
+    health: Arc<WriteHealth>,
 ) -> Result<std::thread::JoinHandle<()>, StoreError> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)
         .ctx("turning off automatic checkpoints on the writer")?;
@@ -89,7 +112,7 @@ pub(crate) fn spawn(
         .ctx("limiting the size the WAL keeps")?;
     std::thread::Builder::new()
         .name("toolstub-store-writer".to_string())
-        .spawn(move || Writer::new(conn, config).run(jobs))
+        .spawn(move || Writer::new(conn, config, health).run(jobs))
         .map_err(|source| StoreError::Io {
             context: "starting the store writer thread".to_string(),
             source,
@@ -109,13 +132,16 @@ struct Writer {
     unindexed_bytes: u64,
     /// When the last put was committed: background work waits for [`QUIET`].
     last_put: std::time::Instant,
+    /// What the last write's outcome says of the file, for `/healthz`.
+    health: Arc<WriteHealth>,
 }
 
 impl Writer {
-    fn new(conn: Connection, config: StoreConfig) -> Writer {
+    fn new(conn: Connection, config: StoreConfig, health: Arc<WriteHealth>) -> Writer {
         Writer {
             conn,
             config,
+            health,
             index_pending: true,
             synchronous: "",
             wal_dirty: 0,
@@ -200,24 +226,48 @@ impl Writer {
                         self.checkpoint();
                     }
                 }
-                Job::FlushIndex { reply } => {
-                    let _ = reply.send(self.flush_index());
-                }
+                Job::FlushIndex { reply } => self.write(reply, Writer::flush_index),
                 Job::PutAnswer {
                     tenant,
                     answer,
                     reply,
                 } => {
-                    let _ = reply.send(self.put_answer(&tenant, &answer));
+                    self.write(reply, |w| w.put_answer(&tenant, &answer));
                     self.last_put = std::time::Instant::now();
                 }
-                Job::Sweep { now_ms, reply } => {
-                    let _ = reply.send(self.sweep(now_ms));
+                Job::Sweep { now_ms, reply } => self.write(reply, |w| w.sweep(now_ms)),
+                Job::Record { batch, reply } => self.write(reply, |w| w.record(&batch)),
+                Job::CreateKey { record, reply } => self.write(reply, |w| w.create_key(record)),
+                Job::RevokeKey { name, at, reply } => {
+                    self.write(reply, |w| w.revoke_key(&name, at))
                 }
-                Job::Record { batch, reply } => {
-                    let _ = reply.send(self.record(&batch));
-                }
+                Job::Probe { reply } => self.write(reply, Writer::probe),
             }
+        }
+    }
+
+    /// Runs a job that writes (or may), notes what its outcome says of
+    /// the file, and answers it.
+    fn write<T>(
+        &mut self,
+        reply: Reply<T>,
+        job: impl FnOnce(&mut Writer) -> Result<T, StoreError>,
+    ) {
+        let before = self.conn.total_changes();
+        let result = job(self);
+        self.note(result.as_ref().map(drop), before);
+        let _ = reply.send(result);
+    }
+
+    /// Notes a job's outcome for `/healthz`: a failure of the file's, or
+    /// a success that changed rows since `before` (the connection's change
+    /// count when the job began); a job that changed nothing proves
+    /// nothing.
+    fn note(&self, result: Result<(), &StoreError>, before: u64) {
+        match result {
+            Ok(()) if self.conn.total_changes() > before => self.health.wrote(),
+            Ok(()) => {}
+            Err(e) => self.health.failed(e),
         }
     }
 
@@ -227,7 +277,10 @@ impl Writer {
         if self.index_pending {
             // A failure stops background indexing until the next put;
             // `flush_index` reports it.
-            self.index_pending = matches!(self.index_batch(), Ok(n) if n > 0);
+            let before = self.conn.total_changes();
+            let batch = self.index_batch();
+            self.note(batch.as_ref().map(drop), before);
+            self.index_pending = matches!(batch, Ok(n) if n > 0);
             if !self.index_pending {
                 self.unindexed_bytes = 0;
             }
@@ -267,6 +320,7 @@ impl Writer {
 
     fn put_group(&mut self, group: Vec<(Tenant, Vec<Prepared>, Reply<Vec<Stored>>)>) {
         let now = self.config.clock.now_ms();
+        let before = self.conn.total_changes();
         let outcome = self.set_synchronous(self.durable_level()).and_then(|()| {
             let mut tx = self
                 .conn
@@ -292,6 +346,7 @@ impl Writer {
             .flat_map(|(_, items, _)| items)
             .map(|i| i.output.text.len() as u64 + 1)
             .sum::<u64>();
+        self.note(outcome.as_ref().map(drop), before);
         match outcome {
             Ok(results) => {
                 let created: u64 = group
@@ -424,6 +479,71 @@ impl Writer {
         }
         tx.commit().ctx("committing a kept answer")?;
         Ok(new)
+    }
+
+    /// Records a new active key: refused, with nothing written, when an
+    /// active key has its name or its hash was ever recorded. The one
+    /// writer makes the check and the insert one step.
+    fn create_key(&mut self, record: KeyRecord) -> Result<KeyRecord, StoreError> {
+        use crate::store::keys;
+        self.set_synchronous("FULL")?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting to record a key")?;
+        let exists = |sql: &str, value: &str| -> Result<bool, StoreError> {
+            tx.prepare_cached(sql)
+                .and_then(|mut s| s.query_row([value], |r| r.get(0)))
+                .ctx("looking up a key")
+        };
+        if exists(keys::ACTIVE_NAMED, &record.name)? {
+            return Err(keys::name_taken(&record.name));
+        }
+        let hash = record.hash.hex();
+        if exists(keys::HASH_KNOWN, &hash)? {
+            return Err(keys::hash_taken());
+        }
+        tx.prepare_cached(keys::INSERT)
+            .and_then(|mut s| {
+                s.execute(params![
+                    record.name,
+                    hash,
+                    record.tenant.as_str(),
+                    record.created_at
+                ])
+            })
+            .ctx("recording a key")?;
+        tx.commit().ctx("committing a key")?;
+        self.wal_dirty += 1;
+        Ok(record)
+    }
+
+    /// Revokes the active key named `name`; `false` when none is.
+    fn revoke_key(&mut self, name: &str, at: i64) -> Result<bool, StoreError> {
+        self.set_synchronous("FULL")?;
+        let revoked = self
+            .conn
+            .prepare_cached(crate::store::keys::REVOKE)
+            .and_then(|mut s| s.execute(params![name, at]))
+            .ctx("revoking a key")?;
+        self.wal_dirty += 1;
+        Ok(revoked > 0)
+    }
+
+    /// Rewrites the probe's one row and commits it at the durability puts
+    /// use: what a put needs of the file, at the smallest cost.
+    fn probe(&mut self) -> Result<(), StoreError> {
+        self.set_synchronous(self.durable_level())?;
+        let now = self.config.clock.now_ms();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO write_probe (one, at) VALUES (1, ?1) \
+                 ON CONFLICT (one) DO UPDATE SET at = excluded.at",
+            )
+            .and_then(|mut s| s.execute([now]))
+            .ctx("probing whether the store can write")?;
+        self.wal_dirty += 1;
+        Ok(())
     }
 
     fn flush_index(&mut self) -> Result<u64, StoreError> {
@@ -895,7 +1015,7 @@ mod tests {
             sweep_interval: None,
             ..StoreConfig::default()
         };
-        Writer::new(conn, config)
+        Writer::new(conn, config, Arc::new(WriteHealth::new()))
     }
 
     fn put(writer: &mut Writer, text: &str) -> Result<Vec<Stored>, StoreError> {

@@ -74,7 +74,11 @@ def run(args: list[str], *, base_url: str, home: Path, cwd: Path, timeout: float
     if not CLAUDE.exists():
         raise FileNotFoundError(f"Claude Code is not installed at {CLAUDE}: run scripts/e2e")
     env = env_for(base_url, home)
-    env.update(extra_env or {})
+    for name, value in (extra_env or {}).items():
+        if value is None:  # None: the variable is removed
+            env.pop(name, None)
+        else:
+            env[name] = value
     p = subprocess.run([str(CLAUDE), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=timeout)
     return Run(args=args, returncode=p.returncode, stdout=p.stdout, stderr=p.stderr)

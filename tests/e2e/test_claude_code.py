@@ -12,15 +12,19 @@ checks that the hidden exchange is back in the history upstream.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import secrets
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 import claude_code
-from conftest import start_proxy, stop_proxy
+from conftest import start_proxy, stop_proxy, toolstub_bin
 import mock_anthropic as ma
 from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_recall_tools,
                                check_stub, ordered, tenant_of, tool_result_blocks)
@@ -145,7 +149,8 @@ def test_claude_code_runs_against_the_mock_directly(amock, dirs):
 
 
 def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str,
-                  extra_env: dict[str, str] | None = None, key: str | None = claude_code.API_KEY):
+                  extra_env: dict[str, str | None] | None = None, key: str | None = claude_code.API_KEY,
+                  tenant: str | None = None):
     home, work = dirs
     marker = f"E2E-DONE-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
@@ -175,7 +180,7 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert stub.startswith(STUB_HEADER + "\n")
     stored = subprocess.run(
         [str(aproxy.binary), "results", "read", "--db", str(aproxy.db), "--ref", ma.stub_ref(stub),
-         "--tenant", tenant_of(key) if key else "anonymous", "--limit", "-1", "--json"],
+         "--tenant", tenant or (tenant_of(key) if key else "anonymous"), "--limit", "-1", "--json"],
         capture_output=True, text=True, timeout=20)
     assert stored.returncode == 0, stored.stderr
     original = json.loads(stored.stdout)["content"]
@@ -311,6 +316,103 @@ def test_claude_code_on_amazon_bedrock(amock, bproxy, dirs):
     for r in posts:
         assert "model" not in r.json and r.json["anthropic_version"].startswith("bedrock-"), list(r.json)
         assert r.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY}/")
+    assert_all_answered(amock)
+
+
+HELD_ANTHROPIC_KEY = "sk-ant-held-by-the-proxy-e2e-0042"
+
+
+def make_client_key(binary: Path, db: Path, name: str) -> tuple[str, str]:
+    """``toolstub keys create NAME`` on the store at ``db``: the key (the
+    last line) and its tenant."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSTUB_")}
+    p = subprocess.run([str(binary), "keys", "create", name, "--db", str(db)],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert p.returncode == 0, p.stderr
+    key = p.stdout.strip().splitlines()[-1]
+    assert key.startswith("tsk_") and len(key) == 47, p.stdout
+    tenant = "k-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    assert tenant in p.stdout, p.stdout
+    return key, tenant
+
+
+@pytest.fixture
+def keyed(amock, tmp_path):
+    """A toolstub that requires client keys (one made before it starts),
+    holding an Anthropic key of its own and AWS credentials, both lent only
+    to the mock (listed as their host)."""
+    work = tmp_path / "keyed-proxy"
+    work.mkdir()
+    binary = toolstub_bin()
+    key, tenant = make_client_key(binary, work / "toolstub.db", "claude-e2e")
+    p = start_proxy(amock.url, work, extra_env={
+        "ANTHROPIC_API_KEY": HELD_ANTHROPIC_KEY,
+        "TOOLSTUB_UPSTREAM_API_KEY_HOSTS": '["127.0.0.1"]',
+        "AWS_ACCESS_KEY_ID": AWS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS": '["127.0.0.1"]'})
+    amock.aws_credentials = (AWS_KEY, AWS_SECRET)
+    yield p, key, tenant
+    stop_proxy(p)
+
+
+def assert_no_client_key_upstream(amock, key: str) -> None:
+    for r in amock.requests():
+        seen = f"{r.path} {r.headers}"
+        assert key not in seen and key[4:] not in seen, seen
+
+
+def test_a_keyed_proxy_refuses_claude_code_without_a_key(amock, keyed, dirs):
+    """Keys exist: a request with only a provider key is refused, in
+    Anthropic's error format, and nothing reaches the upstream."""
+    proxy, _key, _tenant = keyed
+    req = urllib.request.Request(proxy.url + "/v1/messages", method="POST",
+                                 data=b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}',
+                                 headers={"x-api-key": claude_code.API_KEY, "anthropic-version": "2023-06-01",
+                                          "content-type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open(req, timeout=10)
+    assert refused.value.code == 401
+    assert json.loads(refused.value.read())["error"]["type"] == "authentication_error"
+    assert amock.requests() == []
+
+
+def test_claude_code_with_a_client_key_as_its_auth_token(amock, keyed, dirs):
+    """ANTHROPIC_AUTH_TOKEN=<client key> and no Anthropic key of its own:
+    the proxy admits it by the key, sends its own Anthropic key upstream,
+    and files the outputs under the key's tenant."""
+    proxy, key, tenant = keyed
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    target = work / "routes.json"
+    target.write_text(routes_json(nonce))
+    run_two_turns(amock, proxy, dirs, "Read", {"file_path": str(target)}, nonce, "Read",
+                  extra_env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": key}, key=None, tenant=tenant)
+    posts = amock.messages_posts()
+    assert posts and all(r.header("x-api-key") == HELD_ANTHROPIC_KEY for r in posts), \
+        [r.header("x-api-key") for r in posts]
+    assert all(r.header("authorization") is None for r in posts), [r.header("authorization") for r in posts]
+    assert_no_client_key_upstream(amock, key)
+
+
+def test_claude_code_on_bedrock_with_a_client_key_in_its_custom_headers(amock, keyed, dirs):
+    """CLAUDE_CODE_SKIP_BEDROCK_AUTH=1 and the client key in
+    ANTHROPIC_CUSTOM_HEADERS: admitted by the key, every request signed by
+    the proxy's AWS identity, the key never upstream."""
+    proxy, key, tenant = keyed
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    env = {**claude_code.bedrock_env(proxy.url), "ANTHROPIC_CUSTOM_HEADERS": f"x-toolstub-key: {key}"}
+    run_two_turns(amock, proxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                  nonce, "Bash", extra_env=env, key=None, tenant=tenant)
+    posts = amock.messages_posts()
+    assert posts and all(r.route.endswith("/invoke-with-response-stream") for r in posts), [r.path for r in posts]
+    for r in posts:
+        assert r.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY}/")
+    assert_no_client_key_upstream(amock, key)
     assert_all_answered(amock)
 
 

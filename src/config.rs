@@ -59,6 +59,9 @@ pub struct RawServer {
     pub max_body_bytes: u64,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
+    /// A client connection whose answer cannot be written for this long
+    /// (the client reads nothing) is closed.
+    pub write_timeout_ms: u64,
     /// Client connections served at once; more are answered 503.
     pub max_connections: usize,
     /// Request and response bytes read whole across all requests at once;
@@ -77,6 +80,7 @@ impl Default for RawServer {
             max_body_bytes: 64 * 1024 * 1024,
             header_read_timeout_ms: 30_000,
             body_read_timeout_ms: 60_000,
+            write_timeout_ms: 60_000,
             max_connections: 1024,
             max_buffered_bytes: 256 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
@@ -370,6 +374,7 @@ pub struct Config {
     pub max_body_bytes: u64,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub write_timeout: Duration,
     pub max_connections: usize,
     pub max_buffered_bytes: u64,
     pub shutdown_grace: Duration,
@@ -840,6 +845,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
         max_body_bytes: raw.server.max_body_bytes,
         header_read_timeout: ms(raw.server.header_read_timeout_ms.max(1)),
         body_read_timeout: ms(raw.server.body_read_timeout_ms.max(1)),
+        write_timeout: ms(raw.server.write_timeout_ms.max(1)),
         max_connections: raw.server.max_connections.max(1),
         max_buffered_bytes: raw.server.max_buffered_bytes,
         shutdown_grace: ms(raw.server.shutdown_grace_ms),

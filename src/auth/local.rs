@@ -10,11 +10,14 @@
 //!   `127.0.0.1`, `[::1]` or a name in `auth.hosts`, with the port it was
 //!   reached on (or none). A page whose own name was re-pointed at
 //!   127.0.0.1 (DNS rebinding) sends its own name, and is refused;
-//! - it does not come from a page of another origin: an `Origin` header
-//!   other than the proxy's own (as `Host` above, `http://`), or
-//!   `Sec-Fetch-Site: cross-site`, is refused. A browser adds these to
-//!   every cross-site request it sends, a blind `text/plain` POST among
-//!   them; programs such as the agents' CLIs and SDKs send neither.
+//! - it does not come from a page of another origin: an `Origin` other
+//!   than the proxy's own (`http://`, `localhost`, the address it was
+//!   reached on or a name in `auth.hosts`, and its own port), or a
+//!   `Sec-Fetch-Site` other than `same-origin` or `none`, is refused. A
+//!   browser adds these to the requests a page makes, a blind `text/plain`
+//!   POST among them; a page of another local server (another port or
+//!   loopback address) is another origin. Programs such as the agents'
+//!   CLIs and SDKs send neither.
 //!
 //! Pure: the caller gives the peer, the local address and the headers.
 
@@ -60,8 +63,13 @@ pub fn admit(
     if !names_proxy(host, local, names) {
         return Err(Refusal::Host);
     }
+    // A browser says where a request comes from: only the proxy's own page
+    // (`same-origin`) or the person typing its address (`none`) may ask.
     if let Some(site) = headers.get("sec-fetch-site") {
-        if site.as_bytes().eq_ignore_ascii_case(b"cross-site") {
+        let own = [b"same-origin".as_slice(), b"none"]
+            .iter()
+            .any(|ok| site.as_bytes().eq_ignore_ascii_case(ok));
+        if !own {
             return Err(Refusal::CrossOrigin);
         }
     }
@@ -70,12 +78,30 @@ pub fn admit(
             .to_str()
             .ok()
             .and_then(|o| o.strip_prefix("http://"))
-            .is_some_and(|authority| names_proxy(authority, local, names));
+            .is_some_and(|authority| is_own_origin(authority, local, names));
         if !own {
             return Err(Refusal::CrossOrigin);
         }
     }
     Ok(())
+}
+
+/// Whether an `Origin`'s `host[:port]` is the proxy's own page, exactly:
+/// `localhost`, the address it was reached on or a configured name, with
+/// its own port (a browser leaves the port out only for 80). A page of
+/// another local server (another port, another loopback address) is
+/// another origin.
+fn is_own_origin(authority: &str, local: SocketAddr, names: &[String]) -> bool {
+    let (host, port) = split_authority(authority);
+    if port.unwrap_or(80) != local.port() {
+        return false;
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical() == local.ip().to_canonical())
+        || names.iter().any(|n| n.eq_ignore_ascii_case(host))
 }
 
 /// Whether `authority` (`host[:port]`) names the proxy reached at `local`:
@@ -220,6 +246,12 @@ mod tests {
             "http://localhost:3000",
             "https://localhost:8790",
             "file://",
+            // Pages of other local servers: port 80, another loopback
+            // address on the proxy's port.
+            "http://localhost",
+            "http://127.0.0.1",
+            "http://[::1]",
+            "http://127.0.0.2:8790",
         ] {
             assert_eq!(
                 check(
@@ -230,12 +262,15 @@ mod tests {
                 "{origin}"
             );
         }
-        assert_eq!(
-            check(
-                "127.0.0.1:50000",
-                &[("host", "127.0.0.1:8790"), ("sec-fetch-site", "cross-site")]
-            ),
-            Err(Refusal::CrossOrigin)
-        );
+        for site in ["cross-site", "same-site", "CROSS-SITE"] {
+            assert_eq!(
+                check(
+                    "127.0.0.1:50000",
+                    &[("host", "127.0.0.1:8790"), ("sec-fetch-site", site)]
+                ),
+                Err(Refusal::CrossOrigin),
+                "{site}"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! request before it goes anywhere: a key never leaves the proxy.
 
 use super::key::{looks_like_key, KeyHash};
-use http::header::{HeaderName, AUTHORIZATION};
+use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use http::HeaderMap;
 
 /// The header a client key may come in beside a provider's credential.
@@ -51,58 +51,67 @@ pub fn presented(headers: &HeaderMap, query: Option<&str>) -> Presented {
     }
 }
 
-/// A key in a provider credential's header.
+/// A key in a provider credential's header (any of its values).
 fn in_place(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers.get(AUTHORIZATION) {
-        let bearer = value.to_str().ok().and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-        if let Some(key) = bearer.filter(|k| looks_like_key(k)) {
-            return Some(key);
-        }
-    }
-    API_KEY_HEADERS.iter().find_map(|name| {
-        let value = headers.get(name)?.to_str().ok()?.trim();
-        looks_like_key(value).then_some(value)
+    let bearer = headers
+        .get_all(AUTHORIZATION)
+        .iter()
+        .find_map(|v| bearer_key(v.to_str().ok()?));
+    bearer.or_else(|| {
+        API_KEY_HEADERS.iter().find_map(|name| {
+            headers.get_all(name).iter().find_map(|v| {
+                let value = v.to_str().ok()?.trim();
+                looks_like_key(value).then_some(value)
+            })
+        })
     })
 }
 
-/// A key in the query's `key` parameter (the Gemini API's).
+/// The key of an `Authorization: Bearer KEY` value.
+fn bearer_key(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && looks_like_key(token)).then_some(token)
+}
+
+/// A key in one of the query's `key` parameters (the Gemini API's).
 fn in_query(query: &str) -> Option<&str> {
     query
         .split('&')
-        .find_map(|pair| pair.strip_prefix("key="))
-        .filter(|k| looks_like_key(k))
+        .filter_map(|pair| pair.strip_prefix("key="))
+        .find(|k| looks_like_key(k))
 }
 
-/// Takes every client key off `headers`: `x-toolstub-key`, and each
-/// provider credential header whose value is a key. Other credentials
-/// stay, to go upstream as the client sent them.
+/// Takes every client key off `headers`: `x-toolstub-key`, and each value
+/// of a provider credential header that is a key (a header given twice
+/// included). Other credentials stay, to go upstream as the client sent
+/// them.
 pub fn take_off(headers: &mut HeaderMap) {
     headers.remove(KEY_HEADER);
-    let bearer_key = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .is_some_and(|(scheme, token)| {
-            scheme.eq_ignore_ascii_case("bearer") && looks_like_key(token.trim())
-        });
-    if bearer_key {
-        headers.remove(AUTHORIZATION);
-    }
-    for name in &API_KEY_HEADERS {
-        let is_key = headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| looks_like_key(v.trim()));
-        if is_key {
-            headers.remove(name);
+    let names = std::iter::once(AUTHORIZATION).chain(API_KEY_HEADERS);
+    for name in names {
+        let is_key = |v: &HeaderValue| {
+            v.to_str().is_ok_and(|v| {
+                bearer_key(v).is_some() || name != AUTHORIZATION && looks_like_key(v.trim())
+            })
+        };
+        if !headers.get_all(&name).iter().any(is_key) {
+            continue;
+        }
+        let kept: Vec<HeaderValue> = headers
+            .get_all(&name)
+            .iter()
+            .filter(|v| !is_key(v))
+            .cloned()
+            .collect();
+        headers.remove(&name);
+        for value in kept {
+            headers.append(name.clone(), value);
         }
     }
 }
 
-/// The query without a `key` parameter that holds a client key; `None`
+/// The query without the `key` parameters that hold a client key; `None`
 /// when there is none to take off.
 pub fn query_without_key(query: &str) -> Option<String> {
     in_query(query)?;
@@ -198,6 +207,29 @@ mod tests {
         assert_eq!(h.len(), 2, "{h:?}");
         assert_eq!(h["x-api-key"], "sk-ant-own");
         assert!(h.contains_key("anthropic-version"));
+        let mut twice = with(&[
+            ("authorization", "Bearer sk-own"),
+            ("authorization", &format!("Bearer {a}")),
+            ("x-api-key", "sk-ant-own"),
+            ("x-api-key", &a),
+        ]);
+        assert_eq!(presented(&twice, None), Presented::Key(KeyHash::of(&a)));
+        take_off(&mut twice);
+        assert_eq!(
+            format!("{twice:?}"),
+            format!(
+                "{:?}",
+                with(&[
+                    ("authorization", "Bearer sk-own"),
+                    ("x-api-key", "sk-ant-own")
+                ])
+            ),
+            "a key given as a second value comes off too"
+        );
+        assert_eq!(
+            query_without_key(&format!("key=AIza-own&key={a}")).as_deref(),
+            Some("key=AIza-own")
+        );
         let mut own = with(&[("authorization", "Bearer sk-own")]);
         take_off(&mut own);
         assert_eq!(own["authorization"], "Bearer sk-own");

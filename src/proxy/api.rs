@@ -33,6 +33,13 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+/// The largest body whose session and model the ledger reads later, off
+/// the request's path: a larger one is read now (the rewrite reads it) or
+/// not at all, so the ledger's queue never holds request bodies of any
+/// size past the bytes the proxy holds at once (`server.max_buffered_bytes`
+/// counts a body only while its request lives).
+const DEFER_MAX: usize = 64 << 10;
+
 /// Bodies larger than this are rewritten on the blocking pool, so a 10 MB
 /// synopsis never stalls other requests on the same runtime thread.
 const INLINE_REWRITE_BYTES: usize = 256 * 1024;
@@ -224,6 +231,20 @@ pub(super) async fn handle(
             tenant = identity;
             accounting = Accounting::of(api, &tenant);
         }
+        // Signed by an identity the proxy does not hold (or holding none):
+        // the signature covers the body, and the caller's outputs would
+        // have no tenant of their own (nothing proves whose they are). It
+        // goes as it came, unread.
+        let foreign = signing == super::aws::Signing::AsSent
+            && parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .is_some_and(|v| v.to_str().is_ok_and(super::aws::is_sigv4));
+        if foreign {
+            app.metrics.unchanged("foreign_signature");
+            let tap = unread(&accounting, app, SessionOf::Unknown);
+            return forward_whole(app, &parts, original, tap).await;
+        }
     }
     if api == Api::BedrockCountTokens {
         return Box::pin(bedrock_count_tokens(app, &parts, &tenant, original)).await;
@@ -245,7 +266,8 @@ pub(super) async fn handle(
         .map(str::to_string);
 
     let path_model = api.model_in_path(parts.uri.path());
-    let plan = if app.config.policy.enabled && api.protocol().surely_untouched(&original) {
+    let small = original.len() <= DEFER_MAX;
+    let plan = if small && app.config.policy.enabled && api.protocol().surely_untouched(&original) {
         Plan::Unchanged("no_tools", None)
     } else {
         plan(app, api, original.clone(), Mode::WithRefs, true).await?
@@ -276,7 +298,10 @@ pub(super) async fn handle(
             let derive = match (session_header, read) {
                 (Some(s), read) => SessionOf::Known(s, read.and_then(|r| r.model).or(path_model)),
                 (None, Some(read)) => SessionOf::Read(read, path_model),
-                (None, None) => SessionOf::Derive(api.protocol(), original.clone(), path_model),
+                (None, None) if small => {
+                    SessionOf::Derive(api.protocol(), original.clone(), path_model)
+                }
+                (None, None) => SessionOf::Unknown,
             };
             let tap = unread(&accounting, app, derive);
             forward_whole(app, &parts, original, tap).await

@@ -319,6 +319,38 @@ mod tests {
             None,
             "a header changed"
         );
+        // A claimed payload hash must be this body's.
+        let mut claimed = signed_for_the_proxy("the-secret", body);
+        let other = hex_of(&crate::refs::sha256(b"{}"));
+        claimed.headers.insert(
+            "x-amz-content-sha256",
+            HeaderValue::from_str(&other).expect("hex"),
+        );
+        assert_eq!(
+            verified_key(&claimed, b"{}", "AKIDPROXY", "the-secret", now),
+            None
+        );
+        assert_eq!(
+            verified_key(&claimed, body, "AKIDPROXY", "the-secret", now),
+            None
+        );
+        let own = hex_of(&crate::refs::sha256(body));
+        claimed.headers.insert(
+            "x-amz-content-sha256",
+            HeaderValue::from_str(&own).expect("hex"),
+        );
+        assert_eq!(
+            verified_key(&claimed, body, "AKIDPROXY", "the-secret", now),
+            Some("AKIDPROXY")
+        );
+        claimed.headers.insert(
+            "x-amz-content-sha256",
+            HeaderValue::from_static("UNSIGNED-PAYLOAD"),
+        );
+        assert_eq!(
+            verified_key(&claimed, body, "AKIDPROXY", "the-secret", now),
+            None
+        );
         assert_eq!(
             parse_amz_date("20261202T140453Z"),
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_220_293))
@@ -496,10 +528,15 @@ fn verified_key<'a>(
         }
         canonical_headers.push_str(&format!("{name}:{}\n", values.join(",")));
     }
-    let payload = match parts.headers.get("x-amz-content-sha256") {
-        Some(v) => v.to_str().ok()?.to_string(),
-        None => hex_of(&Sha256::digest(body)),
-    };
+    // The body's own hash, whatever the client claims: a signature over
+    // `UNSIGNED-PAYLOAD`, or over another body, is no signature of this
+    // one (a captured signature replayed with a new body must not pass).
+    let payload = hex_of(&Sha256::digest(body));
+    if let Some(claimed) = parts.headers.get("x-amz-content-sha256") {
+        if claimed.as_bytes() != payload.as_bytes() {
+            return None;
+        }
+    }
     let canonical = format!(
         "{}\n{}\n{}\n{}\n{}\n{}",
         parts.method,

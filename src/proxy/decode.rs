@@ -146,7 +146,10 @@ where
             }
             Coding::Zlib => Box::pin(ZlibDecoder::new(reader)),
             Coding::Brotli => Box::pin(BrotliDecoder::new(reader)),
-            Coding::Zstd => Box::pin(ZstdDecoder::new(reader)),
+            // A zstd frame may ask for a window of up to 2 GiB, which the
+            // decoder would hold whatever the frame's size: at most 8 MiB,
+            // as HTTP's zstd coding says (brotli's is 16 MiB by format).
+            Coding::Zstd => Box::pin(ZstdDecoder::new_for_http(reader)),
         };
         reader = Box::pin(BufReader::with_capacity(PIECE_BYTES, decoder));
     }
@@ -243,6 +246,34 @@ mod tests {
         assert_eq!(codings(&headers), Err("snappy".to_string()));
         headers.insert(header::CONTENT_ENCODING, " Identity ".parse().expect("v"));
         assert!(!is_encoded(&headers));
+    }
+
+    #[tokio::test]
+    async fn a_zstd_frame_asking_for_a_window_past_8_mib_is_refused() {
+        use async_compression::zstd::CParameter;
+        let encode_with = |window_log: u32| async move {
+            let mut w = ZstdEncoder::with_quality_and_params(
+                Vec::new(),
+                async_compression::Level::Fastest,
+                &[CParameter::window_log(window_log)],
+            );
+            w.write_all(&[b'a'; 4096]).await.expect("zstd");
+            w.shutdown().await.expect("zstd");
+            w.into_inner()
+        };
+        let read = |bytes: Vec<u8>| async move {
+            decoded(response("zstd", bytes))
+                .expect("known")
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes().len())
+        };
+        assert_eq!(read(encode_with(23).await).await.ok(), Some(4096));
+        assert!(
+            read(encode_with(27).await).await.is_err(),
+            "a 128 MiB window is no HTTP zstd"
+        );
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@ mod responses;
 mod timeouts;
 mod upstream;
 mod usage_tap;
+mod write_stall;
 
 pub use access::RUN_PREFIX;
 pub use body::BoxBody;
@@ -408,6 +409,7 @@ pub async fn run(
                     limits::refuse(stream, &app);
                     continue;
                 };
+                let stream = write_stall::WriteStall::new(stream, app.config.write_timeout);
                 let app = app.clone();
                 let conn = Arc::new(Connection {
                     peer: access::Peer { remote, local },

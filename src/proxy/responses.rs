@@ -11,7 +11,7 @@
 //!   with the client id, the output the client saw, and its echoed tools
 //!   without the recall tools.
 
-use super::body::{boxed, collect_within, full, Collected};
+use super::body::{boxed, collect_reserving, full, Collected};
 use super::error::ProxyError;
 use super::{forward, stream_back, App, BoxBody};
 use crate::protocol::json_edit::{raw_member, set_members};
@@ -109,12 +109,17 @@ pub(super) async fn by_id(
     }
     let (mut head, body) = response.into_parts();
     super::upstream::strip_hop_by_hop(&mut head.headers);
-    let bytes = match collect_within(body, MAX_FETCHED_BYTES)
+    // Read whole to patch its ids, so counted against the bytes the proxy
+    // holds at once (the answer echoes the request's instructions and
+    // tools: its size is the client's to choose).
+    let mut held = app.limits.buffer();
+    let read = collect_reserving(body, MAX_FETCHED_BYTES, |total| held.grow_to(total))
         .await
-        .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading the response: {e}")))?
-    {
-        Collected::Complete(bytes) => bytes,
-        Collected::TooLarge(rest) => return Ok(Response::from_parts(head, boxed(rest))),
+        .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading the response: {e}")))?;
+    let bytes = match read {
+        Ok(Collected::Complete(bytes)) => bytes,
+        Ok(Collected::TooLarge(rest)) => return Ok(Response::from_parts(head, boxed(rest))),
+        Err(_unread) => return Err(super::limits::over_buffered(app)),
     };
     let patched = std::str::from_utf8(&bytes)
         .ok()

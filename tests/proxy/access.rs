@@ -777,3 +777,163 @@ async fn a_scraper_reads_the_metrics_with_the_admin_token_alone() {
     assert_eq!(status, 401);
     proxy.shutdown().await;
 }
+
+/// A key in a second `Authorization` or `x-api-key`, or in a second
+/// `key=` of the query, is taken off as the first would be.
+#[tokio::test]
+async fn a_client_key_given_twice_never_goes_upstream() {
+    let (proxy, mock, _dir) = start("0.0.0.0:0", &[]).await;
+    let key = make_key(&proxy, "alice").await;
+    let c = client();
+    let bearer = format!("Bearer {key}");
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        (
+            "a second Authorization",
+            "/v1/chat/completions".to_string(),
+            vec![
+                ("x-toolstub-key", &key),
+                ("authorization", KEY),
+                ("authorization", &bearer),
+            ],
+        ),
+        (
+            "a second x-api-key",
+            "/v1/messages".to_string(),
+            vec![
+                ("x-toolstub-key", &key),
+                ("anthropic-version", "2023-06-01"),
+                ("x-api-key", "sk-ant-own"),
+                ("x-api-key", &key),
+            ],
+        ),
+        (
+            "a second key= in the query",
+            format!("/v1beta/models/g:generateContent?key=AIza-own&key={key}"),
+            vec![("x-toolstub-key", &key)],
+        ),
+    ];
+    let mut leaked = Vec::new();
+    for (what, path, headers) in cases {
+        let before = mock.requests().len();
+        let (status, _, _) = send(&c, "POST", local_url(&proxy, &path), &headers, CHAT).await;
+        assert_eq!(status, 200, "{what}: admitted by its key");
+        assert_eq!(mock.requests().len(), before + 1, "{what}: went upstream");
+        let r = mock.last();
+        let seen = format!("{} {:?}", r.path_and_query, r.headers);
+        if seen.contains(key.as_str()) {
+            leaked.push(format!("{what}: {seen}"));
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "the client key reached the upstream:\n{}",
+        leaked.join("\n")
+    );
+    proxy.shutdown().await;
+}
+
+/// A Bedrock client signing with an AWS identity the proxy does not hold
+/// (or any, when it holds none): nothing proves whose its outputs would be,
+/// and its signature covers the body. It goes upstream as it came, and
+/// nothing of it is stored, for `anonymous` or anyone.
+#[tokio::test]
+async fn a_signature_by_an_identity_the_proxy_does_not_hold_is_forwarded_unread() {
+    let mock = mock::start(anthropic_reply()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("toolstub.db");
+    let upstream = format!("http://{}", mock.addr);
+    let proxy = super::Binary::serve(
+        &["--upstream", &upstream, "--db", &db.to_string_lossy()],
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKIDTHEPROXYHOLDS001"),
+            ("AWS_SECRET_ACCESS_KEY", "the/proxys/own/secret"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    )
+    .await;
+    // A developer's agent signing Bedrock requests with its own identity.
+    let (status, answer) = signed_invoke(
+        &proxy.url("/model/anthropic.claude-x/invoke"),
+        &bedrock_body(&big_json(3_000)),
+        "AKIDDEVELOPERSOWN001",
+        "the/developers/own/secret",
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let sent = mock.last();
+    assert_eq!(
+        sent.body,
+        bedrock_body(&big_json(3_000)).as_bytes(),
+        "unread, unchanged"
+    );
+    assert!(
+        sent.headers["authorization"]
+            .to_str()
+            .is_ok_and(|a| a.contains("AKIDDEVELOPERSOWN001")),
+        "with its own signature"
+    );
+    // Another program on the machine, with no credential at all.
+    let c = client();
+    let (status, _, list) = send(&c, "GET", proxy.url("/toolstub/v1/results"), &[], "").await;
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_slice(&list).expect("json");
+    proxy.kill();
+    assert_eq!(list["results"].as_array().map(Vec::len), Some(0), "{list}");
+}
+
+/// Pages of other servers on this machine (port 80, another loopback
+/// address on the proxy's port) are other origins: a blind POST from one
+/// is refused, and the proxy's key is not lent.
+#[tokio::test]
+async fn a_page_of_another_local_server_is_another_origin() {
+    let held = "sk-held-by-the-proxy-6";
+    let (proxy, mock, _dir) = start(
+        "127.0.0.1:0",
+        &[
+            ("OPENAI_API_KEY", held),
+            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+        ],
+    )
+    .await;
+    let port = proxy.addr.port();
+    let other_loopback = format!("http://127.0.0.2:{port}");
+    let c = client();
+    let mut admitted = Vec::new();
+    for origin in [
+        "http://localhost",
+        "http://127.0.0.1",
+        "http://[::1]",
+        other_loopback.as_str(),
+    ] {
+        let before = mock.requests().len();
+        let (status, _, _) = send(
+            &c,
+            "POST",
+            local_url(&proxy, "/v1/chat/completions"),
+            &[
+                ("origin", origin),
+                ("sec-fetch-site", "same-site"),
+                ("content-type", "text/plain"),
+            ],
+            CHAT,
+        )
+        .await;
+        if status != 403 || mock.requests().len() != before {
+            let lent = mock
+                .requests()
+                .last()
+                .and_then(|r| r.headers.get("authorization").cloned())
+                .map(|v| v.to_str().unwrap_or("").contains(held))
+                .unwrap_or(false);
+            admitted.push(format!("{origin}: {status}, held key lent: {lent}"));
+        }
+    }
+    assert!(
+        admitted.is_empty(),
+        "pages of other origins were served as the proxy's own:\n{}",
+        admitted.join("\n")
+    );
+    proxy.shutdown().await;
+}

@@ -3,7 +3,7 @@
 //! upstream's own usage (Chat Completions here; the Anthropic and Responses
 //! streams in their own modules).
 
-use super::mock::{client, send, Recorded, Reply, Script};
+use super::mock::{self, client, send, Recorded, Reply, Script};
 use super::{big_json, chat_body, sample, setup, stats_once, KEY};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -275,4 +275,56 @@ async fn toolstub_stats_reads_the_same_figures_from_the_store() {
     );
     assert!(text.contains("cli-1"), "{text}");
     assert!(text.contains("fetch"), "{text}");
+}
+
+/// A body without tools larger than the ledger may hold (64 KiB) is read
+/// by the rewrite on its way, not handed whole to the ledger to read
+/// later: its session is still derived and its turn counted, and it is not
+/// among the bodies forwarded unread (`no_tools`).
+#[tokio::test]
+async fn a_large_body_without_tools_is_read_on_its_way_not_queued_for_the_ledger() {
+    let s = setup(Arc::new(|_: &Recorded| mock::ok_json("done"))).await;
+    let filler = "lorem ipsum ".repeat(9_000);
+    let body =
+        format!(r#"{{"model":"gpt-test","messages":[{{"role":"user","content":"{filler}"}}]}}"#);
+    assert!(body.len() > 100_000);
+    for body in [
+        body.clone(),
+        r#"{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}"#.to_string(),
+    ] {
+        let (status, _, _) = send(
+            &client(),
+            "POST",
+            s.url("/v1/chat/completions"),
+            &[("authorization", KEY)],
+            body.clone(),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            s.mock.last().body,
+            body.as_bytes(),
+            "forwarded byte for byte"
+        );
+    }
+    let stats = stats_once(&s, ("authorization", KEY), "", 2, 2).await;
+    let sessions = stats["sessions"].as_array().expect("sessions");
+    assert!(
+        sessions.iter().all(|x| x["session_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("s_"))),
+        "both sessions derived: {stats}"
+    );
+    let (_, _, metrics) = send(&client(), "GET", s.url("/metrics"), &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let unread = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolstub_chat_unchanged_total{reason=\"no_tools\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(
+        unread,
+        Some(1),
+        "only the small body went unread:\n{metrics}"
+    );
+    s.proxy.shutdown().await;
 }

@@ -5,12 +5,13 @@
 //! timeout is cut, on the passthrough path too.
 
 use super::mock::{self, Recorded, Reply, Script};
-use super::{client, send, setup_with};
+use super::{client, send, setup_with, KEY};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use toolstub::store::Tenant;
 
 /// Everything one of these tests waits for at most.
 const BOUND: Duration = Duration::from_secs(20);
@@ -207,5 +208,134 @@ async fn a_passthrough_body_dribbled_past_the_read_timeout_is_cut() {
         s.mock.requests().iter().all(|r| r.body.len() < 1000),
         "the upstream never got a whole body"
     );
+    s.proxy.shutdown().await;
+}
+
+/// A client that pipelines requests (`GET /healthz`, open to anyone even
+/// where keys are required) with a tiny receive window and never reads:
+/// hyper stops reading once its write blocks, so no read timeout runs.
+/// The write timeout closes it, and its place among
+/// `server.max_connections` goes to the next client.
+#[tokio::test]
+async fn a_client_that_never_reads_its_answers_gives_its_connection_place_back() {
+    let s = setup_with(
+        Arc::new(|_: &Recorded| mock::ok_json("done")),
+        &[
+            // Keys required: the attacker needs none for /healthz.
+            ("TOOLSTUB_AUTH_REQUIRED", "true"),
+            ("TOOLSTUB_SERVER_MAX_CONNECTIONS", "2"),
+            ("TOOLSTUB_SERVER_WRITE_TIMEOUT_MS", "300"),
+            ("TOOLSTUB_SERVER_HEADER_READ_TIMEOUT_MS", "300"),
+            ("TOOLSTUB_SERVER_BODY_READ_TIMEOUT_MS", "300"),
+            ("TOOLSTUB_UPSTREAM_IDLE_TIMEOUT_MS", "300"),
+        ],
+    )
+    .await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", s.proxy.addr.port())
+        .parse()
+        .expect("addr");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(2048).expect("rcvbuf");
+        let stream = socket.connect(addr).await.expect("connect");
+        let (reader, mut writer) = stream.into_split();
+        let block = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".repeat(10_000);
+        let task = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            // Writes until the proxy stops reading, and then waits there.
+            for _ in 0..100 {
+                if writer.write_all(block.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        });
+        held.push((reader, task));
+    }
+    // Every timeout the proxy has is 300 ms: wait ten times that.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = client();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut statuses = Vec::new();
+    loop {
+        let (status, _, _) = send(&c, "GET", s.url("/healthz"), &[], "").await;
+        statuses.push(status.as_u16());
+        if status == 200 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        statuses.last(),
+        Some(&200),
+        "two clients that never read, holding no key, locked every other client out: {statuses:?}"
+    );
+    drop(held);
+    s.proxy.shutdown().await;
+}
+
+/// `GET /v1/responses/{id}` of an id the proxy mapped reads the upstream's
+/// answer whole to give it the client's id; the answer echoes the
+/// request's instructions and tools, so its size is the client's to
+/// choose: it counts against `server.max_buffered_bytes` like any body
+/// read whole.
+#[tokio::test]
+async fn a_response_fetched_by_id_counts_against_the_buffered_bytes() {
+    const BOUND: usize = 1 << 20;
+    let big = format!(
+        r#"{{"id":"resp_upstream1","object":"response","output":[],"instructions":"{}"}}"#,
+        "x".repeat(8 * BOUND)
+    );
+    let script: Script = Arc::new(move |r: &Recorded| {
+        if r.path_and_query.starts_with("/v1/responses/resp_upstream1") {
+            Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                big.clone(),
+            )
+        } else {
+            mock::ok_json("done")
+        }
+    });
+    let s = setup_with(
+        script,
+        &[("TOOLSTUB_SERVER_MAX_BUFFERED_BYTES", &BOUND.to_string())],
+    )
+    .await;
+    let tenant = Tenant::from_credential(KEY);
+    s.proxy
+        .app
+        .store
+        .put_answer(
+            &tenant,
+            toolstub::store::Answer {
+                exchange: None,
+                response_id: Some(toolstub::store::ResponseId {
+                    client_id: "resp_client1".to_string(),
+                    upstream_id: "resp_upstream1".to_string(),
+                    output: "[]".to_string(),
+                }),
+            },
+        )
+        .await
+        .expect("the id map");
+    let (status, _, body) = send(
+        &client(),
+        "GET",
+        s.url("/v1/responses/resp_client1"),
+        &[("authorization", KEY)],
+        "",
+    )
+    .await;
+    // Read whole to be patched, it would pass the bound: refused instead.
+    assert_eq!(
+        status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&body[..body.len().min(300)])
+    );
+    let v: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(v["error"]["code"], "overloaded", "{v}");
     s.proxy.shutdown().await;
 }

@@ -143,8 +143,9 @@ impl Access {
             .unwrap_or_else(|| !self.loopback || self.keys.any())
     }
 
-    /// Admits `req` or says why not. On the way in, wrap's run secret is
-    /// taken off its path and every client key off its headers and query.
+    /// Admits `req` (its run secret already taken off by [`Access::enter`])
+    /// or says why not; every client key it presents is taken off its
+    /// headers and query on the way in.
     pub(super) async fn admit<B>(
         &self,
         peer: &Peer,

@@ -14,7 +14,10 @@
 //! user parts, the model's text and `functionCall`s, then the calls'
 //! results: the `functionResponse` parts of the user record that follows
 //! (0.61.0 records them there too), else those of the calls' `result`s.
-//! Consecutive contents of one role are sent as one. The
+//! Consecutive contents of one role are sent as one. A call the API gave
+//! no id has one Gemini CLI made (`<name>_<time>_<n>`), recorded as
+//! `<name>__<that id>`: the CLI sends the call and its response with the
+//! id it made, and so does the replay. The
 //! file records neither the system instruction nor the tool definitions:
 //! they are counted as placeholders of the size Gemini CLI 0.61.0 sends
 //! ([`SYSTEM_TOKENS`], [`TOOLS_TOKENS`]).
@@ -129,6 +132,32 @@ fn is_response(part: &Value) -> bool {
     part.get("functionResponse").is_some()
 }
 
+/// The id Gemini CLI made for a call the API gave none, from the id it
+/// records (`<name>__<id>`).
+fn made_id<'a>(name: &str, recorded: &'a str) -> Option<&'a str> {
+    recorded.strip_prefix(name)?.strip_prefix("__")
+}
+
+/// A part as sent: a `functionResponse` to a call the API gave no id
+/// with the id Gemini CLI made.
+fn as_sent(mut part: Value) -> Value {
+    if let Some(fr) = part
+        .get_mut("functionResponse")
+        .and_then(Value::as_object_mut)
+    {
+        let name = fr.get("name").and_then(Value::as_str).unwrap_or("");
+        let made = fr
+            .get("id")
+            .and_then(Value::as_str)
+            .and_then(|id| made_id(name, id))
+            .map(str::to_string);
+        if let Some(id) = made {
+            fr.insert("id".into(), Value::String(id));
+        }
+    }
+    part
+}
+
 fn session(name: &str, records: &[Value]) -> Vec<Recorded> {
     let mut contents: Vec<Value> = Vec::new();
     let mut requests = Vec::new();
@@ -139,7 +168,10 @@ fn session(name: &str, records: &[Value]) -> Vec<Recorded> {
     for r in records {
         match r.get("type").and_then(Value::as_str) {
             Some("user") => {
-                let p = parts(r.get("content").unwrap_or(&Value::Null));
+                let p: Vec<Value> = parts(r.get("content").unwrap_or(&Value::Null))
+                    .into_iter()
+                    .map(as_sent)
+                    .collect();
                 if p.iter().any(is_response) {
                     pending.clear();
                 }
@@ -160,11 +192,20 @@ fn session(name: &str, records: &[Value]) -> Vec<Recorded> {
                     };
                     answer.push('\n');
                     answer.push_str(&strings(&args));
-                    model_parts.push(json!({"functionCall": {"name": name, "args": args}}));
+                    let mut call = json!({"name": name, "args": args});
+                    if let Some(id) = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .and_then(|id| made_id(name, id))
+                    {
+                        call["id"] = Value::String(id.to_string());
+                    }
+                    model_parts.push(json!({ "functionCall": call }));
                     pending.extend(
                         parts(c.get("result").unwrap_or(&Value::Null))
                             .into_iter()
-                            .filter(is_response),
+                            .filter(is_response)
+                            .map(as_sent),
                     );
                 }
                 if !contents.is_empty() {

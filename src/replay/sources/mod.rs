@@ -152,11 +152,16 @@ pub fn read(path: &Path, shapes: &[Shape]) -> Result<Vec<Recorded>> {
     if bytes.starts_with(b"SQLite format 3\0") {
         return opencode::read_database(&name, path);
     }
-    let text = String::from_utf8_lossy(&bytes);
+    parse(&name, &String::from_utf8_lossy(&bytes), shapes)
+}
+
+/// The sessions of a file's text (see [`read`]).
+pub fn parse(name: &str, text: &str, shapes: &[Shape]) -> Result<Vec<Recorded>> {
+    let name = name.to_string();
     if text.trim().is_empty() {
         bail!("empty");
     }
-    if let Ok(value) = serde_json::from_str::<Value>(&text) {
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
         if trajectory::recognizes(&value) {
             return Ok(trajectory::read(&name, &value, shapes));
         }
@@ -322,5 +327,118 @@ mod tests {
             canonical(&v),
             r#"{"content":[{"text":"é\n","type":"text"}],"role":"user"}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod malformed {
+    //! No input makes a reader panic: arbitrary JSON shaped like each
+    //! format (its keys and type tags, any values), lines cut anywhere.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The keys and tags the readers look for, so that generated values
+    /// reach past their first checks.
+    const WORDS: &[&str] = &[
+        "messages",
+        "traj",
+        "tools",
+        "model",
+        "role",
+        "content",
+        "user",
+        "assistant",
+        "tool",
+        "system",
+        "tool_calls",
+        "function",
+        "arguments",
+        "name",
+        "id",
+        "type",
+        "message",
+        "function_call",
+        "function_call_output",
+        "call_id",
+        "output",
+        "mcp_call",
+        "input",
+        "items",
+        "session_id",
+        "sessionId",
+        "projectHash",
+        "gemini",
+        "toolCalls",
+        "args",
+        "result",
+        "functionResponse",
+        "$rewindTo",
+        "$set",
+        "sessionID",
+        "part",
+        "messageID",
+        "step_start",
+        "tool_use",
+        "state",
+        "status",
+        "completed",
+        "text",
+        "callID",
+        "parent_tool_use_id",
+        "timestamp",
+        "[Context reset] x",
+        "summary",
+        "trajectory_format",
+        "info",
+        "payload",
+        "session_meta",
+        "response_item",
+    ];
+
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(WORDS).prop_map(str::to_string),
+            "[a-z_]{0,6}",
+            Just("[{'id': 'a', 'function': {'name': 'f', 'arguments': '{}'}}]".to_string()),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| Value::Number(n.into())),
+            word().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((word(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_json_value_makes_a_reader_panic(v in value(), lines in prop::collection::vec(value(), 0..8)) {
+            let _ = parse("p", &v.to_string(), &Shape::ALL);
+            let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+            let _ = parse("p", &text.join("\n"), &Shape::ALL);
+        }
+
+        #[test]
+        fn a_session_cut_anywhere_is_read_or_refused(cut in 0usize..4000, which in 0usize..3) {
+            let whole = [
+                r#"[{"task_id": 1, "messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": null, "tool_calls": "[{'id': 'c1', 'type': 'function', 'function': {'name': 'f', 'arguments': '{\"a\": 1}'}}]"}, {"role": "tool", "tool_call_id": "c1", "content": "out"}, {"role": "assistant", "content": "done"}]}]"#,
+                "{\"sessionId\":\"s\",\"projectHash\":\"h\"}\n{\"id\":\"u\",\"type\":\"user\",\"content\":\"hi\"}\n{\"id\":\"g\",\"type\":\"gemini\",\"content\":\"ok\",\"toolCalls\":[{\"id\":\"f__x\",\"name\":\"f\",\"args\":{},\"result\":[{\"functionResponse\":{\"id\":\"f__x\",\"name\":\"f\",\"response\":{\"output\":\"o\"}}}]}]}\n{\"id\":\"g2\",\"type\":\"gemini\",\"content\":\"done\"}",
+                "{\"type\":\"step_start\",\"sessionID\":\"s\",\"part\":{\"id\":\"p1\",\"messageID\":\"m\",\"type\":\"step-start\"}}\n{\"type\":\"tool_use\",\"sessionID\":\"s\",\"part\":{\"id\":\"p2\",\"messageID\":\"m\",\"type\":\"tool\",\"tool\":\"bash\",\"callID\":\"c\",\"state\":{\"status\":\"completed\",\"input\":{},\"output\":\"o\"}}}\n{\"type\":\"text\",\"sessionID\":\"s\",\"part\":{\"id\":\"p3\",\"messageID\":\"m2\",\"type\":\"text\",\"text\":\"done\"}}",
+            ][which];
+            let end = whole.char_indices().map(|(i, _)| i).find(|&i| i >= cut.min(whole.len())).unwrap_or(whole.len());
+            let _ = parse("p", &whole[..end], &Shape::ALL);
+            prop_assert!(parse("p", whole, &Shape::ALL).is_ok_and(|s| !s.is_empty()));
+        }
     }
 }

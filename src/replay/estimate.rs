@@ -83,6 +83,17 @@ pub fn run(options: Options) -> Result<()> {
         writeln!(stdout)?;
     } else {
         write!(stdout, "{}", table(&reports, &totals, options.rows))?;
+        // What stood in for what the files do not record, once per kind.
+        let mut assumed: Vec<(&str, usize)> = Vec::new();
+        for a in reports.iter().flat_map(|r| r.assumed.iter()) {
+            match assumed.iter_mut().find(|(text, _)| *text == a.as_str()) {
+                Some(entry) => entry.1 += 1,
+                None => assumed.push((a.as_str(), 1)),
+            }
+        }
+        for (text, sessions) in assumed {
+            writeln!(stdout, "assumed in {sessions} sessions: {text}")?;
+        }
         if !skipped.is_empty() {
             writeln!(
                 stdout,

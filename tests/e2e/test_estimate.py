@@ -1,6 +1,7 @@
 """`toolstub estimate` on the session files the real clients write.
 
-The real Claude Code, Codex, opencode and Gemini CLIs run headless against
+The real Claude Code, Codex, opencode and Gemini CLIs (and an OpenAI Agents
+SDK agent, whose `to_input_list()` is saved) run headless against
 the mock upstreams (no proxy: the mock records exactly what each client
 sent) and keep their own session files in their own HOME. `toolstub
 estimate` then reads those files: each request it rebuilds must be the
@@ -343,3 +344,40 @@ def test_estimate_reads_a_gemini_cli_session(gmock, tmp_path):
     found = report(None, env=own_home(home))
     assert [s["source"] for s in found["per_session"]] == ["gemini_cli"]
     assert found["files_skipped"] == []
+
+
+def test_estimate_reads_an_agents_sdk_input_list(rmock, tmp_path):
+    """The OpenAI Agents SDK's `result.to_input_list()`, saved as JSON as an
+    agent would keep its history, is read as the Responses requests the SDK
+    sent (their input items; the list holds no instructions or tools)."""
+    import test_agents_sdk as ta
+
+    nonce = secrets.token_hex(6)
+    log = ta.access_log(nonce)
+    rmock.script = ta.AgentScript("DIRECT")
+    agent, client, calls = ta.make_agent(rmock.url + "/v1", log)
+
+    async def two_turns():
+        first = await ta.agents.Runner.run(agent, f"{ta.TURN1} What is slow?")
+        return await ta.agents.Runner.run(agent, first.to_input_list() + [
+            {"role": "user", "content": f"{ta.TURN2} And now?"}])
+
+    result = ta.run(ta.closing(client, two_turns()))
+    assert calls == ["api"]
+    sent = [r.json for r in rmock.responses_posts()]
+    saved = tmp_path / "history.json"
+    saved.write_text(json.dumps(result.to_input_list()))
+
+    requests = rebuilt(saved)
+    assert len(requests) == len(sent) == 3, (len(requests), len(sent))
+    for got, real in zip(requests, sent):
+        assert (got["source"], got["shape"]) == ("responses_items", "responses")
+        assert got["body"]["input"] == real["input"]
+        assert [t["name"] for t in got["body"]["tools"]] == ["fetch_log"]
+        assert any(a.startswith("tools: 1 definitions made from the calls") for a in got["assumed"])
+
+    out = report(saved)
+    [s] = out["per_session"]
+    assert (s["source"], s["shape"], s["unreadable"]) == ("responses_items", "responses", 0)
+    assert s["requests"] == 3 and s["outputs_externalized"] == 1, s
+    assert s["input_tokens"]["toolstub"] < s["input_tokens"]["direct"], s

@@ -39,8 +39,8 @@ struct Output<'a> {
     sessions: usize,
     saved_fraction: f64,
     totals: &'a Totals,
-    /// Files that held no session of a known format, or could not be read
-    /// (with why).
+    /// Files skipped, each with why: no reader knows its format, it holds
+    /// no request, or it could not be read.
     files_skipped: Vec<String>,
     per_session: &'a [SessionReport],
 }

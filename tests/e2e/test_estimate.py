@@ -381,3 +381,57 @@ def test_estimate_reads_an_agents_sdk_input_list(rmock, tmp_path):
     assert (s["source"], s["shape"], s["unreadable"]) == ("responses_items", "responses", 0)
     assert s["requests"] == 3 and s["outputs_externalized"] == 1, s
     assert s["input_tokens"]["toolstub"] < s["input_tokens"]["direct"], s
+
+
+def test_estimate_reads_a_claude_code_stream_json_log(amock, tmp_path):
+    """`claude -p --output-format stream-json --verbose`, as CI keeps it:
+    its events are read as the requests Claude Code sent: the model's turns
+    and the tool results as sent; the opening user message (the prompt and
+    the context Claude Code adds to it), which the log does not hold, stood
+    in for; system prompt and tools counted as placeholders."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    quote = f"The build rebuilt {nonce}_key at line 00220."
+
+    def script(r: ma.Recorded):
+        body = r.json
+        if "Bash" not in ma.tool_names(body):
+            return None
+        last = ma.last_tool_results(body)
+        if last and last[0].get("tool_use_id") == TOOL_ID:
+            return ma.message([ma.text(quote)], id="msg_e2e_stream_2")
+        if TURN1 in (ma.user_texts(body) or [""])[-1]:
+            return ma.message([ma.text("Reading the log."),
+                               ma.tool_use(TOOL_ID, "Bash", {"command": f"cat {log}", "description": "Show it"})],
+                              "tool_use", id="msg_e2e_stream_1")
+        return None
+
+    amock.script = script
+    run = claude_code.run(["-p", f"{TURN1} Show me {log}.", "--allowedTools", "Bash", "--output-format",
+                           "stream-json", "--verbose"], base_url=amock.url, home=home, cwd=work)
+    assert run.returncode == 0 and quote in run.stdout, run.describe()
+    sent = [r.json for r in amock.messages_posts() if "Bash" in ma.tool_names(r.json)]
+    events = tmp_path / "run.jsonl"
+    events.write_text(run.stdout)
+
+    requests = rebuilt(events)
+    assert len(requests) == len(sent) == 2, (len(requests), len(sent))
+    for got, real in zip(requests, sent):
+        assert (got["source"], got["shape"]) == ("claude_code_stream", "anthropic")
+        assert got["body"]["model"] == real["model"]
+        msgs = [as_read(m) for m in unmarked(got["body"]["messages"])]
+        assert msgs[0]["content"][0]["text"] == "(the prompt of this run: not in the log)"
+
+        def turns(messages):
+            return [m for m in messages if m["role"] == "assistant"
+                    or any(b.get("type") == "tool_result" for b in m["content"])]
+
+        assert turns(msgs) == turns([as_read(m) for m in unmarked(real["messages"])])
+
+    [s] = report(events)["per_session"]
+    assert (s["source"], s["shape"], s["unreadable"]) == ("claude_code_stream", "anthropic", 0)
+    assert s["requests"] == 2 and s["outputs_externalized"] == 1 and s["recall_rounds"] == 1, s

@@ -15,6 +15,12 @@ outputs externalized, peak context.
 of the characters the agent's requests carry that are observations the model
 saw at least one turn earlier (all, and those over 1,000 characters less a
 500-character stub).
+
+`--sets NAME=PATH ...` prints, instead, one row per set of sessions (any
+format `toolstub estimate` reads, each in its own shape) at the default
+policy, net of recalls and with no recall charged:
+
+    python3 scripts/savings_table.py --sets tau-bench=../shared/sessions/openai-chat/tau-bench-gpt-4o-airline.json
 """
 
 from __future__ import annotations
@@ -50,9 +56,12 @@ def main() -> int:
     ap.add_argument("trajectories", nargs="?", default="../shared/trajectories/mini-swe-agent")
     ap.add_argument("--bin", default="target/release/toolstub")
     ap.add_argument("--bound", action="store_true")
+    ap.add_argument("--sets", nargs="+", metavar="NAME=PATH")
     args = ap.parse_args()
     if args.bound:
         return bound(Path(args.trajectories))
+    if args.sets:
+        return sets(args.bin, args.sets)
     print("| rule | shape | saved, Anthropic prices | saved, OpenAI prices | sessions costlier (A / O) | worst session (A / O) "
           "| recall rounds | outputs externalized | peak context (tokens) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -84,6 +93,29 @@ def main() -> int:
                       f"| {int(a['anthropic_costlier'])} / {int(a['openai_costlier'])} "
                       f"| {a['anthropic_worst']:+.1%} / {a['openai_worst']:+.1%} | {int(a['recall'])} "
                       f"| {int(a['outputs'])} | {int(a['peak_direct']):,} -> {int(a['peak_toolstub']):,} |", flush=True)
+    return 0
+
+
+def sets(binary: str, named: list[str]) -> int:
+    print("| sessions | recalls | sessions (requests) | saved, Anthropic prices | saved, OpenAI prices "
+          "| sessions costlier (A / O) | recall rounds | outputs externalized | peak context (tokens) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for item in named:
+        name, _, path = item.partition("=")
+        for label, flags in (("charged", []), ("none charged", ["--free-recalls"])):
+            out = subprocess.run([binary, "estimate", "--json", *flags, path], capture_output=True, text=True,
+                                 check=True)
+            report = json.loads(out.stdout)
+            t = report["totals"]
+            saved = {m["price_model"]["name"]: m["saved_fraction"] for m in t["by_price_model"]}
+            costlier = defaultdict(int)
+            for s in report["per_session"]:
+                for m in s["models"]:
+                    costlier[m["price_model"]["name"]] += m["saved_usd"] < 0
+            print(f"| {name} | {label} | {t['sessions']} ({t['requests']:,}) | {saved['anthropic']:+.1%} "
+                  f"| {saved['openai']:+.1%} | {costlier['anthropic']} / {costlier['openai']} "
+                  f"| {t['recall_rounds']} | {t['outputs_externalized']} "
+                  f"| {t['peak_context']['direct']:,} -> {t['peak_context']['toolstub']:,} |", flush=True)
     return 0
 
 

@@ -49,7 +49,7 @@ enum Command {
     Keys(results::KeysArgs),
     /// What toolstub would save on recorded sessions, offline: each request replayed through the real rewrite and billed at the providers' cache prices, net of the recalls its stubs would cause.
     #[command(
-        after_help = "PATH: files or folders of mini-swe-agent trajectories (*.traj.json), Claude Code session files (~/.claude/projects/**/*.jsonl) or Codex rollouts (~/.codex/sessions/**/rollout-*.jsonl); with none, your own Claude Code and Codex session folders. Nothing is sent anywhere and nothing is stored.\n\nExamples:\n  toolstub estimate\n  toolstub estimate --json ~/.claude/projects\n  toolstub estimate --config config/toolstub.toml --shape all trajs/"
+        after_help = "PATH: files or folders of sessions, each file recognised by its content: Claude Code session files (~/.claude/projects/**/*.jsonl) and its --output-format stream-json logs, Codex rollouts (~/.codex/sessions/**/rollout-*.jsonl), opencode's database (~/.local/share/opencode/opencode.db), its storage folder or its `run --format json` output, Gemini CLI chat files (~/.gemini/tmp/*/chats/session-*), Chat Completions message logs (a run's `messages`, a list of runs), Responses API input item lists (the Agents SDK's to_input_list()), mini-swe-agent trajectories (*.traj.json). With none, your own Claude Code, Codex, opencode and Gemini CLI folders. Each session is replayed in its own API's shape, with the tool definitions and system prompt the file records, or the placeholders --print-requests names. A file no reader knows is listed as skipped, with why. Nothing is sent anywhere and nothing is stored.\n\nExamples:\n  toolstub estimate\n  toolstub estimate --json ~/.claude/projects\n  toolstub estimate --config config/toolstub.toml --shape all trajs/"
     )]
     Estimate(EstimateArgs),
 }
@@ -62,13 +62,13 @@ struct EstimateArgs {
     /// The configuration whose policy is replayed and whose [[pricing]] prices the sessions (the defaults otherwise).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The shape trajectories are replayed in: chat, anthropic, responses or all (repeatable; default chat). Claude Code and Codex files are replayed in their own.
+    /// The shape trajectories are replayed in: chat, anthropic, responses, gemini or all (repeatable; default chat). Every other format is replayed in its own.
     #[arg(long = "shape", value_name = "SHAPE")]
     shapes: Vec<String>,
     /// Sessions listed in the table, the costliest first.
     #[arg(long, value_name = "N", default_value_t = 20)]
     rows: usize,
-    /// Print each request as it will be replayed (one JSON object a line: session, shape, index, at, body, answer) instead of replaying.
+    /// Print each request as it will be replayed (one JSON object a line: session, source, shape, model, assumed, placeholders, index, at, body, answer) instead of replaying; files skipped are said on stderr.
     #[arg(long, conflicts_with = "json")]
     print_requests: bool,
     /// Charge no recall round: what the policy would save if the model never needed a stub read back (the most it could save, not an estimate).
@@ -240,11 +240,9 @@ fn estimate(args: EstimateArgs) -> Result<()> {
         if name == "all" {
             shapes.extend(Shape::ALL);
         } else {
-            shapes.push(
-                Shape::parse(name).with_context(|| {
-                    format!("--shape {name:?}: chat, anthropic, responses or all")
-                })?,
-            );
+            shapes.push(Shape::parse(name).with_context(|| {
+                format!("--shape {name:?}: chat, anthropic, responses, gemini or all")
+            })?);
         }
     }
     if shapes.is_empty() {

@@ -53,12 +53,23 @@ fn dump(marker: &str) -> String {
 }
 
 fn estimate(dir: &Path, extra: &[&str]) -> Value {
-    let out = Command::new(BIN)
+    estimate_with(Some(dir), extra, &[])
+}
+
+/// `toolstub estimate --json` on `path` (none: the default folders) with
+/// `env` set.
+fn estimate_with(path: Option<&Path>, extra: &[&str], env: &[(&str, &Path)]) -> Value {
+    let mut command = Command::new(BIN);
+    command
         .arg("estimate")
         .arg("--json")
         .args(extra)
-        .arg(dir)
-        .env_remove("TOOLSTUB_EXTERNALIZATION_ENABLED")
+        .args(path)
+        .env_remove("TOOLSTUB_EXTERNALIZATION_ENABLED");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command
         .output()
         .unwrap_or_else(|e| panic!("running {BIN}: {e}"));
     assert!(
@@ -183,7 +194,7 @@ fn nothing_externalized_bills_both_sides_alike_in_every_shape() {
         dir.path(),
         &["--config", &config.display().to_string(), "--shape", "all"],
     );
-    assert_eq!(report["sessions"], 3);
+    assert_eq!(report["sessions"], 4);
     for s in report["per_session"].as_array().into_iter().flatten() {
         assert_eq!(s["outputs_externalized"], 0);
         assert_eq!(s["saved_fraction"], 0.0, "{s}");
@@ -200,7 +211,7 @@ fn nothing_externalized_bills_both_sides_alike_in_every_shape() {
         .flatten()
         .filter_map(|s| s["shape"].as_str())
         .collect();
-    assert_eq!(shapes, ["chat", "anthropic", "responses"]);
+    assert_eq!(shapes, ["chat", "anthropic", "responses", "gemini"]);
     // The Anthropic shape is billed first at Anthropic's model, with writes.
     let anthropic = &report["per_session"][1];
     assert_eq!(anthropic["models"][0]["price_model"]["name"], "anthropic");
@@ -210,15 +221,459 @@ fn nothing_externalized_bills_both_sides_alike_in_every_shape() {
 #[test]
 fn bad_arguments_are_refused_with_the_reason() {
     let out = Command::new(BIN)
-        .args(["estimate", "--shape", "gemini", "."])
+        .args(["estimate", "--shape", "cobol", "."])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("chat, anthropic, responses or all"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("chat, anthropic, responses, gemini or all")
+    );
     let out = Command::new(BIN)
         .args(["estimate", "/nonexistent/toolstub-sessions"])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/toolstub-sessions"));
+}
+
+/// A ~60,000-character output holding `marker` once (the dump without
+/// mini-swe-agent's wrapper).
+fn big(marker: &str) -> String {
+    dump(marker)
+        .trim_start_matches("<returncode>0</returncode>\n<output>\n")
+        .trim_end_matches("\n</output>")
+        .to_string()
+}
+
+/// The one session of a report, checked to be of `source` and `shape`,
+/// replayed whole, with the dump externalized and input saved.
+fn the_session<'a>(report: &'a Value, source: &str, shape: &str, requests: usize) -> &'a Value {
+    assert_eq!(report["sessions"], 1, "{report}");
+    let s = &report["per_session"][0];
+    assert_eq!(
+        (s["source"].as_str(), s["shape"].as_str()),
+        (Some(source), Some(shape)),
+        "{s}"
+    );
+    assert_eq!(s["requests"], requests, "{s}");
+    assert_eq!(s["unreadable"], 0, "{s}");
+    assert_eq!(s["outputs_externalized"], 1, "{s}");
+    let direct = s["input_tokens"]["direct"].as_u64().unwrap_or(0);
+    let toolstub = s["input_tokens"]["toolstub"].as_u64().unwrap_or(u64::MAX);
+    assert!(toolstub + 8 * 10_000 < direct, "{direct} -> {toolstub}");
+    for name in ["openai", "anthropic"] {
+        assert!(
+            model(s, name)["saved_fraction"].as_f64() > Some(0.2),
+            "{name}: {s}"
+        );
+    }
+    s
+}
+
+/// A Chat Completions conversation: a task, a call with the dump as its
+/// output, then `turns` small calls; `calls_as_repr` saves `tool_calls`
+/// as Python's repr of the list.
+fn chat_messages(turns: usize, calls_as_repr: bool) -> Vec<Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You use tools."}),
+        json!({"role": "user", "content": "Find the odd record."}),
+    ];
+    for i in 0..=turns {
+        let calls = json!([{"id": format!("call_{i}"), "type": "function",
+            "function": {"name": "query", "arguments": json!({"sql": format!("select {i}")}).to_string()}}]);
+        let calls = if calls_as_repr {
+            // What `str(list)` writes.
+            Value::String(
+                calls
+                    .to_string()
+                    .replace("\\\"", "\u{1}")
+                    .replace('"', "'")
+                    .replace('\u{1}', "\""),
+            )
+        } else {
+            calls
+        };
+        m.push(json!({"role": "assistant", "content": format!("Step {i}."), "tool_calls": calls}));
+        let output = if i == 0 {
+            big("odd_marker_7")
+        } else {
+            format!("{i} rows")
+        };
+        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": output}));
+    }
+    m.push(json!({"role": "assistant", "content": "Done."}));
+    m
+}
+
+#[test]
+fn chat_completions_logs_are_replayed_as_chat_requests() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // A list of runs, as eval harnesses save them, the calls as repr text.
+    let runs = json!([{"task_id": "t1", "Question": "q", "messages": chat_messages(12, true)}]);
+    write(dir.path(), "runs.json", &runs);
+    let report = estimate(dir.path(), &[]);
+    let s = the_session(&report, "chat_log", "chat", 14);
+    assert!(
+        s["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("runs.json [0: t1]")),
+        "{s}"
+    );
+    let assumed = s["assumed"].to_string();
+    assert!(
+        assumed.contains("tools: 1 definitions made from the calls"),
+        "{assumed}"
+    );
+    assert_eq!(s["models"][0]["price_model"]["name"], "openai");
+
+    // One object with its own tools and model; a context reset in it.
+    let mut messages = chat_messages(12, false);
+    messages.push(json!({"role": "user", "content": "[Context reset] The context was cleared. Task: find the odd record."}));
+    messages.push(json!({"role": "assistant", "content": "Resuming."}));
+    let tools = json!([{"type": "function", "function": {"name": "query", "description": "Run SQL.",
+        "parameters": {"type": "object", "properties": {"sql": {"type": "string"}}}}}]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(
+        dir.path(),
+        "log.json",
+        &json!({"model": "gpt-test", "tools": tools, "messages": messages}),
+    );
+    let report = estimate(dir.path(), &[]);
+    assert_eq!(report["sessions"], 2, "{report}");
+    let (a, b) = (&report["per_session"][0], &report["per_session"][1]);
+    assert_eq!(
+        (a["requests"].as_u64(), b["requests"].as_u64()),
+        (Some(14), Some(1))
+    );
+    assert_eq!(a["model"], "gpt-test");
+    assert_eq!(a["outputs_externalized"], 1);
+    // After the reset the dump is gone: nothing to externalize.
+    assert_eq!(b["outputs_externalized"], 0);
+    assert_eq!(b["input_tokens"]["direct"], b["input_tokens"]["toolstub"]);
+    assert!(!a["assumed"].to_string().contains("tools:"), "{a}");
+}
+
+#[test]
+fn responses_item_lists_are_replayed_as_responses_requests() {
+    let mut items = vec![json!({"role": "user", "content": "Find the odd record."})];
+    for i in 0..=12 {
+        items.push(json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": []}));
+        items.push(
+            json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "query",
+                          "arguments": json!({"sql": format!("select {i}")}).to_string()}),
+        );
+        let output = if i == 0 {
+            big("odd_marker_7")
+        } else {
+            format!("{i} rows")
+        };
+        items.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": output}));
+    }
+    items.push(json!({"type": "message", "role": "assistant",
+                      "content": [{"type": "output_text", "text": "Done."}]}));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(dir.path(), "items.json", &Value::Array(items));
+    let report = estimate(dir.path(), &[]);
+    let s = the_session(&report, "responses_items", "responses", 14);
+    assert!(
+        s["assumed"].to_string().contains("instructions: none"),
+        "{s}"
+    );
+}
+
+/// One Anthropic-style turn list: the dump read by `Bash`, then small turns.
+fn claude_turns(turns: usize) -> Vec<(Value, Value)> {
+    let mut out = Vec::new();
+    for i in 0..=turns {
+        let id = format!("toolu_{i}");
+        out.push((
+            json!({"id": format!("msg_{i}"), "role": "assistant", "model": "claude-test",
+                   "content": [{"type": "text", "text": format!("Step {i}.")},
+                               {"type": "tool_use", "id": id, "name": "Bash",
+                                "input": {"command": format!("cat part{i}")}}]}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+                   "content": if i == 0 { big("odd_marker_7") } else { format!("{i} lines") }}]}),
+        ));
+    }
+    out
+}
+
+#[test]
+fn claude_code_stream_json_logs_are_replayed_as_anthropic_requests() {
+    let mut lines = vec![
+        json!({"type": "system", "subtype": "init", "session_id": "s1",
+                                "model": "claude-test", "tools": ["Bash"]}),
+    ];
+    for (assistant, user) in claude_turns(12) {
+        lines.push(json!({"type": "assistant", "session_id": "s1", "parent_tool_use_id": null, "message": assistant}));
+        lines.push(json!({"type": "user", "session_id": "s1", "parent_tool_use_id": null, "message": user}));
+    }
+    lines.push(json!({"type": "assistant", "session_id": "s1", "parent_tool_use_id": null,
+        "message": {"id": "msg_end", "role": "assistant", "content": [{"type": "text", "text": "Done."}]}}));
+    lines.push(
+        json!({"type": "result", "subtype": "success", "session_id": "s1", "result": "Done."}),
+    );
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(dir.path().join("run.jsonl"), text.join("\n")).unwrap_or_else(|e| panic!("{e}"));
+    let report = estimate(dir.path(), &[]);
+    let s = the_session(&report, "claude_code_stream", "anthropic", 14);
+    assert_eq!(s["model"], "claude-test");
+    assert_eq!(s["models"][0]["price_model"]["name"], "anthropic");
+    assert!(s["assumed"].to_string().contains("prompt:"), "{s}");
+    let placeholders: Vec<&str> = s["placeholders"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|p| p[0].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(placeholders, ["claude-code-tools", "claude-code-system"]);
+}
+
+/// A Gemini CLI chat file (JSON lines, as 0.61.0 writes it).
+fn gemini_chat(turns: usize) -> String {
+    let mut lines = vec![
+        json!({"sessionId": "s", "projectHash": "h", "startTime": "2026-01-01T00:00:00Z"}),
+        json!({"id": "u0", "type": "user", "timestamp": "2026-01-01T00:00:00Z",
+                                "content": [{"text": "Find the odd record."}]}),
+    ];
+    for i in 0..=turns {
+        let id = format!("run_shell_command__run_shell_command_{i}_0");
+        let response = json!([{"functionResponse": {"id": id, "name": "run_shell_command",
+            "response": {"output": if i == 0 { big("odd_marker_7") } else { format!("{i} lines") }}}}]);
+        lines.push(json!({"id": format!("g{i}"), "type": "gemini", "content": format!("Step {i}."),
+            "timestamp": format!("2026-01-01T00:{:02}:00Z", i + 1), "model": "gemini-test",
+            "toolCalls": [{"id": id, "name": "run_shell_command", "args": {"command": format!("cat part{i}")},
+                           "status": "success", "result": response}]}));
+        lines.push(json!({"id": format!("u{}", i + 1), "type": "user", "content": response}));
+    }
+    lines.push(json!({"id": "gend", "type": "gemini", "content": "Done.", "model": "gemini-test"}));
+    lines
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn gemini_cli_chat_files_are_replayed_as_gemini_requests() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("session-1.jsonl"), gemini_chat(12))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let report = estimate(dir.path(), &[]);
+    let s = the_session(&report, "gemini_cli", "gemini", 14);
+    assert_eq!(s["model"], "gemini-test");
+    // Gemini's implicit cache is billed as OpenAI's.
+    assert_eq!(s["models"][0]["price_model"]["name"], "openai");
+}
+
+/// An opencode session's messages and parts: (message, parts).
+fn opencode_messages(provider: &str, turns: usize) -> Vec<(Value, Vec<Value>)> {
+    let mut out = vec![(
+        json!({"id": "msg_000", "sessionID": "ses_1", "role": "user", "time": {"created": 1_700_000_000_000u64}}),
+        vec![json!({"id": "prt_000", "type": "text", "text": "Find the odd record."})],
+    )];
+    for i in 0..=turns {
+        let output = if i == 0 {
+            big("odd_marker_7")
+        } else {
+            format!("{i} lines")
+        };
+        out.push((
+            json!({"id": format!("msg_{:03}", i + 1), "sessionID": "ses_1", "role": "assistant",
+                   "providerID": provider, "modelID": "model-test",
+                   "time": {"created": 1_700_000_000_000u64 + 1000 * (i as u64 + 1)}}),
+            vec![
+                json!({"id": format!("prt_{:03}a", i + 1), "type": "step-start"}),
+                json!({"id": format!("prt_{:03}b", i + 1), "type": "text", "text": format!("Step {i}.")}),
+                json!({"id": format!("prt_{:03}c", i + 1), "type": "tool", "tool": "bash",
+                       "callID": format!("toolu_{i}"),
+                       "state": {"status": "completed", "input": {"command": format!("cat part{i}")},
+                                 "output": output}}),
+                json!({"id": format!("prt_{:03}d", i + 1), "type": "step-finish"}),
+            ],
+        ));
+    }
+    out.push((
+        json!({"id": "msg_999", "sessionID": "ses_1", "role": "assistant", "providerID": provider,
+               "modelID": "model-test", "time": {"created": 1_700_000_100_000u64}}),
+        vec![json!({"id": "prt_999", "type": "text", "text": "Done."})],
+    ));
+    out
+}
+
+/// opencode's storage folder (before its database) under `data`.
+fn opencode_storage(data: &Path, provider: &str) {
+    let storage = data.join("storage");
+    let mk = |p: &Path| std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{e}"));
+    mk(&storage.join("session").join("prj_1"));
+    write(
+        &storage.join("session").join("prj_1"),
+        "ses_1.json",
+        &json!({"id": "ses_1", "title": "odd record", "time": {"created": 1_700_000_000_000u64}}),
+    );
+    for (message, parts) in opencode_messages(provider, 12) {
+        let id = message["id"].as_str().unwrap_or("").to_string();
+        mk(&storage.join("message").join("ses_1"));
+        write(
+            &storage.join("message").join("ses_1"),
+            &format!("{id}.json"),
+            &message,
+        );
+        mk(&storage.join("part").join(&id));
+        for p in parts {
+            let pid = p["id"].as_str().unwrap_or("").to_string();
+            write(&storage.join("part").join(&id), &format!("{pid}.json"), &p);
+        }
+    }
+}
+
+#[test]
+fn opencode_sessions_are_replayed_in_their_providers_shape() {
+    for (provider, shape) in [
+        ("anthropic", "anthropic"),
+        ("openai", "responses"),
+        ("google", "gemini"),
+        ("openrouter", "chat"),
+    ] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        opencode_storage(dir.path(), provider);
+        let report = estimate(&dir.path().join("storage"), &[]);
+        let s = the_session(&report, "opencode", shape, 14);
+        assert!(
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("ses_1 (odd record)")),
+            "{s}"
+        );
+        assert_eq!(s["model"], "model-test");
+    }
+
+    // The database opencode 1.x keeps them in.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let db = dir.path().join("opencode.db");
+    let conn = rusqlite::Connection::open(&db).unwrap_or_else(|e| panic!("{e}"));
+    conn.execute_batch(
+        "CREATE TABLE session (id TEXT PRIMARY KEY, parent_id TEXT, title TEXT NOT NULL, time_created INTEGER NOT NULL);
+         CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, time_created INTEGER NOT NULL, data TEXT NOT NULL);
+         CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT NOT NULL, session_id TEXT NOT NULL, data TEXT NOT NULL);
+         INSERT INTO session VALUES ('ses_1', NULL, 'odd record', 1);",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (message, parts) in opencode_messages("anthropic", 12) {
+        let id = message["id"].as_str().unwrap_or("").to_string();
+        let created = message
+            .pointer("/time/created")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        conn.execute(
+            "INSERT INTO message VALUES (?1, 'ses_1', ?2, ?3)",
+            rusqlite::params![id, created, message.to_string()],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for p in parts {
+            conn.execute(
+                "INSERT INTO part VALUES (?1, ?2, 'ses_1', ?3)",
+                rusqlite::params![p["id"].as_str().unwrap_or(""), id, p.to_string()],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    drop(conn);
+    let report = estimate(dir.path(), &[]);
+    the_session(&report, "opencode", "anthropic", 14);
+
+    // `opencode run --format json` events: the model's parts only.
+    let mut events = Vec::new();
+    for (message, parts) in opencode_messages("anthropic", 12).into_iter().skip(1) {
+        for mut p in parts {
+            p["messageID"] = message["id"].clone();
+            p["sessionID"] = json!("ses_1");
+            let kind = match p["type"].as_str() {
+                Some("tool") => "tool_use",
+                Some("step-start") => "step_start",
+                Some("step-finish") => "step_finish",
+                _ => "text",
+            };
+            events.push(
+                json!({"type": kind, "timestamp": 1, "sessionID": "ses_1", "part": p}).to_string(),
+            );
+        }
+    }
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("run.jsonl"), events.join("\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let report = estimate(dir.path(), &[]);
+    let s = the_session(&report, "opencode", "chat", 14);
+    assert!(
+        s["assumed"].to_string().contains("provider: none named"),
+        "{s}"
+    );
+}
+
+#[test]
+fn files_no_reader_knows_are_skipped_with_why() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(dir.path(), "settings.json", &json!({"theme": "dark"}));
+    std::fs::write(dir.path().join("notes.jsonl"), "not json\n{\"a\": 1}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("empty.json"), "").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("other.db"), b"SQLite format 3\0garbage")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let report = estimate(dir.path(), &[]);
+    assert_eq!(report["sessions"], 0);
+    let skipped: Vec<&str> = report["files_skipped"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(skipped[0].ends_with("empty.json: empty"), "{skipped:?}");
+    assert!(
+        skipped[1].contains("notes.jsonl: JSON lines of no session format known"),
+        "{skipped:?}"
+    );
+    assert!(skipped[2].contains("other.db"), "{skipped:?}");
+    assert!(
+        skipped[3]
+            .ends_with("settings.json: JSON of no session format known (an object with theme)"),
+        "{skipped:?}"
+    );
+}
+
+#[test]
+fn with_no_path_opencodes_and_gemini_clis_folders_are_read() {
+    let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = home.path().join("xdg-data");
+    opencode_storage(&data.join("opencode"), "anthropic");
+    let chats = home
+        .path()
+        .join(".gemini")
+        .join("tmp")
+        .join("project")
+        .join("chats");
+    std::fs::create_dir_all(&chats).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(chats.join("session-1.jsonl"), gemini_chat(3)).unwrap_or_else(|e| panic!("{e}"));
+    // Gemini CLI's other files are not read.
+    write(
+        &home.path().join(".gemini"),
+        "settings.json",
+        &json!({"theme": "dark"}),
+    );
+    let empty = home.path().join("none");
+    let report = estimate_with(
+        None,
+        &[],
+        &[
+            ("HOME", home.path()),
+            ("XDG_DATA_HOME", &data),
+            ("CLAUDE_CONFIG_DIR", &empty),
+            ("CODEX_HOME", &empty),
+            ("GEMINI_CLI_HOME", home.path()),
+        ],
+    );
+    let mut sources: Vec<&str> = report["per_session"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["source"].as_str()).collect())
+        .unwrap_or_default();
+    sources.sort();
+    assert_eq!(sources, ["gemini_cli", "opencode"], "{report}");
+    assert_eq!(report["files_skipped"], json!([]));
 }

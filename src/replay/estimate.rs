@@ -1,6 +1,6 @@
 //! `toolstub estimate`: replays the sessions under the given paths (the
-//! user's own Claude Code and Codex folders when none) and prints what
-//! toolstub would have saved them, offline.
+//! user's own Claude Code, Codex, opencode and Gemini CLI folders when
+//! none) and prints what toolstub would have saved them, offline.
 //!
 //! Files are replayed on every CPU, each session by one thread; the report
 //! lists them in path order whatever thread finished first, so the output
@@ -39,8 +39,8 @@ struct Output<'a> {
     sessions: usize,
     saved_fraction: f64,
     totals: &'a Totals,
-    /// Files that held no session of a known format, or could not be read
-    /// (with why).
+    /// Files skipped, each with why: no reader knows its format, it holds
+    /// no request, or it could not be read.
     files_skipped: Vec<String>,
     per_session: &'a [SessionReport],
 }
@@ -54,7 +54,7 @@ pub fn run(options: Options) -> Result<()> {
     let paths = if options.paths.is_empty() {
         let defaults = sources::default_paths();
         if defaults.is_empty() {
-            bail!("no PATH given and no session folder found (~/.claude/projects, ~/.codex/sessions): name the files or folders to replay");
+            bail!("no PATH given and no session folder found (~/.claude/projects, ~/.codex/sessions, ~/.local/share/opencode, ~/.gemini/tmp/*/chats): name the files or folders to replay");
         }
         defaults
     } else {
@@ -83,24 +83,46 @@ pub fn run(options: Options) -> Result<()> {
         writeln!(stdout)?;
     } else {
         write!(stdout, "{}", table(&reports, &totals, options.rows))?;
+        // What stood in for what the files do not record, once per kind.
+        let mut assumed: Vec<(&str, usize)> = Vec::new();
+        for a in reports.iter().flat_map(|r| r.assumed.iter()) {
+            match assumed.iter_mut().find(|(text, _)| *text == a.as_str()) {
+                Some(entry) => entry.1 += 1,
+                None => assumed.push((a.as_str(), 1)),
+            }
+        }
+        for (text, sessions) in assumed {
+            writeln!(stdout, "assumed in {sessions} sessions: {text}")?;
+        }
         if !skipped.is_empty() {
             writeln!(
                 stdout,
-                "{} files held no session of a known format",
+                "{} files skipped (--json lists each with why):",
                 skipped.len()
             )?;
+            for s in skipped.iter().take(5) {
+                writeln!(stdout, "  {s}")?;
+            }
         }
     }
     Ok(())
 }
 
 /// Each request of each session of `files`, as it will be replayed: one
-/// JSON object a line (`session`, `shape`, `index`, `at`, `body`,
-/// `answer`), for checking what a file was read as.
+/// JSON object a line (`session`, `source`, `shape`, `model`, `assumed`,
+/// `placeholders`, `index`, `at`, `body`, `answer`), for checking what a
+/// file was read as; a file skipped is said on stderr, with why.
 fn print_requests(files: &[PathBuf], shapes: &[Shape]) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     for path in files {
-        for session in sources::read(path, shapes)? {
+        let sessions = match sources::read(path, shapes) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("skipped {}: {e:#}", path.display());
+                continue;
+            }
+        };
+        for session in sessions {
             for (index, r) in session.requests.iter().enumerate() {
                 let body: serde_json::Value = serde_json::from_str(&r.body)
                     .with_context(|| format!("{}: request {index}", session.name))?;
@@ -108,6 +130,9 @@ fn print_requests(files: &[PathBuf], shapes: &[Shape]) -> Result<()> {
                     "session": session.name,
                     "source": session.source.name(),
                     "shape": session.shape.name(),
+                    "model": session.model,
+                    "assumed": session.assumed,
+                    "placeholders": session.placeholders,
                     "index": index,
                     "at": r.at,
                     "body": body,
@@ -166,7 +191,10 @@ pub fn replay_files(
     let mut skipped = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(r) if r.is_empty() => skipped.push(files[i].display().to_string()),
+            Ok(r) if r.is_empty() => skipped.push(format!(
+                "{}: no session with a request in it",
+                files[i].display()
+            )),
             Ok(r) => reports.extend(r),
             // A file that cannot be read is listed with why, not fatal.
             Err(e) => skipped.push(format!("{}: {e:#}", files[i].display())),

@@ -7,8 +7,10 @@
 //! A session ([`Recorded`]) is the list of requests its agent sent, each as
 //! the body the agent sent (in its protocol's shape, [`Shape`]), when it was
 //! sent, and the model's real answer. [`sources`] reads them from the files
-//! agents keep (mini-swe-agent trajectories, Claude Code session files,
-//! Codex rollouts). For each request, [`replay`]:
+//! agents keep (mini-swe-agent trajectories, Claude Code session files and
+//! stream-json logs, Codex rollouts, Chat Completions message logs,
+//! Responses item lists, opencode sessions, Gemini CLI chat files). For
+//! each request, [`replay`]:
 //! 1. runs [`crate::rewrite::rewrite_with`] on the body with the configured
 //!    policy, exactly as `toolstub serve` does (same synopsis, stubs, refs
 //!    and recall-tool offer);
@@ -30,6 +32,7 @@ pub mod report;
 pub mod sources;
 
 use crate::protocol::anthropic::AnthropicMessages;
+use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::Protocol;
@@ -50,16 +53,24 @@ pub enum Shape {
     Anthropic,
     /// OpenAI Responses.
     Responses,
+    /// Google's Gemini `generateContent`.
+    Gemini,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 3] = [Shape::Chat, Shape::Anthropic, Shape::Responses];
+    pub const ALL: [Shape; 4] = [
+        Shape::Chat,
+        Shape::Anthropic,
+        Shape::Responses,
+        Shape::Gemini,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Shape::Chat => "chat",
             Shape::Anthropic => "anthropic",
             Shape::Responses => "responses",
+            Shape::Gemini => "gemini",
         }
     }
 
@@ -73,14 +84,17 @@ impl Shape {
             Shape::Chat => &OpenAiChat,
             Shape::Anthropic => &AnthropicMessages,
             Shape::Responses => &OpenAiResponses,
+            Shape::Gemini => &Gemini::GENERATE,
         }
     }
 
-    /// The provider whose cache requests of this shape meet.
+    /// The provider whose cache requests of this shape meet: Gemini's
+    /// implicit cache, automatic and without breakpoints, is billed as
+    /// OpenAI's.
     pub fn provider(self) -> CacheKind {
         match self {
             Shape::Anthropic => CacheKind::Anthropic,
-            Shape::Chat | Shape::Responses => CacheKind::OpenAi,
+            Shape::Chat | Shape::Responses | Shape::Gemini => CacheKind::OpenAi,
         }
     }
 }
@@ -95,6 +109,19 @@ pub enum Source {
     ClaudeCode,
     /// A Codex rollout (`~/.codex/sessions/**/rollout-*.jsonl`).
     Codex,
+    /// A Chat Completions message log (a run's `messages`, as SDK agents
+    /// and eval harnesses save them).
+    ChatLog,
+    /// A Responses API input item list (the OpenAI Agents SDK's
+    /// `to_input_list()`).
+    ResponsesItems,
+    /// An opencode session (its storage folder, its database, or
+    /// `opencode run --format json` events).
+    Opencode,
+    /// Claude Code's `--output-format stream-json` events.
+    ClaudeCodeStream,
+    /// A Gemini CLI chat file (`~/.gemini/tmp/*/chats/session-*`).
+    GeminiCli,
 }
 
 impl Source {
@@ -103,6 +130,11 @@ impl Source {
             Source::Trajectory => "trajectory",
             Source::ClaudeCode => "claude_code",
             Source::Codex => "codex",
+            Source::ChatLog => "chat_log",
+            Source::ResponsesItems => "responses_items",
+            Source::Opencode => "opencode",
+            Source::ClaudeCodeStream => "claude_code_stream",
+            Source::GeminiCli => "gemini_cli",
         }
     }
 }
@@ -131,6 +163,10 @@ pub struct Recorded {
     /// Blocks of a known size before every request's own, standing for
     /// what the file does not record (name, tokens).
     pub placeholders: Vec<(String, u64)>,
+    /// What the replay stands in for, in words: the tool definitions and
+    /// system prompt it assumed where the file records none (printed by
+    /// `--print-requests` and in the report).
+    pub assumed: Vec<String>,
     pub requests: Vec<Request>,
 }
 

@@ -1,6 +1,6 @@
 //! A request body as the prompt the provider bills: its blocks in prompt
 //! order (tool definitions, then the system prompt or instructions, then
-//! one block per message or input item), each counted once per content.
+//! one block per message, input item or Gemini content), each counted once per content.
 //!
 //! Tokens are `o200k_base` counts ([`crate::tokens`]) of what the model
 //! reads of a block: the text of its string values for a message, the JSON
@@ -136,6 +136,11 @@ impl Counter {
             Shape::Chat => (None, b.messages?, Part::Message),
             Shape::Anthropic => (b.system, b.messages?, Part::AnthropicMessage),
             Shape::Responses => (b.instructions, b.input?, Part::Message),
+            Shape::Gemini => (
+                b.system_instruction.or(b.system_instruction_snake),
+                b.contents?,
+                Part::Message,
+            ),
         };
         // `messages` is an array; a Responses `input` may be one string.
         if shape != Shape::Responses && !conversation.get().starts_with('[') {
@@ -188,6 +193,12 @@ struct Body<'a> {
     messages: Option<&'a RawValue>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    contents: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "systemInstruction")]
+    system_instruction: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "system_instruction")]
+    system_instruction_snake: Option<&'a RawValue>,
 }
 
 /// The elements of a JSON array, or the value itself as the one element.

@@ -93,6 +93,11 @@ pub struct SessionReport {
     pub source: &'static str,
     pub shape: &'static str,
     pub model: Option<String>,
+    /// What the replay stood in for where the file records nothing (tool
+    /// definitions, system prompt, model), in words.
+    pub assumed: Vec<String>,
+    /// Blocks of a known size added before every request for it (name, tokens).
+    pub placeholders: Vec<(String, u64)>,
     pub requests: usize,
     /// Requests whose body could not be read as its shape (not billed).
     pub unreadable: usize,
@@ -125,6 +130,8 @@ impl SessionReport {
             source: session.source.name(),
             shape: session.shape.name(),
             model: session.model.clone(),
+            assumed: session.assumed.clone(),
+            placeholders: session.placeholders.clone(),
             requests: 0,
             unreadable: 0,
             outputs_externalized: 0,

@@ -59,7 +59,7 @@ fn hash_of(message: &Value) -> String {
 
 /// The transcript's messages: user entries as they are, an assistant
 /// turn's entries (one per content block, same message id) merged.
-fn transcript(entries: &[Value]) -> Vec<(Value, Option<String>, Option<f64>)> {
+pub(super) fn transcript(entries: &[Value]) -> Vec<(Value, Option<String>, Option<f64>)> {
     let mut out: Vec<(Value, Option<String>, Option<f64>)> = Vec::new();
     let mut last_assistant_id: Option<String> = None;
     for e in entries {
@@ -295,8 +295,42 @@ fn from_requests(
         shape: Shape::Anthropic,
         model: main_model(models.iter().map(String::as_str)),
         placeholders: Vec::new(),
+        assumed: Vec::new(),
         requests,
     }
+}
+
+/// A request before each assistant message of `transcript` (but a first
+/// one), holding every message before it (consecutive user messages
+/// merged), with `cache_control` on the newest, as Claude Code sends it.
+pub(super) fn transcript_requests(
+    transcript: &[(Value, Option<String>, Option<f64>)],
+    model: &str,
+) -> Vec<Request> {
+    let mut requests = Vec::new();
+    for (i, (m, _, at)) in transcript.iter().enumerate() {
+        if m["role"] != "assistant" || i == 0 {
+            continue;
+        }
+        let mut messages = merged(&transcript[..i]);
+        if let Some(last) = messages.last_mut() {
+            if let Some(s) = last["content"].as_str() {
+                last["content"] = json!([{"type": "text", "text": s}]);
+            }
+            let n = last["content"].as_array().map_or(0, Vec::len);
+            if n > 0 {
+                last["content"][n - 1]["cache_control"] = json!({"type": "ephemeral"});
+            }
+        }
+        let body = json!({"model": model, "max_tokens": 32000, "stream": true, "tools": [],
+                          "messages": messages});
+        requests.push(Request {
+            body: body.to_string(),
+            at: *at,
+            answer: answer_text(m),
+        });
+    }
+    requests
 }
 
 /// `messages` as the API takes them: consecutive user messages (a turn's
@@ -324,29 +358,7 @@ fn merged(messages: &[(Value, Option<String>, Option<f64>)]) -> Vec<Value> {
 }
 
 fn from_transcript(name: &str, transcript: &[(Value, Option<String>, Option<f64>)]) -> Recorded {
-    let mut requests = Vec::new();
-    for (i, (m, _, at)) in transcript.iter().enumerate() {
-        if m["role"] != "assistant" || i == 0 {
-            continue;
-        }
-        let mut messages = merged(&transcript[..i]);
-        if let Some(last) = messages.last_mut() {
-            if let Some(s) = last["content"].as_str() {
-                last["content"] = json!([{"type": "text", "text": s}]);
-            }
-            let n = last["content"].as_array().map_or(0, Vec::len);
-            if n > 0 {
-                last["content"][n - 1]["cache_control"] = json!({"type": "ephemeral"});
-            }
-        }
-        let body = json!({"model": "claude", "max_tokens": 32000, "stream": true, "tools": [],
-                          "messages": messages});
-        requests.push(Request {
-            body: body.to_string(),
-            at: *at,
-            answer: answer_text(m),
-        });
-    }
+    let requests = transcript_requests(transcript, "claude");
     Recorded {
         name: name.to_string(),
         source: Source::ClaudeCode,
@@ -356,6 +368,9 @@ fn from_transcript(name: &str, transcript: &[(Value, Option<String>, Option<f64>
             ("claude-code-tools".into(), TOOLS_TOKENS),
             ("claude-code-system".into(), SYSTEM_TOKENS),
         ],
+        assumed: vec![format!(
+            "tools and system prompt: placeholders of {TOOLS_TOKENS} and {SYSTEM_TOKENS} tokens, Claude Code 2.1.328's (the file records neither)"
+        )],
         requests,
     }
 }

@@ -31,8 +31,9 @@ pub fn recognizes(entries: &[Value]) -> bool {
     })
 }
 
-/// Whether an item is the model's (part of an answer) rather than input.
-fn is_model_item(item: &Value) -> bool {
+/// Whether an item is the model's (part of an answer) rather than input:
+/// hosted tools' calls (web search, MCP) included, which the provider ran.
+pub(super) fn is_model_item(item: &Value) -> bool {
     match item.get("type").and_then(Value::as_str) {
         Some("message") => item.get("role").and_then(Value::as_str) == Some("assistant"),
         Some(
@@ -42,14 +43,20 @@ fn is_model_item(item: &Value) -> bool {
             | "local_shell_call"
             | "web_search_call"
             | "image_generation_call"
-            | "tool_search_call",
+            | "tool_search_call"
+            | "file_search_call"
+            | "computer_call"
+            | "code_interpreter_call"
+            | "mcp_call"
+            | "mcp_list_tools"
+            | "mcp_approval_request",
         ) => true,
         _ => false,
     }
 }
 
 /// What the model said in an item: text, call arguments, custom tool input.
-fn answer_text(item: &Value) -> String {
+pub(super) fn answer_text(item: &Value) -> String {
     match item.get("type").and_then(Value::as_str) {
         Some("message") => item["content"]
             .as_array()
@@ -58,7 +65,7 @@ fn answer_text(item: &Value) -> String {
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join("\n"),
-        Some("function_call") => {
+        Some("function_call" | "mcp_call") => {
             let raw = item["arguments"].as_str().unwrap_or("");
             serde_json::from_str::<Value>(raw).map_or_else(|_| raw.to_string(), |v| strings(&v))
         }
@@ -158,6 +165,9 @@ pub fn read(name: &str, entries: &[Value]) -> Vec<Recorded> {
         shape: Shape::Responses,
         model,
         placeholders: vec![("codex-tools".into(), TOOLS_TOKENS)],
+        assumed: vec![format!(
+            "tools: a placeholder of {TOOLS_TOKENS} tokens, Codex 0.171.0's definitions (the rollout records none)"
+        )],
         requests,
     }]
 }

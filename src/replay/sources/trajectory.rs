@@ -130,6 +130,7 @@ pub fn read(name: &str, value: &Value, shapes: &[Shape]) -> Vec<Recorded> {
             shape,
             model: model.clone(),
             placeholders: Vec::new(),
+            assumed: vec!["tools: one `bash` tool (mini-swe-agent speaks plain text)".into()],
             requests: requests(shape, model.as_deref(), &system, &items),
         })
         .collect()
@@ -226,6 +227,25 @@ fn render(shape: Shape, item: &Item) -> Vec<String> {
         (Shape::Responses, Item::Output { call_id, output }) => vec![json!({
             "type": "function_call_output", "call_id": call_id, "output": output
         })],
+        (Shape::Gemini, Item::User(t)) => vec![json!({"role": "user", "parts": [{"text": t}]})],
+        (Shape::Gemini, Item::Assistant { text, call, .. }) => {
+            let mut parts = Vec::new();
+            if !text.is_empty() {
+                parts.push(json!({"text": text}));
+            }
+            if let Some((id, command)) = call {
+                parts.push(json!({"functionCall": {"id": id, "name": "bash",
+                                                   "args": {"command": command}}}));
+            }
+            if parts.is_empty() {
+                parts.push(json!({"text": "(no text)"}));
+            }
+            vec![json!({"role": "model", "parts": parts})]
+        }
+        (Shape::Gemini, Item::Output { call_id, output }) => vec![json!({
+            "role": "user",
+            "parts": [{"functionResponse": {"id": call_id, "name": "bash", "response": {"output": output}}}]
+        })],
     };
     v.into_iter().map(|v| v.to_string()).collect()
 }
@@ -253,6 +273,14 @@ fn body(shape: Shape, model: &str, system: &str, rendered: &[String]) -> String 
             format!(
                 "{{\"model\":{model},\"max_tokens\":32000,\"stream\":true,\"system\":[{{\"type\":\"text\",\"text\":{system_text},\"cache_control\":{{\"type\":\"ephemeral\"}}}}],\"tools\":{tools},\"messages\":[{}]}}",
                 messages.join(",")
+            )
+        }
+        Shape::Gemini => {
+            let tools = json!([{"functionDeclarations": [{"name": "bash", "description": BASH_DESCRIPTION,
+                                "parametersJsonSchema": bash_schema()}]}]);
+            format!(
+                "{{\"contents\":[{}],\"systemInstruction\":{{\"role\":\"user\",\"parts\":[{{\"text\":{system_text}}}]}},\"tools\":{tools}}}",
+                rendered.join(",")
             )
         }
         Shape::Responses => {
@@ -308,7 +336,7 @@ mod tests {
     #[test]
     fn bash_blocks_become_calls_and_outputs_their_results() {
         let sessions = read("t", &trajectory(), &Shape::ALL);
-        assert_eq!(sessions.len(), 3);
+        assert_eq!(sessions.len(), 4);
         for s in &sessions {
             // A request before each assistant turn but none before the first message.
             assert_eq!(s.requests.len(), 3, "{:?}", s.shape);

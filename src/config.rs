@@ -248,6 +248,14 @@ pub struct RawExternalization {
     /// Later requests a change may count on, per turn so far (0: it must
     /// pay at once).
     pub aged_horizon: f64,
+    /// Whether a conversation's first stub must pay for the cached prompt
+    /// it makes the provider write again (`rewrite::first_stub`), and the
+    /// later requests it may count on, per assistant turn so far.
+    pub first_stub_gate: bool,
+    pub first_stub_horizon: f64,
+    /// The later requests a first stub may count on however young the
+    /// conversation.
+    pub first_stub_min_later: u32,
     pub failure_mode: FailureMode,
     /// The older form of a MIME hint per tool name, still accepted: each
     /// entry is read as a rule `{ match = <the exact name>, mime = ... }`
@@ -289,6 +297,10 @@ impl Default for RawExternalization {
             aged_floor_chars: crate::rewrite::aging::DEFAULT_FLOOR_CHARS,
             aged_min_share: f64::from(crate::rewrite::aging::DEFAULT_MIN_SHARE_PERMILLE) / 1000.0,
             aged_horizon: f64::from(crate::rewrite::aging::DEFAULT_HORIZON_PERMILLE) / 1000.0,
+            first_stub_gate: true,
+            first_stub_horizon: f64::from(crate::rewrite::first_stub::DEFAULT_HORIZON_PERMILLE)
+                / 1000.0,
+            first_stub_min_later: crate::rewrite::first_stub::DEFAULT_MIN_LATER,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
             tools: Vec::new(),
@@ -759,6 +771,12 @@ fn validate(raw: RawConfig) -> Result<Config> {
             e.aged_horizon
         );
     }
+    if !(0.0..=100.0).contains(&e.first_stub_horizon) {
+        bail!(
+            "externalization.first_stub_horizon must be between 0 and 100, got {}",
+            e.first_stub_horizon
+        );
+    }
     if !(0.0..=1.0).contains(&e.aged_min_share) {
         bail!(
             "externalization.aged_min_share must be between 0 and 1, got {}",
@@ -894,6 +912,12 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 floor_chars: e.aged_floor_chars,
                 min_share_permille: (e.aged_min_share * 1000.0).round() as u32,
                 horizon_permille: (e.aged_horizon * 1000.0).round() as u32,
+            },
+            first_stub: crate::rewrite::first_stub::Gate {
+                horizon_permille: e
+                    .first_stub_gate
+                    .then(|| (e.first_stub_horizon * 1000.0).round() as u32),
+                min_later: e.first_stub_min_later,
             },
         },
         recall_max_rounds: raw.recall.max_rounds,

@@ -17,6 +17,7 @@
 //! recall rounds append their results to an already rewritten body.
 
 pub mod aging;
+pub mod first_stub;
 pub mod memo;
 pub mod select;
 pub mod tool_policy;
@@ -49,6 +50,9 @@ pub struct Policy {
     pub externalize_errors: bool,
     /// Outputs seen verbatim that become stubs once old ([`aging`]).
     pub aging: aging::Aging,
+    /// Whether a conversation's first stub pays for the cached prompt it
+    /// makes the provider write again ([`first_stub`]).
+    pub first_stub: first_stub::Gate,
 }
 
 impl Default for Policy {
@@ -61,6 +65,7 @@ impl Default for Policy {
             tools: ToolRules::default(),
             externalize_errors: false,
             aging: aging::Aging::default(),
+            first_stub: first_stub::Gate::default(),
         }
     }
 }
@@ -252,6 +257,13 @@ fn rewrite_parsed<'b>(
     // inline (see `select`). It depends only on what precedes, so every
     // output's fate is the same on every later turn.
     let mut held = 0usize;
+    // Until a stub is made, one would make the provider write the whole
+    // cached prompt again ([`first_stub`]), unless the recall tools are
+    // offered from the conversation's first request or not at all.
+    let offers_tools = policy.recall_enabled && mode == Mode::WithRefs;
+    let mut weigh = offers_tools && !offered_from_start;
+    let mut assistant_turns = parsed.messages.iter().filter(|m| m.assistant).peekable();
+    let mut turns_before = 0usize;
     let mut start = 0;
     while start < parsed.outputs.len() {
         let group = parsed.outputs[start].group;
@@ -259,6 +271,16 @@ fn rewrite_parsed<'b>(
             .iter()
             .position(|o| o.group != group)
             .map_or(parsed.outputs.len(), |n| start + n);
+        let at = parsed.outputs[start].content_span.start;
+        while assistant_turns.next_if(|m| m.span.end <= at).is_some() {
+            turns_before += 1;
+        }
+        let gate = weigh.then_some(Weigh {
+            gate: &policy.first_stub,
+            prefix: at,
+            turns: turns_before,
+        });
+        let made_before = outputs.len();
         held = rewrite_group(
             &parsed.outputs[start..end],
             held,
@@ -267,9 +289,11 @@ fn rewrite_parsed<'b>(
             mode,
             protocol,
             memo,
+            gate,
             &mut outputs,
             &mut splices,
         );
+        weigh &= outputs.len() == made_before;
         start = end;
     }
     let mut next_aged = None;
@@ -448,6 +472,7 @@ fn rewrite_group<'b>(
     mode: Mode,
     protocol: &dyn Protocol,
     memo: &Memo,
+    weigh: Option<Weigh<'_>>,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) -> usize {
@@ -482,6 +507,24 @@ fn rewrite_group<'b>(
                 .count()
         })
     });
+    if let Some(weigh) = weigh.filter(|_| selection.count() > 0) {
+        let removed: usize = selection
+            .reasons
+            .iter()
+            .enumerate()
+            .filter_map(|(i, reason)| {
+                let (reason, p) = ((*reason)?, prepared[i].as_mut()?);
+                let o = &group[i];
+                let stub = p.stub(o, selection.preview, reason, mode, names);
+                let sent = o.content_span.len() + o.removed.iter().map(|r| r.len()).sum::<usize>();
+                Some(sent.saturating_sub(protocol.encode_content(o.shape, &stub).len()))
+            })
+            .sum();
+        if !weigh.gate.pays(removed, weigh.prefix, weigh.turns) {
+            // Every output of the group stays verbatim, and inline.
+            return held.saturating_add(candidates.iter().map(|c| c.len).sum::<usize>());
+        }
+    }
     for (i, reason) in selection.reasons.iter().enumerate() {
         let (Some(reason), Some(p)) = (*reason, prepared[i].as_mut()) else {
             continue;
@@ -499,6 +542,17 @@ fn rewrite_group<'b>(
         );
     }
     selection.held
+}
+
+/// A group that would make a conversation's first stub, and what
+/// [`first_stub::Gate::pays`] weighs it against.
+#[derive(Clone, Copy)]
+struct Weigh<'a> {
+    gate: &'a first_stub::Gate,
+    /// Bytes of the body before the group's first output.
+    prefix: usize,
+    /// Assistant turns before the group.
+    turns: usize,
 }
 
 /// Replaces `output` by its stub: the splices, and what the store keeps.

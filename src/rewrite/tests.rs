@@ -430,9 +430,16 @@ fn conversation_policy() -> Policy {
             conversation_floor_chars: 3_000,
             ..Budget::default()
         },
+        first_stub: NO_GATE,
         ..Policy::default()
     }
 }
+
+/// The first-stub rule off, for tests of the rules that choose stubs.
+const NO_GATE: first_stub::Gate = first_stub::Gate {
+    horizon_permille: None,
+    min_later: 0,
+};
 
 /// The outputs of each turn of the growing conversation: one 8,000-character
 /// output a turn, two small ones every third turn, an 8,000-character error
@@ -603,6 +610,7 @@ fn tool_rules_set_a_threshold_keep_outputs_inline_and_leave_the_conversation_bud
                 ..rule("Read")
             },
         ]),
+        first_stub: NO_GATE,
         ..Policy::default()
     };
     let single = Some("single_threshold".to_string());
@@ -1013,4 +1021,83 @@ fn toolstub_adds_a_breakpoint_only_where_the_request_has_room_and_copies_its_lif
     let anchor = r.cache_anchor.expect("an anchor");
     assert!(r.body[..anchor].ends_with(messages_of(&r.body)[3].as_str()));
     assert!(!r.body.contains("cache_control"));
+}
+
+/// A conversation of `small` outputs of 3,000 characters each, then one of
+/// `last` characters.
+fn late_output(small: usize, last: usize) -> String {
+    let mut outputs: Vec<String> = (0..small).map(|i| text_of(i, 3_000)).collect();
+    outputs.push(text_of(small, last));
+    conversation(&outputs)
+}
+
+#[test]
+fn a_first_stub_is_not_made_where_the_cached_prompt_costs_more_to_write_again() {
+    // 40 turns of 3,000 characters: about 130,000 bytes of cached prompt.
+    // An output of 21,000 characters saves about 19,000: 19,000 * (1.25 +
+    // 0.1 * 40) < 130,000 * 1.15, so it stays verbatim.
+    let body = late_output(40, 21_000);
+    assert!(matches!(
+        run(&body),
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+    // With the rule off it is made, and the recall tools join the tools.
+    let off = Policy {
+        first_stub: NO_GATE,
+        ..Policy::default()
+    };
+    let r = rewritten_with(&body, &off, &OpenAiChat);
+    assert_eq!(r.outputs.len(), 1);
+    assert!(r.body.contains("tool_result_read"));
+    // Larger, it pays: 100,000 characters save about 98,000.
+    let body = late_output(40, 100_000);
+    let r = rewritten_with(&body, &Policy::default(), &OpenAiChat);
+    assert_eq!(r.outputs.len(), 1);
+}
+
+#[test]
+fn an_output_the_gate_kept_verbatim_stays_verbatim_and_later_stubs_cost_nothing_more() {
+    // Turn 40 keeps its 21,000 characters; a 100,000-character output at
+    // turn 41 pays and is made a stub; turn 40's output is still verbatim,
+    // as it was sent.
+    let mut outputs: Vec<String> = (0..40).map(|i| text_of(i, 3_000)).collect();
+    outputs.push(text_of(40, 21_000));
+    outputs.push(text_of(41, 100_000));
+    let body = conversation(&outputs);
+    let r = rewritten_with(&body, &Policy::default(), &OpenAiChat);
+    assert_eq!(r.outputs.len(), 1);
+    assert_eq!(r.outputs[0].tool_call_id.as_deref(), Some("call_41"));
+    let kept = serde_json::to_string(&outputs[40]).unwrap_or_default();
+    assert!(r.body.contains(&kept));
+    // Once a stub is made, a later output over the threshold is made a stub
+    // whatever its size: nothing before it changes.
+    outputs.push(text_of(42, 21_000));
+    let body = conversation(&outputs);
+    let r = rewritten_with(&body, &Policy::default(), &OpenAiChat);
+    let ids: Vec<_> = r
+        .outputs
+        .iter()
+        .map(|o| o.tool_call_id.as_deref())
+        .collect();
+    assert_eq!(ids, [Some("call_41"), Some("call_42")]);
+}
+
+#[test]
+fn the_gate_weighs_nothing_when_no_recall_tools_are_added() {
+    let body = late_output(40, 21_000);
+    let no_recall = Policy {
+        recall_enabled: false,
+        ..Policy::default()
+    };
+    let r = rewritten_with(&body, &no_recall, &OpenAiChat);
+    assert_eq!(r.outputs.len(), 1);
+    match rewrite(
+        body.as_bytes(),
+        &Policy::default(),
+        &OpenAiChat,
+        Mode::PreviewOnly,
+    ) {
+        Outcome::Rewritten(r) => assert_eq!(r.outputs.len(), 1),
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    }
 }

@@ -248,6 +248,9 @@ async fn a_conversation_over_its_budget_stubs_new_outputs_and_never_what_it_sent
                 "25000",
             ),
             ("TOOLSTUB_EXTERNALIZATION_CONVERSATION_FLOOR_CHARS", "4000"),
+            // The rule under test alone: turn 2's first stub would not
+            // repay the 26,000 characters before it.
+            ("TOOLSTUB_EXTERNALIZATION_FIRST_STUB_GATE", "false"),
         ],
     )
     .await;
@@ -478,6 +481,44 @@ async fn aged_outputs_become_one_line_stubs_after_one_turn_on_every_route() {
             }
             previous = Some(now);
         }
+    }
+    s.proxy.shutdown().await;
+}
+
+/// A conversation's first stub is made only where it repays the cached
+/// prompt it makes the provider write again: a 21,000-character output
+/// after 40 turns of history goes upstream verbatim, byte for byte, on
+/// every route; a 100,000-character one at the next turn is a stub, and
+/// the first stays verbatim.
+#[tokio::test]
+async fn a_late_first_stub_that_would_not_repay_the_cached_prompt_is_not_made() {
+    let s = setup_with(answers(), &[]).await;
+    for route in ROUTES {
+        let mut messages = Vec::new();
+        for turn in 0..40 {
+            messages.extend(route.turn(turn, &[("Bash", text_of(turn, 3_000), false)]));
+        }
+        let late = text_of(40, 21_000);
+        messages.extend(route.turn(40, &[("Bash", late.clone(), false)]));
+        let body = route.body(&messages);
+        let (status, headers) = post(&s, route, body.clone()).await;
+        assert_eq!(status, 200, "{route:?}");
+        assert!(
+            headers.get("x-toolstub-externalized").is_none(),
+            "{route:?}"
+        );
+        assert_eq!(
+            s.mock.last().body,
+            body.as_bytes(),
+            "{route:?}: byte for byte"
+        );
+        messages.extend(route.turn(41, &[("Bash", text_of(41, 100_000), false)]));
+        let (status, headers) = post(&s, route, route.body(&messages)).await;
+        assert_eq!(status, 200, "{route:?}");
+        assert_eq!(headers["x-toolstub-externalized"], "1", "{route:?}");
+        let got = route.outputs(&s.mock.last().body);
+        assert_eq!(got[40].1, late, "{route:?}: kept verbatim for good");
+        assert_eq!(reason_of(&got[41].1), Some("single_threshold"), "{route:?}");
     }
     s.proxy.shutdown().await;
 }

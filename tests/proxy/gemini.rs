@@ -384,7 +384,19 @@ async fn recall_round_is_answered_inside_the_proxy(streaming: bool) {
     );
     // The ledger names the model the path named (the body names none),
     // so the table prices what was saved.
-    let stats = super::stats_once(&s, ("x-goog-api-key", "AIza-recall"), "", 2, 0).await;
+    // The saving is priced once the counting thread (nice 19) has counted
+    // the outputs' tokens, which may come after the requests are counted.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let stats = loop {
+        let stats = super::stats_once(&s, ("x-goog-api-key", "AIza-recall"), "", 2, 0).await;
+        let priced = stats["pricing"]["estimated_saving_usd"]
+            .as_f64()
+            .is_some_and(|usd| usd > 0.0);
+        if priced || std::time::Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(stats["totals"]["outputs"], 2, "{stats}");
     assert_eq!(stats["pricing"]["unpriced_tokens"], 0, "{stats}");
     assert!(

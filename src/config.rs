@@ -30,8 +30,50 @@ pub struct RawConfig {
     pub recall: RawRecall,
     pub operator_api: RawOperatorApi,
     pub auth: RawAuth,
+    /// `[context_window]`: the context-window rescue (`rewrite::window`).
+    pub context_window: RawContextWindow,
     /// `[[pricing]]`: prices per model-name pattern, for the estimate.
     pub pricing: Vec<RawPrice>,
+}
+
+/// `[context_window]`: requests over their model's context window are
+/// brought under it by stubbing outputs the model has seen.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawContextWindow {
+    pub enabled: bool,
+    /// The window of a model no entry names (0: no rescue for it).
+    pub default_tokens: u64,
+    /// Bytes of a request per token, the estimate's ratio.
+    pub bytes_per_token: f64,
+    /// The share of the window kept free.
+    pub margin: f64,
+    /// `[[context_window.models]]`, before the shipped table.
+    pub models: Vec<RawModelWindow>,
+}
+
+impl Default for RawContextWindow {
+    fn default() -> Self {
+        let w = crate::rewrite::window::Window::default();
+        RawContextWindow {
+            enabled: w.enabled,
+            default_tokens: w.default_tokens,
+            bytes_per_token: w.bytes_per_token_milli as f64 / 1000.0,
+            margin: f64::from(w.margin_permille) / 1000.0,
+            models: Vec::new(),
+        }
+    }
+}
+
+/// One `[[context_window.models]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModelWindow {
+    /// A model-name pattern (`*`, `?`), as the request names the model.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Its context window in input tokens (0: no rescue for it).
+    pub tokens: u64,
 }
 
 /// One `[[pricing]]` entry as written: US dollars per million tokens.
@@ -588,7 +630,7 @@ fn apply_overrides(table: &mut toml::Table, overrides: &Overrides) -> Result<()>
     Ok(())
 }
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "server",
     "upstream",
     "store",
@@ -596,6 +638,7 @@ const SECTIONS: [&str; 7] = [
     "recall",
     "operator_api",
     "auth",
+    "context_window",
 ];
 
 /// The `upstream` key a provider's own environment variable fills when the
@@ -766,6 +809,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
         );
     }
     let tools = tool_rules(e)?;
+    let window = context_window(&raw.context_window)?;
     let names = RecallToolNames {
         read: raw.recall.read_tool.clone(),
         search: raw.recall.search_tool.clone(),
@@ -895,6 +939,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 min_share_permille: (e.aged_min_share * 1000.0).round() as u32,
                 horizon_permille: (e.aged_horizon * 1000.0).round() as u32,
             },
+            window,
         },
         recall_max_rounds: raw.recall.max_rounds,
         restore_history: raw.recall.restore_history,
@@ -910,6 +955,37 @@ fn validate(raw: RawConfig) -> Result<Config> {
             run_secret: None,
         },
         pricing: price_table(&raw.pricing)?,
+    })
+}
+
+/// `[context_window]`, checked: the config's own entries first, then the
+/// shipped table.
+fn context_window(raw: &RawContextWindow) -> Result<crate::rewrite::window::Window> {
+    if !(raw.bytes_per_token.is_finite() && (0.5..=100.0).contains(&raw.bytes_per_token)) {
+        bail!(
+            "context_window.bytes_per_token must be between 0.5 and 100, got {}",
+            raw.bytes_per_token
+        );
+    }
+    if !(0.0..0.9).contains(&raw.margin) {
+        bail!(
+            "context_window.margin must be at least 0 and under 0.9, got {}",
+            raw.margin
+        );
+    }
+    let mut table = Vec::with_capacity(raw.models.len());
+    for (i, m) in raw.models.iter().enumerate() {
+        let pattern = Glob::new(&m.pattern)
+            .with_context(|| format!("context_window.models[{i}].match: invalid pattern"))?;
+        table.push((pattern, m.tokens));
+    }
+    table.extend(crate::rewrite::window::default_table());
+    Ok(crate::rewrite::window::Window {
+        enabled: raw.enabled,
+        table,
+        default_tokens: raw.default_tokens,
+        bytes_per_token_milli: (raw.bytes_per_token * 1000.0).round() as u64,
+        margin_permille: (raw.margin * 1000.0).round() as u32,
     })
 }
 

@@ -577,6 +577,7 @@ fn reason_label(reason: &str) -> &'static str {
         }
         "aged" => "aged",
         "aged:externalization_failed" => "aged:externalization_failed",
+        "context_window" => "context_window",
         _ => "other",
     }
 }

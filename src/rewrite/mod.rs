@@ -20,6 +20,7 @@ pub mod aging;
 pub mod memo;
 pub mod select;
 pub mod tool_policy;
+pub mod window;
 
 use crate::protocol::{turn_identity, Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::recall::RecallTool;
@@ -49,6 +50,8 @@ pub struct Policy {
     pub externalize_errors: bool,
     /// Outputs seen verbatim that become stubs once old ([`aging`]).
     pub aging: aging::Aging,
+    /// Requests over their model's context window brought under it ([`window`]).
+    pub window: window::Window,
 }
 
 impl Default for Policy {
@@ -61,6 +64,7 @@ impl Default for Policy {
             tools: ToolRules::default(),
             externalize_errors: false,
             aging: aging::Aging::default(),
+            window: window::Window::default(),
         }
     }
 }
@@ -289,6 +293,17 @@ fn rewrite_parsed<'b>(
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
+    window::rescue(
+        body,
+        &parsed,
+        policy,
+        &names,
+        mode,
+        protocol,
+        memo,
+        &mut outputs,
+        &mut splices,
+    );
     // With the aging rule on, a conversation that declares tools of its own
     // is rewritten from its first request: the recall tools are offered
     // there (nearly every agent session ages an output within a few turns,
@@ -734,7 +749,9 @@ impl<'b> Prepared<'b> {
         mode: Mode,
         names: &RecallToolNames,
     ) -> String {
-        let aged = reason == Reason::Aged;
+        // The aging rule's one line, and the context-window rescue's (the
+        // model has seen the output: the same bytes whichever rule made it).
+        let aged = matches!(reason, Reason::Aged | Reason::ContextWindow);
         let reason = reason_text(reason, mode);
         let result_ref = (mode == Mode::WithRefs).then(|| self.result_ref.clone());
         let sha256 = self.sha256.clone();

@@ -48,6 +48,8 @@ pub struct RawContextWindow {
     pub bytes_per_token: f64,
     /// The share of the window kept free.
     pub margin: f64,
+    /// The share of the window a rescued request is brought under.
+    pub aim: f64,
     /// `[[context_window.models]]`, before the shipped table.
     pub models: Vec<RawModelWindow>,
 }
@@ -60,6 +62,7 @@ impl Default for RawContextWindow {
             default_tokens: w.default_tokens,
             bytes_per_token: w.bytes_per_token_milli as f64 / 1000.0,
             margin: f64::from(w.margin_permille) / 1000.0,
+            aim: f64::from(w.aim_permille) / 1000.0,
             models: Vec::new(),
         }
     }
@@ -973,6 +976,13 @@ fn context_window(raw: &RawContextWindow) -> Result<crate::rewrite::window::Wind
             raw.margin
         );
     }
+    if !(raw.aim > 0.0 && raw.aim <= 1.0 - raw.margin) {
+        bail!(
+            "context_window.aim must be over 0 and at most 1 - margin ({}), got {}",
+            1.0 - raw.margin,
+            raw.aim
+        );
+    }
     let mut table = Vec::with_capacity(raw.models.len());
     for (i, m) in raw.models.iter().enumerate() {
         let pattern = Glob::new(&m.pattern)
@@ -986,6 +996,7 @@ fn context_window(raw: &RawContextWindow) -> Result<crate::rewrite::window::Wind
         default_tokens: raw.default_tokens,
         bytes_per_token_milli: (raw.bytes_per_token * 1000.0).round() as u64,
         margin_permille: (raw.margin * 1000.0).round() as u32,
+        aim_permille: (raw.aim * 1000.0).round() as u32,
     })
 }
 
@@ -1151,7 +1162,61 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
         let c = load(Some(&path), no_env(), &Overrides::default()).expect("config file");
         assert_eq!(c.policy.budget, Budget::default());
+        assert_eq!(c.policy.window, crate::rewrite::window::Window::default());
         assert_eq!(c.listen.to_string(), "127.0.0.1:8790");
+    }
+
+    #[test]
+    fn context_windows_come_from_the_config_before_the_shipped_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
+        let shipped = std::fs::read_to_string(path).expect("config file");
+        let start = shipped
+            .find("# [[context_window.models]]")
+            .expect("an example");
+        let example: String = shipped[start..]
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, format!("[context_window]\nmargin = 0.2\n{example}")).expect("write");
+        let c = load(Some(&file), no_env(), &Overrides::default()).expect("config");
+        let w = &c.policy.window;
+        assert_eq!(w.tokens_for(Some("claude-sonnet-4-5")), Some(1_000_000));
+        assert_eq!(w.tokens_for(Some("claude-opus-4-1")), Some(200_000));
+        assert_eq!(w.margin_permille, 200);
+        // From the environment, and turned off.
+        let env = vec![
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_MODELS".to_string(),
+                r#"[{ match = "mine", tokens = 0 }]"#.to_string(),
+            ),
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_ENABLED".to_string(),
+                "false".to_string(),
+            ),
+        ];
+        let c = load(None, env, &Overrides::default()).expect("config");
+        assert_eq!(c.policy.window.tokens_for(Some("mine")), None);
+        assert!(!c.policy.window.enabled);
+        // Bad values name their key.
+        for (text, key) in [
+            (
+                "[context_window]\nbytes_per_token = 0\n",
+                "context_window.bytes_per_token",
+            ),
+            ("[context_window]\nmargin = 1\n", "context_window.margin"),
+            ("[context_window]\naim = 0.95\n", "context_window.aim"),
+            (
+                "[[context_window.models]]\nmatch = \"[\"\ntokens = 1\n",
+                "context_window.models[0].match",
+            ),
+        ] {
+            std::fs::write(&file, text).expect("write");
+            let err = load(Some(&file), no_env(), &Overrides::default()).expect_err(key);
+            assert!(format!("{err:#}").contains(key), "{err:#}");
+        }
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! and the provider's prompt cache keeps hitting. The one exception is the
 //! aging rule ([`aging`], off by default), which replaces an output already
 //! sent once it is old, at the request where the price model says the
-//! change pays, and the same way on every later request. The body is spliced, never
+//! change pays, and the same way on every later request; so does the
+//! context-window rescue ([`window`]), where a request would not fit its
+//! model's context window. The body is spliced, never
 //! re-serialized: every byte outside the replaced contents and the appended
 //! recall tools stays as the client sent it.
 //!
@@ -212,15 +214,32 @@ pub fn rewrite_reading<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> (Outcome<'b>, Option<Read>) {
+    rewrite_reading_for(body, policy, protocol, mode, memo, None)
+}
+
+/// [`rewrite_reading`] of a request whose model the path names when its
+/// body names none (the Gemini API, Bedrock, Claude on Vertex AI): the
+/// model the rules (the context window) and the accounting go by.
+pub fn rewrite_reading_for<'b>(
+    body: &'b [u8],
+    policy: &Policy,
+    protocol: &dyn Protocol,
+    mode: Mode,
+    memo: &Memo,
+    path_model: Option<&str>,
+) -> (Outcome<'b>, Option<Read>) {
     if !policy.enabled {
         return (Outcome::Unchanged(Unchanged::Disabled), None);
     }
     let Ok(text) = std::str::from_utf8(body) else {
         return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
-    let Some(parsed) = protocol.parse(text) else {
+    let Some(mut parsed) = protocol.parse(text) else {
         return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
+    if parsed.model.is_none() {
+        parsed.model = path_model.map(str::to_string);
+    }
     match rewrite_parsed(text, parsed, policy, protocol, mode, memo) {
         Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
         Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),

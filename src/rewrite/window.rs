@@ -5,9 +5,11 @@
 //!
 //! The size is estimated without a tokenizer: bytes of the request over
 //! [`Window::bytes_per_token_milli`] (a conservative ratio, measured on
-//! real sessions: see `config/toolstub.toml`), aimed under the window less
-//! [`Window::margin_permille`]. A request whose whole body is under that
-//! costs one comparison.
+//! real sessions: see `config/toolstub.toml`). A request over the window
+//! less [`Window::margin_permille`] is brought under
+//! [`Window::aim_permille`] of it, so that the requests after it grow into
+//! the room without another change. A request whose whole body is under
+//! the limit costs one comparison.
 //!
 //! Determinism: the decision points are the requests of the conversation.
 //! The request that produced assistant message `m` was the conversation up
@@ -16,8 +18,8 @@
 //! own content: at each, if its estimated size is over the limit, it
 //! replaces outputs the model had seen at that point (those before its
 //! newest assistant message), largest first (ties: earlier first), until
-//! under; only when none is left, the newest turn's own outputs, largest
-//! first. Decisions accumulate: an output rescued at one point is a stub
+//! under the aim; only if it is still over the limit, the newest turn's
+//! own outputs, largest first, until under the limit. Decisions accumulate: an output rescued at one point is a stub
 //! at every later one. Each request therefore reproduces the decisions of
 //! every earlier request of the conversation, as long as the bytes
 //! outside the conversation (tools, system prompt) and of the earlier

@@ -178,14 +178,18 @@ pub(super) fn rescue<'b>(
     let Some((limit, aim)) = policy.window.limits(parsed.model.as_deref()) else {
         return;
     };
+    // No decision point is larger than the whole body and the recall
+    // tools: under the limit, nothing to do (the common case, at the cost
+    // of one comparison; the tools' definitions are far under the bound).
+    if body.len().saturating_add(RECALL_TOOLS_BOUND) <= limit {
+        return;
+    }
     // The recall tools, when offered, are part of every decision point.
     let tools = if policy.recall_enabled {
         protocol.recall_tools(names).join(",").len() + 1
     } else {
         0
     };
-    // No decision point is larger than the whole body: under the limit,
-    // nothing to do (the common case, at the cost of one comparison).
     if body.len().saturating_add(tools) <= limit {
         return;
     }
@@ -282,6 +286,10 @@ pub(super) fn rescue<'b>(
         outputs.sort_by_key(|o| o.at);
     }
 }
+
+/// More than the recall tools' definitions take in any protocol (about 2
+/// KB with the longest names allowed).
+const RECALL_TOOLS_BOUND: usize = 16 * 1024;
 
 /// One decision point: a request of the conversation, as the prefix of
 /// this one it was.
@@ -411,6 +419,30 @@ mod tests {
             ..Window::default()
         };
         assert_eq!(disabled.limit_bytes(Some("claude-x")), None);
+    }
+
+    #[test]
+    fn the_recall_tools_are_far_under_their_bound() {
+        use crate::protocol::anthropic::AnthropicMessages;
+        use crate::protocol::gemini::Gemini;
+        use crate::protocol::openai_chat::OpenAiChat;
+        use crate::protocol::responses::OpenAiResponses;
+        use crate::protocol::Protocol;
+        let long = "n".repeat(64);
+        let names = RecallToolNames {
+            read: long.clone(),
+            search: long.clone(),
+            list: long,
+        };
+        let protocols: [&dyn Protocol; 4] = [
+            &OpenAiChat,
+            &AnthropicMessages,
+            &OpenAiResponses,
+            &Gemini::GENERATE,
+        ];
+        for p in protocols {
+            assert!(p.recall_tools(&names).join(",").len() * 2 < RECALL_TOOLS_BOUND);
+        }
     }
 
     #[test]
@@ -603,10 +635,34 @@ mod tests {
 
         #[test]
         fn a_conversation_over_the_window_is_brought_under_and_stays_so() {
+            assert!(over_the_window(&policy(), &["context_window"]));
+        }
+
+        #[test]
+        fn with_aging_on_both_rules_keep_what_they_sent() {
+            // Aging every output after two turns, beside the rescue: each
+            // rule's stubs stay as they were sent, whichever made them,
+            // and every request is under the limit (the rescue measures
+            // aged outputs at full size: it may find them all it needs).
+            let policy = Policy {
+                aging: crate::rewrite::aging::Aging {
+                    after_turns: 2,
+                    floor_chars: 300,
+                    min_share_permille: 0,
+                    horizon_permille: 0,
+                },
+                ..policy()
+            };
+            over_the_window(&policy, &["aged", "context_window"]);
+        }
+
+        /// Replays the conversation request by request; whether the rescue
+        /// stubbed anything.
+        fn over_the_window(policy: &Policy, reasons_allowed: &[&str]) -> bool {
             // Ten outputs of 9,000 characters (under every threshold):
             // 90 KB against 54,000 bytes.
             let outputs: Vec<String> = (0..10).map(|i| output(i, 9_000)).collect();
-            let policy = policy();
+            let policy = policy.clone();
             let limit = policy.window.limit_bytes(Some("small-model")).unwrap_or(0);
             let mut previous: Vec<String> = Vec::new();
             let mut rescued_any = false;
@@ -614,8 +670,13 @@ mod tests {
                 let body = conversation(&outputs[..n], "fetch");
                 let (sent, reasons) = send(&body, &policy);
                 assert!(sent.len() <= limit, "request {n}: {} > {limit}", sent.len());
-                assert!(reasons.iter().all(|r| r == "context_window"), "{reasons:?}");
-                rescued_any |= !reasons.is_empty();
+                assert!(
+                    reasons
+                        .iter()
+                        .all(|r| reasons_allowed.contains(&r.as_str())),
+                    "{reasons:?}"
+                );
+                rescued_any |= reasons.iter().any(|r| r == "context_window");
                 // Byte for byte what the previous request sent, but for
                 // outputs this request's own decision point rescued; a
                 // stub once sent stays the same bytes.
@@ -634,7 +695,7 @@ mod tests {
                 assert!(!newest.contains(SHOWN), "request {n}");
                 previous = messages;
             }
-            assert!(rescued_any);
+            rescued_any
         }
 
         #[test]

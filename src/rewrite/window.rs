@@ -19,11 +19,15 @@
 //! replaces outputs the model had seen at that point (those before its
 //! newest assistant message), largest first (ties: earlier first), until
 //! under the aim; only if it is still over the limit, the newest turn's
-//! own outputs, largest first, until under the limit. Decisions accumulate: an output rescued at one point is a stub
-//! at every later one. Each request therefore reproduces the decisions of
-//! every earlier request of the conversation, as long as the bytes
-//! outside the conversation (tools, system prompt) and of the earlier
-//! messages stay the same.
+//! own outputs, largest first, until under the limit. Decisions
+//! accumulate: an output rescued at one point is a stub at every later
+//! one. Each request therefore reproduces the decisions of every earlier
+//! request of the conversation, as long as the bytes outside the
+//! conversation (tools, system prompt) and of the earlier messages stay
+//! the same. (A client that edits an earlier message, as Claude Code moves
+//! its `cache_control` marker, changes a point's size by those bytes: a
+//! point within them of the limit may then decide otherwise once, which
+//! costs a cache write, never a request over the window.)
 //!
 //! What the measure counts: the bytes outside the conversation, the
 //! recall tools' definitions, the conversation up to the point, less what
@@ -36,7 +40,8 @@
 //! ([`crate::stub::render_aged`]): the model has seen the output, and an
 //! output claimed by both is the same bytes whichever rule came first.
 //!
-//! Pure arithmetic over sizes here; `mod.rs` measures and splices.
+//! [`rescued`] is the decision, arithmetic over sizes alone; `rescue`
+//! measures the request and splices with the rewrite's own helpers.
 
 use super::memo::Memo;
 use super::select::Reason;

@@ -98,8 +98,9 @@ def main() -> int:
 
 def sets(binary: str, named: list[str]) -> int:
     print("| sessions | recalls | sessions (requests) | saved, Anthropic prices | saved, OpenAI prices "
-          "| sessions costlier (A / O) | recall rounds | outputs externalized | peak context (tokens) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| sessions costlier (A / O) | recall rounds | outputs externalized | peak context (tokens) "
+          "| requests over the window |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for item in named:
         name, _, path = item.partition("=")
         for label, flags in (("charged", []), ("none charged", ["--free-recalls"])):
@@ -115,7 +116,8 @@ def sets(binary: str, named: list[str]) -> int:
             print(f"| {name} | {label} | {t['sessions']} ({t['requests']:,}) | {saved['anthropic']:+.1%} "
                   f"| {saved['openai']:+.1%} | {costlier['anthropic']} / {costlier['openai']} "
                   f"| {t['recall_rounds']} | {t['outputs_externalized']} "
-                  f"| {t['peak_context']['direct']:,} -> {t['peak_context']['toolstub']:,} |", flush=True)
+                  f"| {t['peak_context']['direct']:,} -> {t['peak_context']['toolstub']:,} "
+                  f"| {t['over_window']['direct']:,} -> {t['over_window']['toolstub']:,} |", flush=True)
     return 0
 
 

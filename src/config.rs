@@ -30,8 +30,53 @@ pub struct RawConfig {
     pub recall: RawRecall,
     pub operator_api: RawOperatorApi,
     pub auth: RawAuth,
+    /// `[context_window]`: the context-window rescue (`rewrite::window`).
+    pub context_window: RawContextWindow,
     /// `[[pricing]]`: prices per model-name pattern, for the estimate.
     pub pricing: Vec<RawPrice>,
+}
+
+/// `[context_window]`: requests over their model's context window are
+/// brought under it by stubbing outputs the model has seen.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawContextWindow {
+    pub enabled: bool,
+    /// The window of a model no entry names (0: no rescue for it).
+    pub default_tokens: u64,
+    /// Bytes of a request per token, the estimate's ratio.
+    pub bytes_per_token: f64,
+    /// The share of the window kept free.
+    pub margin: f64,
+    /// The share of the window a rescued request is brought under.
+    pub aim: f64,
+    /// `[[context_window.models]]`, before the shipped table.
+    pub models: Vec<RawModelWindow>,
+}
+
+impl Default for RawContextWindow {
+    fn default() -> Self {
+        let w = crate::rewrite::window::Window::default();
+        RawContextWindow {
+            enabled: w.enabled,
+            default_tokens: w.default_tokens,
+            bytes_per_token: w.bytes_per_token_milli as f64 / 1000.0,
+            margin: f64::from(w.margin_permille) / 1000.0,
+            aim: f64::from(w.aim_permille) / 1000.0,
+            models: Vec::new(),
+        }
+    }
+}
+
+/// One `[[context_window.models]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModelWindow {
+    /// A model-name pattern (`*`, `?`), as the request names the model.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Its context window in input tokens (0: no rescue for it).
+    pub tokens: u64,
 }
 
 /// One `[[pricing]]` entry as written: US dollars per million tokens.
@@ -600,7 +645,7 @@ fn apply_overrides(table: &mut toml::Table, overrides: &Overrides) -> Result<()>
     Ok(())
 }
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "server",
     "upstream",
     "store",
@@ -608,6 +653,7 @@ const SECTIONS: [&str; 7] = [
     "recall",
     "operator_api",
     "auth",
+    "context_window",
 ];
 
 /// The `upstream` key a provider's own environment variable fills when the
@@ -784,6 +830,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
         );
     }
     let tools = tool_rules(e)?;
+    let window = context_window(&raw.context_window)?;
     let names = RecallToolNames {
         read: raw.recall.read_tool.clone(),
         search: raw.recall.search_tool.clone(),
@@ -919,6 +966,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                     .then(|| (e.first_stub_horizon * 1000.0).round() as u32),
                 min_later: e.first_stub_min_later,
             },
+            window,
         },
         recall_max_rounds: raw.recall.max_rounds,
         restore_history: raw.recall.restore_history,
@@ -934,6 +982,45 @@ fn validate(raw: RawConfig) -> Result<Config> {
             run_secret: None,
         },
         pricing: price_table(&raw.pricing)?,
+    })
+}
+
+/// `[context_window]`, checked: the config's own entries first, then the
+/// shipped table.
+fn context_window(raw: &RawContextWindow) -> Result<crate::rewrite::window::Window> {
+    if !(raw.bytes_per_token.is_finite() && (0.5..=100.0).contains(&raw.bytes_per_token)) {
+        bail!(
+            "context_window.bytes_per_token must be between 0.5 and 100, got {}",
+            raw.bytes_per_token
+        );
+    }
+    if !(0.0..0.9).contains(&raw.margin) {
+        bail!(
+            "context_window.margin must be at least 0 and under 0.9, got {}",
+            raw.margin
+        );
+    }
+    if !(raw.aim > 0.0 && raw.aim <= 1.0 - raw.margin) {
+        bail!(
+            "context_window.aim must be over 0 and at most 1 - margin ({}), got {}",
+            1.0 - raw.margin,
+            raw.aim
+        );
+    }
+    let mut table = Vec::with_capacity(raw.models.len());
+    for (i, m) in raw.models.iter().enumerate() {
+        let pattern = Glob::new(&m.pattern)
+            .with_context(|| format!("context_window.models[{i}].match: invalid pattern"))?;
+        table.push((pattern, m.tokens));
+    }
+    table.extend(crate::rewrite::window::default_table());
+    Ok(crate::rewrite::window::Window {
+        enabled: raw.enabled,
+        table,
+        default_tokens: raw.default_tokens,
+        bytes_per_token_milli: (raw.bytes_per_token * 1000.0).round() as u64,
+        margin_permille: (raw.margin * 1000.0).round() as u32,
+        aim_permille: (raw.aim * 1000.0).round() as u32,
     })
 }
 
@@ -1099,7 +1186,61 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
         let c = load(Some(&path), no_env(), &Overrides::default()).expect("config file");
         assert_eq!(c.policy.budget, Budget::default());
+        assert_eq!(c.policy.window, crate::rewrite::window::Window::default());
         assert_eq!(c.listen.to_string(), "127.0.0.1:8790");
+    }
+
+    #[test]
+    fn context_windows_come_from_the_config_before_the_shipped_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/toolstub.toml");
+        let shipped = std::fs::read_to_string(path).expect("config file");
+        let start = shipped
+            .find("# [[context_window.models]]")
+            .expect("an example");
+        let example: String = shipped[start..]
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, format!("[context_window]\nmargin = 0.2\n{example}")).expect("write");
+        let c = load(Some(&file), no_env(), &Overrides::default()).expect("config");
+        let w = &c.policy.window;
+        assert_eq!(w.tokens_for(Some("claude-sonnet-4-5")), Some(1_000_000));
+        assert_eq!(w.tokens_for(Some("claude-opus-4-1")), Some(200_000));
+        assert_eq!(w.margin_permille, 200);
+        // From the environment, and turned off.
+        let env = vec![
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_MODELS".to_string(),
+                r#"[{ match = "mine", tokens = 0 }]"#.to_string(),
+            ),
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_ENABLED".to_string(),
+                "false".to_string(),
+            ),
+        ];
+        let c = load(None, env, &Overrides::default()).expect("config");
+        assert_eq!(c.policy.window.tokens_for(Some("mine")), None);
+        assert!(!c.policy.window.enabled);
+        // Bad values name their key.
+        for (text, key) in [
+            (
+                "[context_window]\nbytes_per_token = 0\n",
+                "context_window.bytes_per_token",
+            ),
+            ("[context_window]\nmargin = 1\n", "context_window.margin"),
+            ("[context_window]\naim = 0.95\n", "context_window.aim"),
+            (
+                "[[context_window.models]]\nmatch = \"[\"\ntokens = 1\n",
+                "context_window.models[0].match",
+            ),
+        ] {
+            std::fs::write(&file, text).expect("write");
+            let err = load(Some(&file), no_env(), &Overrides::default()).expect_err(key);
+            assert!(format!("{err:#}").contains(key), "{err:#}");
+        }
     }
 
     #[test]

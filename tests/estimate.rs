@@ -677,3 +677,57 @@ fn with_no_path_opencodes_and_gemini_clis_folders_are_read() {
     assert_eq!(sources, ["gemini_cli", "opencode"], "{report}");
     assert_eq!(report["files_skipped"], json!([]));
 }
+
+/// A listing of about `chars` characters, its own text for turn `i`.
+fn listing(i: usize, chars: usize) -> String {
+    let mut s = String::from("<returncode>0</returncode>\n<output>\n");
+    let mut k = 0;
+    while s.len() < chars {
+        s.push_str(&format!(
+            "entry {k}: the parser read part {i} without an error\n"
+        ));
+        k += 1;
+    }
+    s.push_str("</output>");
+    s
+}
+
+#[test]
+fn requests_over_the_models_window_are_counted_direct_and_through_toolstub() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let configs = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // Twelve outputs of 10,000 characters, each under every threshold:
+    // ~30,000 tokens by the end, against a window of 20,000.
+    let outputs: Vec<(usize, String)> = (0..12).map(|i| (i, listing(i, 10_000))).collect();
+    write(dir.path(), "w.traj.json", &trajectory(14, &outputs, None));
+    let config = |name: &str, extra: &str| {
+        let path = configs.path().join(name);
+        let text = format!(
+            "[context_window]\n{extra}\n[[context_window.models]]\nmatch = \"test-*\"\ntokens = 20000\n"
+        );
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        path
+    };
+    let on = config("on.toml", "");
+    let report = estimate(dir.path(), &["--config", &on.to_string_lossy()]);
+    let s = &report["per_session"][0];
+    assert_eq!(s["context_window"], 20_000);
+    let direct = s["over_window"]["direct"].as_u64().unwrap_or(0);
+    assert!(direct >= 3, "{}", s["over_window"]);
+    assert_eq!(s["over_window"]["toolstub"], 0, "{}", s["over_window"]);
+    assert!(s["peak_context"]["toolstub"].as_u64() <= Some(20_000));
+    assert_eq!(report["totals"]["over_window"]["direct"], direct);
+    assert_eq!(report["totals"]["sessions_over_window"]["direct"], 1);
+    assert_eq!(report["totals"]["sessions_over_window"]["toolstub"], 0);
+    // The ratio the rescue assumes is under what these requests have.
+    assert!(
+        s["min_bytes_per_token"].as_f64().unwrap_or(0.0) > 3.0,
+        "{s}"
+    );
+    // The rule off: the same requests go over it.
+    let off = config("off.toml", "enabled = false");
+    let report = estimate(dir.path(), &["--config", &off.to_string_lossy()]);
+    let s = &report["per_session"][0];
+    assert_eq!(s["over_window"]["direct"], direct);
+    assert_eq!(s["over_window"]["toolstub"], direct);
+}

@@ -4,7 +4,8 @@
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
 //! the [`Policy`] (switches, per-tool rules with a MIME hint, a threshold
-//! of their own or `never`, the aging rule, the five budgets of SPEC section 2 and the
+//! of their own or `never`, the aging rule, the context-window rescue with
+//! windows small enough to act, the five budgets of SPEC section 2 and the
 //! conversation budget within sane bounds, small values as likely as large
 //! ones); the rest is the body.
 //!
@@ -31,6 +32,7 @@ use toolstub::protocol::Protocol;
 use toolstub::rewrite::aging::Aging;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
+use toolstub::rewrite::window::Window;
 use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
 use toolstub::stub::RecallToolNames;
 
@@ -99,6 +101,16 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             floor_chars: b(3) * 16,
             min_share_permille: if c[7] & 0x40 != 0 { 0 } else { 920 },
             horizon_permille: if c[7] & 0x80 != 0 { 1000 } else { 0 },
+        },
+        // The context-window rescue: off, or a window of 1..=65026 tokens
+        // (bodies of a few kilobytes go over it), brought under 10-85%.
+        window: Window {
+            enabled: c[8] & 8 != 0,
+            table: Vec::new(),
+            default_tokens: 1 + u64::from(c[2]) * u64::from(c[2]),
+            bytes_per_token_milli: 2_250,
+            margin_permille: 100,
+            aim_permille: 100 + u32::from(c[8] >> 4) * 50,
         },
     }
 }

@@ -22,7 +22,7 @@ use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
-use crate::rewrite::{derive_session, rewrite_reading, splice, Mode, Outcome, Turn};
+use crate::rewrite::{derive_session, rewrite_reading_for, splice, Mode, Outcome, Turn};
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -96,7 +96,7 @@ impl Api {
 
     /// The model the path names (the Gemini API's, and Claude's on Vertex
     /// AI: their bodies name none).
-    fn model_in_path(self, path: &str) -> Option<String> {
+    pub(super) fn model_in_path(self, path: &str) -> Option<String> {
         let named = match self {
             Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => true,
             Api::Messages => path.contains("/publishers/anthropic/models/"),
@@ -270,7 +270,15 @@ pub(super) async fn handle(
     let plan = if small && app.config.policy.enabled && api.protocol().surely_untouched(&original) {
         Plan::Unchanged("no_tools", None)
     } else {
-        plan(app, api, original.clone(), Mode::WithRefs, true).await?
+        plan(
+            app,
+            api,
+            original.clone(),
+            Mode::WithRefs,
+            true,
+            path_model.clone(),
+        )
+        .await?
     };
     match plan {
         Plan::Rewritten(mut rewritten) => {
@@ -342,7 +350,8 @@ async fn rewritten_request(
         read_us,
         held,
     } = request;
-    let plan_of = |mode| plan(app, api, original.clone(), mode, true);
+    let path_model = api.model_in_path(parts.uri.path());
+    let plan_of = |mode| plan(app, api, original.clone(), mode, true, path_model.clone());
     let session =
         session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
     for output in &mut rewritten.outputs {
@@ -577,6 +586,7 @@ fn reason_label(reason: &str) -> &'static str {
         }
         "aged" => "aged",
         "aged:externalization_failed" => "aged:externalization_failed",
+        "context_window" => "context_window",
         _ => "other",
     }
 }
@@ -794,14 +804,28 @@ async fn bedrock_count_tokens(
         app.metrics.unchanged("not_json");
         return forward_whole(app, parts, original, None).await;
     };
-    let mut rewritten =
-        match plan(app, Api::BedrockInvoke, inner.clone(), Mode::WithRefs, true).await? {
-            Plan::Rewritten(r) => r,
-            Plan::Unchanged(why, _) => {
-                app.metrics.unchanged(why);
-                return forward_whole(app, parts, original, None).await;
-            }
-        };
+    let mut rewritten = match plan(
+        app,
+        Api::BedrockInvoke,
+        inner.clone(),
+        Mode::WithRefs,
+        true,
+        // `/model/{id}/count-tokens`: the model the counted request names.
+        parts
+            .uri
+            .path()
+            .strip_suffix("/count-tokens")
+            .and_then(|rest| rest.rsplit_once("/model/"))
+            .and_then(|(_, model)| crate::percent::decode(model, false)),
+    )
+    .await?
+    {
+        Plan::Rewritten(r) => r,
+        Plan::Unchanged(why, _) => {
+            app.metrics.unchanged(why);
+            return forward_whole(app, parts, original, None).await;
+        }
+    };
     let session = derive_session(tenant.as_str(), &rewritten.opening);
     for output in &mut rewritten.outputs {
         output.new.session_id.clone_from(&session);
@@ -823,24 +847,42 @@ async fn bedrock_count_tokens(
 
 /// Runs the pure rewrite, on the blocking pool for large bodies.
 /// `recall` off rewrites as if `recall.enabled` were false (the last round
-/// of a recall loop that drops the tools).
+/// of a recall loop that drops the tools). `path_model`: the model the path
+/// names, for a body that names none.
 pub(super) async fn plan(
     app: &Arc<App>,
     api: Api,
     body: Bytes,
     mode: Mode,
     recall: bool,
+    path_model: Option<String>,
 ) -> Result<Plan, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
-        return Ok(plan_now(app, api, &body, mode, recall));
+        return Ok(plan_now(
+            app,
+            api,
+            &body,
+            mode,
+            recall,
+            path_model.as_deref(),
+        ));
     }
     let app = app.clone();
-    tokio::task::spawn_blocking(move || plan_now(&app, api, &body, mode, recall))
-        .await
-        .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
+    tokio::task::spawn_blocking(move || {
+        plan_now(&app, api, &body, mode, recall, path_model.as_deref())
+    })
+    .await
+    .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
 }
 
-fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan {
+fn plan_now(
+    app: &App,
+    api: Api,
+    body: &[u8],
+    mode: Mode,
+    recall: bool,
+    path_model: Option<&str>,
+) -> Plan {
     let policy;
     let policy = if recall {
         &app.config.policy
@@ -851,7 +893,7 @@ fn plan_now(app: &App, api: Api, body: &[u8], mode: Mode, recall: bool) -> Plan 
         };
         &policy
     };
-    match rewrite_reading(body, policy, api.protocol(), mode, &app.memo) {
+    match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, path_model) {
         (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),
         (Outcome::Rewritten(r), _) => Plan::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),

@@ -102,7 +102,16 @@ impl RecallRequest {
             return Ok(self.body.clone());
         }
         Ok(
-            match plan(app, self.api, self.original.clone(), Mode::WithRefs, false).await? {
+            match plan(
+                app,
+                self.api,
+                self.original.clone(),
+                Mode::WithRefs,
+                false,
+                self.api.model_in_path(self.parts.uri.path()),
+            )
+            .await?
+            {
                 Plan::Rewritten(mut r) => {
                     r.restore(&self.restorations, self.protocol);
                     r.body

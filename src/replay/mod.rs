@@ -11,7 +11,7 @@
 //! stream-json logs, Codex rollouts, Chat Completions message logs,
 //! Responses item lists, opencode sessions, Gemini CLI chat files). For
 //! each request, [`replay`]:
-//! 1. runs [`crate::rewrite::rewrite_with`] on the body with the configured
+//! 1. runs [`crate::rewrite::rewrite_reading`] on the body with the configured
 //!    policy, exactly as `toolstub serve` does (same synopsis, stubs, refs
 //!    and recall-tool offer);
 //! 2. reads both bodies as prompts ([`prompt`]) and bills each with its own
@@ -37,7 +37,7 @@ use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::Protocol;
 use crate::rewrite::memo::Memo;
-use crate::rewrite::{rewrite_with, Mode, Outcome, Policy};
+use crate::rewrite::{rewrite_reading, Mode, Outcome, Policy};
 use cache::{Cache, CacheKind};
 use price::PriceModel;
 use prompt::{Counter, Prompt};
@@ -218,6 +218,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         .iter()
         .map(|(name, tokens)| counter.placeholder(name, *tokens))
         .collect();
+    let placeholder_tokens: u64 = prefix.iter().map(|b| b.tokens).sum();
     let mut report = SessionReport::new(session);
     let mut refs: BTreeSet<String> = BTreeSet::new();
     // Recall exchanges restored into later requests: (the key of the
@@ -229,13 +230,23 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             continue;
         };
         report.requests += 1;
-        let outcome = rewrite_with(
+        let (outcome, read) = rewrite_reading(
             request.body.as_bytes(),
             policy,
             protocol,
             Mode::WithRefs,
             &memo,
         );
+        // The window of the model the request names, as the rewrite read
+        // it, else the session's, else the default window.
+        let model = match &outcome {
+            Outcome::Rewritten(r) => r.model.clone(),
+            Outcome::Unchanged(_) => read.and_then(|r| r.model),
+        };
+        let window = policy
+            .window
+            .tokens_for(model.as_deref().or(session.model.as_deref()));
+        report.context_window = report.context_window.max(window);
         let (mut toolstub, rewritten) = match outcome {
             Outcome::Rewritten(r) => match counter.prompt(session.shape, &r.body, &prefix) {
                 Some(p) => (p, Some(r)),
@@ -261,6 +272,19 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         let peak = &mut report.peak_context;
         peak.direct = peak.direct.max(direct.tokens());
         peak.toolstub = peak.toolstub.max(toolstub.tokens());
+        if let Some(w) = window {
+            report.over_window.direct += u64::from(direct.tokens() > w);
+            report.over_window.toolstub += u64::from(toolstub.tokens() > w);
+        }
+        // Bytes of the body per token of it (placeholders are not in it),
+        // on requests large enough to matter to a window.
+        let own = direct.tokens().saturating_sub(placeholder_tokens);
+        if own >= 10_000 {
+            let ratio = request.body.len() as f64 / own as f64;
+            if report.min_bytes_per_token == 0.0 || ratio < report.min_bytes_per_token {
+                report.min_bytes_per_token = ratio;
+            }
+        }
         for side in &mut sides {
             let own = side.bill.price_model.cache == session.shape.provider();
             let d = side.direct.bill(&marked(&direct, own, None), request.at);

@@ -111,6 +111,18 @@ pub struct SessionReport {
     pub input_tokens: Pair,
     /// The largest request.
     pub peak_context: Pair,
+    /// The model's context window in tokens, from the config's table: the
+    /// model each request names as the rewrite reads it, else the
+    /// session's, else the default window (the largest of its requests';
+    /// `None`: no window applies).
+    pub context_window: Option<u64>,
+    /// Requests over that window, direct and through toolstub.
+    pub over_window: Pair,
+    /// The fewest bytes of a request's body per token counted of it
+    /// (placeholders aside), over its requests of at least 10,000 such
+    /// tokens: what the context-window rescue's ratio is checked against;
+    /// 0 when none.
+    pub min_bytes_per_token: f64,
     pub recall_rounds: usize,
     /// Tokens read back by those rounds.
     pub recall_read_tokens: u64,
@@ -139,6 +151,9 @@ impl SessionReport {
             externalizations: 0,
             input_tokens: Pair::default(),
             peak_context: Pair::default(),
+            context_window: None,
+            over_window: Pair::default(),
+            min_bytes_per_token: 0.0,
             recall_rounds: 0,
             recall_read_tokens: 0,
             recalls: Vec::new(),
@@ -159,6 +174,14 @@ pub struct Totals {
     pub input_tokens: Pair,
     /// The largest request of any session.
     pub peak_context: Pair,
+    /// Requests over their model's context window, direct and through
+    /// toolstub.
+    pub over_window: Pair,
+    /// Sessions with a request over the window, direct and through toolstub.
+    pub sessions_over_window: Pair,
+    /// The fewest bytes per token of any session's requests (see
+    /// [`SessionReport::min_bytes_per_token`]).
+    pub min_bytes_per_token: f64,
     pub recall_rounds: usize,
     pub recall_read_tokens: u64,
     /// Billed input saved, each session at its own provider's price model
@@ -184,6 +207,9 @@ impl Totals {
             externalizations: 0,
             input_tokens: Pair::default(),
             peak_context: Pair::default(),
+            over_window: Pair::default(),
+            sessions_over_window: Pair::default(),
+            min_bytes_per_token: 0.0,
             recall_rounds: 0,
             recall_read_tokens: 0,
             saved_fraction: 0.0,
@@ -203,6 +229,15 @@ impl Totals {
             t.input_tokens.toolstub += r.input_tokens.toolstub;
             t.peak_context.direct = t.peak_context.direct.max(r.peak_context.direct);
             t.peak_context.toolstub = t.peak_context.toolstub.max(r.peak_context.toolstub);
+            t.over_window.direct += r.over_window.direct;
+            t.over_window.toolstub += r.over_window.toolstub;
+            t.sessions_over_window.direct += u64::from(r.over_window.direct > 0);
+            t.sessions_over_window.toolstub += u64::from(r.over_window.toolstub > 0);
+            if r.min_bytes_per_token > 0.0
+                && (t.min_bytes_per_token == 0.0 || r.min_bytes_per_token < t.min_bytes_per_token)
+            {
+                t.min_bytes_per_token = r.min_bytes_per_token;
+            }
             t.recall_rounds += r.recall_rounds;
             t.recall_read_tokens += r.recall_read_tokens;
             if let Some(own) = r.models.first() {
@@ -254,7 +289,7 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
     });
     let _ = writeln!(
         out,
-        "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10} {:>10} {:>8} {:>6} {:>9}",
+        "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10} {:>10} {:>8} {:>6} {:>9} {:>9}",
         "session",
         "reqs",
         "outs",
@@ -264,7 +299,8 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
         "toolstub $",
         "saved",
         "recall",
-        "peak ctx"
+        "peak ctx",
+        "over win"
     );
     for r in rows.iter().take(max_rows) {
         let own = r.models.first();
@@ -284,7 +320,7 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
         };
         let _ = writeln!(
             out,
-            "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10.4} {:>10.4} {:>8} {:>6} {:>9}",
+            "{:<44} {:>5} {:>5} {:>13} {:>13} {:>10.4} {:>10.4} {:>8} {:>6} {:>9} {:>9}",
             name,
             r.requests,
             r.outputs_externalized,
@@ -294,7 +330,8 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
             own.map_or(0.0, |m| m.toolstub_usd),
             percent(r.saved_fraction),
             r.recall_rounds,
-            grouped(r.peak_context.direct)
+            grouped(r.peak_context.direct),
+            format!("{}->{}", r.over_window.direct, r.over_window.toolstub)
         );
     }
     if reports.len() > max_rows {
@@ -321,6 +358,14 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
         grouped(totals.input_tokens.toolstub),
         grouped(totals.peak_context.direct),
         grouped(totals.peak_context.toolstub)
+    );
+    let _ = writeln!(
+        out,
+        "requests over the model's context window: {} sent directly, {} through toolstub (in {} and {} sessions)",
+        grouped(totals.over_window.direct),
+        grouped(totals.over_window.toolstub),
+        grouped(totals.sessions_over_window.direct),
+        grouped(totals.sessions_over_window.toolstub)
     );
     for m in &totals.by_price_model {
         let p = &m.price_model;

@@ -9,7 +9,9 @@
 //! and the provider's prompt cache keeps hitting. The one exception is the
 //! aging rule ([`aging`], off by default), which replaces an output already
 //! sent once it is old, at the request where the price model says the
-//! change pays, and the same way on every later request. The body is spliced, never
+//! change pays, and the same way on every later request; so does the
+//! context-window rescue ([`window`]), where a request would not fit its
+//! model's context window. The body is spliced, never
 //! re-serialized: every byte outside the replaced contents and the appended
 //! recall tools stays as the client sent it.
 //!
@@ -21,6 +23,7 @@ pub mod first_stub;
 pub mod memo;
 pub mod select;
 pub mod tool_policy;
+pub mod window;
 
 use crate::protocol::{turn_identity, Content, ParsedRequest, Protocol, ToolOutput, ToolsSlot};
 use crate::recall::RecallTool;
@@ -53,6 +56,8 @@ pub struct Policy {
     /// Whether a conversation's first stub pays for the cached prompt it
     /// makes the provider write again ([`first_stub`]).
     pub first_stub: first_stub::Gate,
+    /// Requests over their model's context window brought under it ([`window`]).
+    pub window: window::Window,
 }
 
 impl Default for Policy {
@@ -66,6 +71,7 @@ impl Default for Policy {
             externalize_errors: false,
             aging: aging::Aging::default(),
             first_stub: first_stub::Gate::default(),
+            window: window::Window::default(),
         }
     }
 }
@@ -213,15 +219,32 @@ pub fn rewrite_reading<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> (Outcome<'b>, Option<Read>) {
+    rewrite_reading_for(body, policy, protocol, mode, memo, None)
+}
+
+/// [`rewrite_reading`] of a request whose model the path names when its
+/// body names none (the Gemini API, Bedrock, Claude on Vertex AI): the
+/// model the rules (the context window) and the accounting go by.
+pub fn rewrite_reading_for<'b>(
+    body: &'b [u8],
+    policy: &Policy,
+    protocol: &dyn Protocol,
+    mode: Mode,
+    memo: &Memo,
+    path_model: Option<&str>,
+) -> (Outcome<'b>, Option<Read>) {
     if !policy.enabled {
         return (Outcome::Unchanged(Unchanged::Disabled), None);
     }
     let Ok(text) = std::str::from_utf8(body) else {
         return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
-    let Some(parsed) = protocol.parse(text) else {
+    let Some(mut parsed) = protocol.parse(text) else {
         return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
+    if parsed.model.is_none() {
+        parsed.model = path_model.map(str::to_string);
+    }
     match rewrite_parsed(text, parsed, policy, protocol, mode, memo) {
         Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
         Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),
@@ -313,6 +336,17 @@ fn rewrite_parsed<'b>(
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
+    window::rescue(
+        body,
+        &parsed,
+        policy,
+        &names,
+        mode,
+        protocol,
+        memo,
+        &mut outputs,
+        &mut splices,
+    );
     // With the aging rule on, a conversation that declares tools of its own
     // is rewritten from its first request: the recall tools are offered
     // there (nearly every agent session ages an output within a few turns,
@@ -788,7 +822,9 @@ impl<'b> Prepared<'b> {
         mode: Mode,
         names: &RecallToolNames,
     ) -> String {
-        let aged = reason == Reason::Aged;
+        // The aging rule's one line, and the context-window rescue's (the
+        // model has seen the output: the same bytes whichever rule made it).
+        let aged = matches!(reason, Reason::Aged | Reason::ContextWindow);
         let reason = reason_text(reason, mode);
         let result_ref = (mode == Mode::WithRefs).then(|| self.result_ref.clone());
         let sha256 = self.sha256.clone();

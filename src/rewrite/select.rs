@@ -69,6 +69,8 @@ pub enum Reason {
     ConversationBudget,
     /// Seen verbatim, then old (the aging rule, [`super::aging`]).
     Aged,
+    /// Over the model's context window otherwise ([`super::window`]).
+    ContextWindow,
 }
 
 impl Reason {
@@ -78,6 +80,7 @@ impl Reason {
             Reason::TurnBudget => "turn_budget",
             Reason::ConversationBudget => "conversation_budget",
             Reason::Aged => "aged",
+            Reason::ContextWindow => "context_window",
         }
     }
 }

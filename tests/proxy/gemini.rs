@@ -588,3 +588,66 @@ async fn hostile_gemini_streams_in_a_recall_request_end_cleanly() {
     assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
     s.proxy.shutdown().await;
 }
+
+/// The context window of the model the path names (a Gemini body names
+/// none): with a window for `gemini-small` only (none for other models), a
+/// conversation over it goes up with outputs the model has seen as
+/// one-line stubs on that model's path, and byte for byte on another's.
+#[tokio::test]
+async fn the_context_window_is_the_model_the_path_names() {
+    let s = super::setup_with(
+        Arc::new(|_: &Recorded| {
+            Reply::Full(
+                200,
+                vec![("content-type", "application/json".to_string())],
+                r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]}}]}"#
+                    .to_string(),
+            )
+        }),
+        &[
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_MODELS",
+                r#"[{ match = "gemini-small", tokens = 20000 }]"#,
+            ),
+            ("TOOLSTUB_CONTEXT_WINDOW_DEFAULT_TOKENS", "0"),
+            ("TOOLSTUB_CONTEXT_WINDOW_BYTES_PER_TOKEN", "3"),
+        ],
+    )
+    .await;
+    let mut contents = vec![json!({"role": "user", "parts": [{"text": "list the files"}]})];
+    for i in 0..8 {
+        let output = format!("entry of listing {i}\n").repeat(9_000 / 19);
+        contents.push(json!({"role": "model", "parts": [
+            {"functionCall": {"name": "run_shell_command", "args": {"command": format!("ls {i}")}},
+             "thoughtSignature": "c2lnbmF0dXJl"}]}));
+        contents.push(json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "run_shell_command", "response": {"output": output}}}]}));
+    }
+    let body = json!({
+        "contents": contents,
+        "tools": [{"functionDeclarations": [{"name": "run_shell_command", "description": "Runs a command.",
+            "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}}}]}]
+    })
+    .to_string();
+    assert!(body.len() > 60_000, "{}", body.len());
+    let post = |model: &str| {
+        let url = s.url(&format!("/v1beta/models/{model}:generateContent"));
+        let body = body.clone();
+        async move {
+            let headers = [
+                ("x-goog-api-key", "AIza-test-key"),
+                ("content-type", "application/json"),
+            ];
+            let (status, _, _) = send(&client(), "POST", url, &headers, body).await;
+            assert_eq!(status, 200);
+        }
+    };
+    post("gemini-small").await;
+    let sent = String::from_utf8_lossy(&s.mock.last().body).to_string();
+    assert!(sent.len() <= 54_000, "{}", sent.len());
+    assert!(sent.contains("[toolstub: tool output shown in full earlier]"));
+    assert!(sent.contains("entry of listing 7"), "the newest stays");
+    post("gemini-other").await;
+    assert_eq!(s.mock.last().body, body.as_bytes(), "no window: as sent");
+    s.proxy.shutdown().await;
+}

@@ -522,3 +522,81 @@ async fn a_late_first_stub_that_would_not_repay_the_cached_prompt_is_not_made() 
     }
     s.proxy.shutdown().await;
 }
+
+/// The context-window rescue through the real server, on each route: with
+/// a window of 20,000 tokens (54,000 bytes at 3 bytes a token, less 10%;
+/// brought under 70%),
+/// a conversation of 9,000-character outputs goes upstream under it, every
+/// request; outputs the model has seen become one-line stubs (reason
+/// `context_window`), the newest stays verbatim, a stub once sent is sent
+/// again as it was, and each original reads back from the store.
+#[tokio::test]
+async fn a_conversation_over_the_window_is_sent_under_it_and_reads_back() {
+    let s = setup_with(
+        answers(),
+        &[
+            (
+                "TOOLSTUB_CONTEXT_WINDOW_MODELS",
+                r#"[{ match = "*", tokens = 20000 }]"#,
+            ),
+            ("TOOLSTUB_CONTEXT_WINDOW_BYTES_PER_TOKEN", "3"),
+            ("TOOLSTUB_CONTEXT_WINDOW_AIM", "0.7"),
+        ],
+    )
+    .await;
+    for route in ROUTES {
+        let mut messages = Vec::new();
+        let mut previous: Vec<(String, String)> = Vec::new();
+        let mut rescued = 0;
+        for turn in 0..10 {
+            let calls = [("Read", text_of(100 * turn + route as usize, 9_000), false)];
+            messages.extend(route.turn(turn, &calls));
+            let body = route.body(&messages);
+            let (status, _) = post(&s, route, body.clone()).await;
+            assert_eq!(status, 200);
+            let sent = s.mock.last().body.to_vec();
+            assert!(
+                sent.len() <= 54_000,
+                "{route:?} turn {turn}: {}",
+                sent.len()
+            );
+            let got = route.outputs(&sent);
+            assert_eq!(got[turn].1, calls[0].1, "{route:?} turn {turn}: newest");
+            for (i, (id, text)) in got[..turn].iter().enumerate() {
+                let stub = text.starts_with("[toolstub: tool output shown in full earlier]");
+                if let Some((_, was)) = previous.get(i) {
+                    assert!(
+                        was == text || stub && !was.starts_with("[toolstub"),
+                        "{route:?} turn {turn}: {id} changed"
+                    );
+                }
+                if !stub {
+                    continue;
+                }
+                assert!(!text.contains('\n'), "{text}");
+                let reference = text
+                    .split("ref: ")
+                    .nth(1)
+                    .and_then(|t| t.split(". ").next())
+                    .expect("a ref");
+                if previous.get(i).is_some_and(|(_, was)| was != text) {
+                    rescued += 1;
+                    let (status, _, read) = send(
+                        &client(),
+                        "GET",
+                        s.url(&format!("/toolstub/v1/results/{reference}?limit=-1")),
+                        &[("authorization", KEY)],
+                        "",
+                    )
+                    .await;
+                    assert_eq!(status, 200, "{reference}");
+                    let v: Value = serde_json::from_slice(&read).expect("json");
+                    assert_eq!(v["content"], json!(previous[i].1), "{reference}");
+                }
+            }
+            previous = got;
+        }
+        assert!(rescued >= 4, "{route:?}: {rescued}");
+    }
+    s.proxy.shutdown().await;
+}

@@ -17,6 +17,8 @@
 
 mod ansi;
 mod code;
+mod cut;
+mod ids;
 mod json;
 mod lines;
 mod table;
@@ -216,6 +218,7 @@ fn synopsize_within(
     };
     let unwrapped = if wrappers > 0 {
         wrapper::unwrap(text, &offset_of)
+            .or_else(|| cut::harness_note(text, &offset_of))
     } else {
         None
     };

@@ -53,7 +53,30 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
     }
     match s.kind {
         Kind::Json => {
-            assert!(s.notable_items.len() <= 6, "{:?}", s.notable_items);
+            // Examples (at most 6 lines), then the identifying values of
+            // list items: at most 4 lists' header lines, their item lines
+            // within 1,500 characters together.
+            let is_header = |l: &String| l.starts_with("Identifying values of the items of ");
+            let first = s
+                .notable_items
+                .iter()
+                .position(is_header)
+                .unwrap_or(s.notable_items.len());
+            let (examples, ids) = s.notable_items.split_at(first);
+            let trailing = ids
+                .iter()
+                .filter(|l| l.starts_with("trailing_chars_after_first_json_value"))
+                .count();
+            assert!(examples.len() + trailing <= 6, "{:?}", s.notable_items);
+            assert!(ids.iter().filter(|l| is_header(l)).count() <= 4, "{ids:?}");
+            let id_chars: usize = ids
+                .iter()
+                .filter(|l| {
+                    !is_header(l) && !l.starts_with("trailing_chars_after_first_json_value")
+                })
+                .map(|l| l.chars().count())
+                .sum();
+            assert!(id_chars <= 1500, "{id_chars}: {ids:?}");
             assert!(s.structure.len() <= 12);
         }
         Kind::Yaml => assert!(s.structure.len() <= 30),
@@ -169,6 +192,39 @@ fn hostile() -> impl Strategy<Value = String> {
                 s.push_str(&format!("def {n}():\n    pass\nimport {n}\n"));
             }
             s
+        }),
+        // Lists whose items are full of identifying values, at every depth
+        // the identifying values look.
+        prop::collection::vec(
+            (
+                "[a-zA-Z][a-zA-Z0-9_]{0,120}",
+                prop::collection::vec(("[a-zA-Z0-9_-]{1,250}", "[a-zA-Z0-9 ]{1,250}"), 1..40)
+            ),
+            1..14
+        )
+        .prop_map(|lists| {
+            let body: Vec<String> = lists
+                .iter()
+                .map(|(k, items)| {
+                    let items: Vec<serde_json::Value> = items
+                        .iter()
+                        .map(|(id, name)| {
+                            serde_json::json!({
+                                "id": id, "sha": id, "login": id, "title": name,
+                                "user": {"login": id, "displayName": name},
+                                "labels": [{"name": name, "node_id": id}],
+                                "node": {"id": id, "html_url": id}
+                            })
+                        })
+                        .collect();
+                    format!(
+                        "{}: {}",
+                        serde_json::json!(k),
+                        serde_json::Value::from(items)
+                    )
+                })
+                .collect();
+            format!("{{{}}}", body.join(", "))
         }),
         prop::collection::vec(("[a-z][a-z0-9_]{0,300}", "[a-z0-9 ]{0,300}"), 2..60).prop_map(
             |kv| {

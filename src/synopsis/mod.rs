@@ -21,6 +21,7 @@ mod cut;
 mod ids;
 mod json;
 mod lines;
+mod mcp;
 mod table;
 mod text;
 mod unknown;
@@ -219,6 +220,7 @@ fn synopsize_within(
     let unwrapped = if wrappers > 0 {
         wrapper::unwrap(text, &offset_of)
             .or_else(|| cut::harness_note(text, &offset_of))
+            .or_else(|| mcp::unwrap(text))
     } else {
         None
     };

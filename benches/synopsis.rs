@@ -64,6 +64,21 @@ pub fn input(kind: Kind, size: usize) -> String {
                 )
             },
         ),
+        Kind::Snapshot => build(
+            size,
+            "### Page state\n- Page URL: https://shop.example.com/\n- Page Title: Shop\n- Page Snapshot:\n```yaml\n- generic [ref=e1]:\n",
+            "```\n",
+            |i| {
+                format!(
+                    "  - listitem [ref=e{}]:\n    - link \"Product number {i}\" [ref=e{}] [cursor=pointer]:\n      - /url: /p/{i}\n    - generic [ref=e{}]: ${}.99\n    - button \"Add to cart\" [ref=e{}]\n",
+                    4 * i + 2,
+                    4 * i + 3,
+                    4 * i + 4,
+                    i % 100,
+                    4 * i + 5
+                )
+            },
+        ),
         Kind::Code => build(size, "import os\nimport sys\n\n", "", |i| {
             format!(
                 "def handler_{i}(request, context):\n    value = request.get(\"key_{i}\", None)\n    if value is None:\n        return {{\"status\": 404}}\n    return {{\"status\": 200, \"value\": value}}\n\n"

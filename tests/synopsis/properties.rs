@@ -104,6 +104,11 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
             }
         }
         Kind::Csv | Kind::Tsv => assert_eq!(s.structure.len(), 3),
+        Kind::Snapshot => {
+            assert!(s.structure.len() <= 3, "{:?}", s.structure);
+            let elements: usize = s.notable_items[1..].iter().map(|l| l.chars().count()).sum();
+            assert!(elements <= 2000, "{elements}: {:?}", s.notable_items);
+        }
         Kind::Unknown => {}
     }
     let _ = text;
@@ -274,8 +279,13 @@ proptest! {
     /// Any text inside any agent wrapper keeps every cap: the wrapper's
     /// lines come on top of the content's own.
     #[test]
-    fn wrapped_outputs_respect_every_cap(text in prop_oneof![soup(), hostile()], form in 0usize..5) {
+    fn wrapped_outputs_respect_every_cap(text in prop_oneof![soup(), hostile(), snapshot()], form in 0usize..10) {
         check(&wrap(form, &text));
+    }
+
+    #[test]
+    fn snapshots_respect_every_cap(text in snapshot()) {
+        check(&text);
     }
 
     #[test]
@@ -283,6 +293,49 @@ proptest! {
         let hints = Hints { mime: None, preview_chars: DEFAULT_PREVIEW };
         prop_assert_eq!(synopsize(&text, hints), synopsize(&text, hints));
     }
+}
+
+/// Accessibility trees with long names, odd refs, quoted keys, states and
+/// stray lines, with and without Playwright's Markdown around them.
+fn snapshot() -> impl Strategy<Value = String> {
+    let line = (
+        0usize..12,
+        prop_oneof![
+            Just("button"),
+            Just("link"),
+            Just("textbox"),
+            Just("generic"),
+            Just("heading"),
+            Just("checkbox"),
+            Just("/url"),
+            Just("text")
+        ],
+        "\\PC{0,300}",
+        "[a-z0-9]{0,20}",
+        0usize..6,
+    )
+        .prop_map(|(indent, role, name, r, form)| {
+            let pad = "  ".repeat(indent);
+            let name = serde_json::Value::from(name).to_string();
+            match form {
+                0 => format!("{pad}- {role} {name} [ref={r}]"),
+                1 => format!("{pad}- {role} {name} [checked] [ref=e{r}] [cursor=pointer]:"),
+                2 => format!("{pad}- '{role} {name} [ref=e{r}]':"),
+                3 => format!("{pad}- {role} [ref=e{r}]: {name}"),
+                4 => format!("{pad}- {role}: {name}"),
+                _ => format!("{pad}{name}"),
+            }
+        });
+    (prop::collection::vec(line, 1..200), any::<bool>(), "\\PC{0,300}").prop_map(
+        |(lines, framed, title)| {
+            let tree = lines.join("\n");
+            if framed {
+                format!("### Page state\n- Page URL: {title}\n- Page Title: {title}\n- Page Snapshot (Span 1 of 9):\n```yaml\n{tree}\n```\n")
+            } else {
+                tree
+            }
+        },
+    )
 }
 
 /// `text` inside one of the agent wrappers the synopsis takes off, with the
@@ -308,6 +361,31 @@ fn wrap(form: usize, text: &str) -> String {
             r#"{{"output":{},"metadata":{{"exit_code":1,"duration_seconds":0.1}}}}"#,
             serde_json::Value::from(format!("Total output lines: 9\n\n{text}"))
         ),
+        // MCP content blocks: one, a list with an image, a whole result, the
+        // Python SDK's printed form, and a block cut short.
+        5 => serde_json::json!({"type": "text", "text": text, "annotations": null}).to_string(),
+        6 => serde_json::json!([
+            {"type": "text", "text": text},
+            {"type": "image", "data": "QUJD".repeat(2000), "mimeType": "image/png"},
+            {"type": "text", "text": text}
+        ])
+        .to_string(),
+        7 => serde_json::json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": serde_json::from_str::<serde_json::Value>(text)
+                .unwrap_or_else(|_| serde_json::Value::from(text)),
+            "isError": false
+        })
+        .to_string(),
+        8 => format!(
+            "meta=None content=[TextContent(type='text', text={}, annotations=None)] isError=False",
+            serde_json::Value::from(text)
+        ),
+        9 => {
+            let block = serde_json::json!({"type": "text", "text": text}).to_string();
+            let cut: String = block.chars().take(block.chars().count() * 2 / 3).collect();
+            format!("{cut}...[truncated]")
+        }
         _ => format!("Exit code 1\n{text}"),
     }
 }

@@ -350,12 +350,12 @@ fn read_line(line: &str) -> Line<'_> {
             Line::Other
         };
     };
-    if item.starts_with('/') {
-        let name_end = item[1..]
+    if let Some(property) = item.strip_prefix('/') {
+        let name_end = property
             .bytes()
             .position(|b| !b.is_ascii_alphabetic())
-            .map_or(item.len(), |i| i + 1);
-        return if name_end > 1 && item[name_end..].starts_with(':') {
+            .unwrap_or(property.len());
+        return if name_end > 0 && property[name_end..].starts_with(':') {
             Line::Property
         } else {
             Line::OtherItem

@@ -460,8 +460,19 @@ fn unwrapped(items: Vec<Item>, form: Form) -> Unwrapped<'static> {
                 .join(", ")
         ),
     };
-    let texts: Vec<&str> = items.iter().filter_map(|i| i.text.as_deref()).collect();
-    let text_chars: usize = texts.iter().map(|t| t.chars().count()).sum();
+    let text_blocks = items.iter().filter(|i| i.text.is_some()).count();
+    let has_structured = form.structured.is_some();
+    // Counted only for the note beside structuredContent: a pass over
+    // megabytes of text otherwise.
+    let text_chars: usize = if has_structured {
+        items
+            .iter()
+            .filter_map(|i| i.text.as_deref())
+            .map(|t| t.chars().count())
+            .sum()
+    } else {
+        0
+    };
     let error = form.is_error || items.iter().any(|i| i.error);
     let mut facts = Vec::new();
     if error {
@@ -475,15 +486,27 @@ fn unwrapped(items: Vec<Item>, form: Form) -> Unwrapped<'static> {
     } else {
         format!("; {}", facts.join("; "))
     };
-    let (inner, what_inside) = match &form.structured {
+    let mut items = items;
+    let (inner, what_inside) = match form.structured {
         Some(raw) => (
-            raw.clone(),
+            raw,
             "its structuredContent (the payload) is described below",
         ),
-        None if texts.is_empty() => (String::new(), "it holds no text"),
-        None if texts.len() == 1 => (texts[0].to_string(), "the text inside is described below"),
+        None if text_blocks == 0 => (String::new(), "it holds no text"),
+        // One text: moved, not copied (it may be megabytes).
+        None if text_blocks == 1 => (
+            items
+                .iter_mut()
+                .find_map(|i| i.text.take())
+                .unwrap_or_default(),
+            "the text inside is described below",
+        ),
         None => (
-            texts.join(SEPARATOR),
+            items
+                .iter()
+                .filter_map(|i| i.text.as_deref())
+                .collect::<Vec<&str>>()
+                .join(SEPARATOR),
             "the text of its blocks, joined by blank lines, is described below",
         ),
     };
@@ -491,10 +514,9 @@ fn unwrapped(items: Vec<Item>, form: Form) -> Unwrapped<'static> {
         "MCP tool result as {} with {blocks}{facts}; {what_inside}.",
         form.what
     ))];
-    if form.structured.is_some() && !texts.is_empty() {
+    if has_structured && text_blocks > 0 {
         notes.push(format!(
-            "The {} text block(s) beside structuredContent ({text_chars} characters) are not described.",
-            texts.len()
+            "The {text_blocks} text block(s) beside structuredContent ({text_chars} characters) are not described."
         ));
     }
     let named: Vec<&String> = items.iter().filter_map(|i| i.named.as_ref()).collect();

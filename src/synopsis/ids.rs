@@ -44,7 +44,10 @@
 //! whose first item is no object, is given up.
 //!
 //! **The budget.** The lines of all lists together hold at most
-//! [`BUDGET_CHARS`] characters. Shallower lists come first (`[]` before
+//! [`BUDGET_CHARS`] characters as the stub lays them out (each line's
+//! `- ` and line break, and the lines that name the lists, counted), and
+//! less when the rest of the JSON synopsis is long (keys of 60 characters,
+//! long examples), so that a stub stays under 5,000 characters. Shallower lists come first (`[]` before
 //! `[].labels[]`), then the order they were met; each list shows its items
 //! from the first on while they fit, under a line saying how many there are
 //! and how many are shown. 1,500 characters are 15 to 40 items of a
@@ -367,52 +370,70 @@ impl Lists {
         l.lines.push(line);
     }
 
-    /// The lines to show, within [`BUDGET_CHARS`]: for each list shown, a
-    /// line saying what it is, then one line per item. `cut` when the JSON
-    /// text was cut short (counts are of the items before the cut).
-    pub(crate) fn render(&self, cut: bool) -> Vec<String> {
+    /// The lines to show, within `budget` characters (at most
+    /// [`BUDGET_CHARS`]; less when the rest of a synopsis is long): for each
+    /// list shown, a line saying what it is, then one line per item. Every
+    /// line counts as the stub lays it out (its text, the `- ` before it and
+    /// the line break), headers included. `cut` when the JSON text was cut
+    /// short (counts are of the items before the cut).
+    pub(crate) fn render(&self, cut: bool, budget: usize) -> Vec<String> {
         let mut order: Vec<&List> = self.lists.iter().filter(|l| !l.lines.is_empty()).collect();
         order.sort_by_key(|l| l.depth);
-        let mut left = BUDGET_CHARS;
+        let mut left = budget.min(BUDGET_CHARS);
         let mut out = Vec::new();
         for l in order {
+            let single = l.instances == 1 && l.depth == 1;
+            let complete = if cut { " complete before the cut" } else { "" };
+            let header = |fit: usize| {
+                let text = if single && fit == l.lines.len() && l.items == fit {
+                    format!(
+                        "Identifying values of the items of {} ({} items{complete}, all shown):",
+                        l.path, l.items
+                    )
+                } else if single {
+                    format!(
+                        "Identifying values of the items of {} ({} items{complete}; {fit} shown, in order):",
+                        l.path, l.items
+                    )
+                } else {
+                    format!(
+                        "Identifying values of the items of {} ({fit} shown, in order):",
+                        l.path
+                    )
+                };
+                clip(&text, super::lines::LINE_CAP)
+            };
+            // The longest the header can be: as many digits as the items.
+            let header_cost = laid_out(&header(l.items.max(l.lines.len())));
+            let Some(room) = left.checked_sub(header_cost) else {
+                continue;
+            };
             let fit = l
                 .lines
                 .iter()
                 .scan(0usize, |used, line| {
-                    *used += line.chars().count();
+                    *used += laid_out(line);
                     Some(*used)
                 })
-                .take_while(|&used| used <= left)
+                .take_while(|&used| used <= room)
                 .count();
             if fit == 0 {
                 continue;
             }
             let shown = &l.lines[..fit];
-            let single = l.instances == 1 && l.depth == 1;
-            let complete = if cut { " complete before the cut" } else { "" };
-            let header = if single && fit == l.lines.len() && l.items == fit {
-                format!(
-                    "Identifying values of the items of {} ({} items{complete}, all shown):",
-                    l.path, l.items
-                )
-            } else if single {
-                format!(
-                    "Identifying values of the items of {} ({} items{complete}; {fit} shown, in order):",
-                    l.path, l.items
-                )
-            } else {
-                format!(
-                    "Identifying values of the items of {} ({fit} shown, in order):",
-                    l.path
-                )
-            };
-            left -= shown.iter().map(|s| s.chars().count()).sum::<usize>();
-            out.push(clip(&header, super::lines::LINE_CAP));
+            let header = header(fit);
+            left -= laid_out(&header) + shown.iter().map(|s| laid_out(s)).sum::<usize>();
+            out.push(header);
             out.extend(shown.iter().cloned());
         }
         out
     }
+}
+
+/// What a line costs in the stub: its characters, the `- ` before it and
+/// the line break after it.
+pub(crate) fn laid_out(line: &str) -> usize {
+    line.chars().count() + 3
 }
 
 impl List {
@@ -552,7 +573,7 @@ mod tests {
         );
         lists.ended(l, 1);
         assert_eq!(
-            lists.render(false),
+            lists.render(false, BUDGET_CHARS),
             [
                 "Identifying values of the items of [] (1 items, all shown):",
                 "[0] id=1, number=7, title=\"Fix\", user.login=\"ada\""
@@ -572,10 +593,10 @@ mod tests {
         );
         lists.ended(l, 1);
         assert_eq!(
-            lists.render(true)[1],
+            lists.render(true, BUDGET_CHARS)[1],
             "edges[0] node.id=\"R1\", node.name=\"run\""
         );
-        assert!(lists.render(true)[0].contains("complete before the cut"));
+        assert!(lists.render(true, BUDGET_CHARS)[0].contains("complete before the cut"));
     }
 
     #[test]
@@ -601,18 +622,16 @@ mod tests {
             }
         }
         lists.ended(outer, 200);
-        let lines = lists.render(false);
+        let lines = lists.render(false, BUDGET_CHARS);
         assert!(
             lines[0].starts_with("Identifying values of the items of [] (200 items;"),
             "{lines:?}"
         );
         assert_eq!(lines[1], "[0] name=\"item 0\"");
-        let total: usize = lines
-            .iter()
-            .filter(|l| !l.starts_with("Identifying"))
-            .map(|l| l.chars().count())
-            .sum();
+        // Headers, bullets and line breaks included.
+        let total: usize = lines.iter().map(|l| laid_out(l)).sum();
         assert!(total <= BUDGET_CHARS, "{total}");
+        assert!(total > BUDGET_CHARS - 30, "{total}: the budget is used");
         assert!(
             !lines.iter().any(|l| l.contains("labels")),
             "the outer list took it all"
@@ -631,6 +650,6 @@ mod tests {
         let s = lists.open("tags").expect("list");
         lists.not_an_object(s);
         assert!(!lists.wants(s));
-        assert!(lists.render(false).is_empty());
+        assert!(lists.render(false, BUDGET_CHARS).is_empty());
     }
 }

@@ -163,13 +163,32 @@ fn describe_value(walked: &Walked, trailing_chars: usize, cut: Option<String>) -
         _ => {}
     }
     s.notable_items.extend(walked.examples.iter().cloned());
-    s.notable_items.extend(walked.ids.render(was_cut));
-    if trailing_chars > 0 {
-        s.notable_items.push(format!(
-            "trailing_chars_after_first_json_value: {trailing_chars}"
-        ));
-    }
+    let trailing = (trailing_chars > 0)
+        .then(|| format!("trailing_chars_after_first_json_value: {trailing_chars}"));
+    let room = ids_room(&s, trailing.as_deref());
+    s.notable_items.extend(walked.ids.render(was_cut, room));
+    s.notable_items.extend(trailing);
     s
+}
+
+/// What a JSON synopsis's lines may hold together as the stub lays them
+/// out, identifying values included: with the longest stub header, an
+/// agent's wrappers' notes and the recall lines, a stub stays under 5,000
+/// characters.
+const LINES_CHARS: usize = 3200;
+
+/// The room left for identifying values (at most their own budget) once
+/// the synopsis's other lines, and `more`, are counted.
+fn ids_room(s: &Synopsis, more: Option<&str>) -> usize {
+    let used: usize = s
+        .summary
+        .iter()
+        .chain(&s.structure)
+        .chain(&s.notable_items)
+        .map(|l| ids::laid_out(l))
+        .sum::<usize>()
+        + more.map_or(0, ids::laid_out);
+    LINES_CHARS.saturating_sub(used).min(ids::BUDGET_CHARS)
 }
 
 /// JSON Lines: one value per line. Accepted when the first value ends its
@@ -232,7 +251,7 @@ fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
             .map(|e| clip_line(format!("[0].{e}"))),
     );
     s.notable_items
-        .extend(record_ids(text, records).render(false));
+        .extend(record_ids(text, records).render(false, ids_room(&s, None)));
     Some(s)
 }
 

@@ -54,8 +54,8 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
     match s.kind {
         Kind::Json => {
             // Examples (at most 6 lines), then the identifying values of
-            // list items: at most 4 lists' header lines, their item lines
-            // within 1,500 characters together.
+            // list items: at most 4 lists, all their lines (headers, bullets
+            // and line breaks counted) within 1,500 characters.
             let is_header = |l: &String| l.starts_with("Identifying values of the items of ");
             let first = s
                 .notable_items
@@ -63,18 +63,17 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
                 .position(is_header)
                 .unwrap_or(s.notable_items.len());
             let (examples, ids) = s.notable_items.split_at(first);
-            let trailing = ids
-                .iter()
-                .filter(|l| l.starts_with("trailing_chars_after_first_json_value"))
-                .count();
-            assert!(examples.len() + trailing <= 6, "{:?}", s.notable_items);
+            let trailing = |l: &String| l.starts_with("trailing_chars_after_first_json_value");
+            assert!(
+                examples.len() + ids.iter().filter(|l| trailing(l)).count() <= 6,
+                "{:?}",
+                s.notable_items
+            );
             assert!(ids.iter().filter(|l| is_header(l)).count() <= 4, "{ids:?}");
             let id_chars: usize = ids
                 .iter()
-                .filter(|l| {
-                    !is_header(l) && !l.starts_with("trailing_chars_after_first_json_value")
-                })
-                .map(|l| l.chars().count())
+                .filter(|l| !trailing(l))
+                .map(|l| l.chars().count() + 3)
                 .sum();
             assert!(id_chars <= 1500, "{id_chars}: {ids:?}");
             assert!(s.structure.len() <= 12);
@@ -125,7 +124,11 @@ fn check(text: &str) {
     check_caps(text, &s, DEFAULT_PREVIEW);
     let stub = worst_case_stub(text, &s);
     let n = stub.chars().count();
-    assert!(n <= STUB_CAP, "stub of {n} chars for kind {}", s.kind);
+    assert!(
+        n <= STUB_CAP,
+        "stub of {n} chars for kind {}:\n{stub}",
+        s.kind
+    );
 }
 
 /// Fragments that steer the generator into every parser's corner cases.
@@ -416,9 +419,50 @@ fn worst_case_texts_stay_under_the_stub_cap() {
     check(&nested);
     check(&"\u{1b}[31m".repeat(5000));
     check(&"\u{0}".repeat(10_000));
+    // Lists whose items are all identifying values, under long keys, at
+    // every depth the values are looked for.
+    let long = "0aA_-".repeat(40);
+    let item = format!(
+        "{{\"id\":\"{long}\",\"sha\":\"{long}\",\"title\":\"{}\",\"labels\":[{{\"name\":\"{}\",\"node_id\":\"{long}\"}}],\"node\":{{\"id\":\"{long}\"}}}}",
+        "T ".repeat(100),
+        "N ".repeat(100)
+    );
+    let id_lists = format!(
+        "{{{}}}",
+        (0..12)
+            .map(|i| format!(
+                "\"{}{i}\": [{}]",
+                "k_".repeat(100),
+                vec![item.as_str(); 60].join(",")
+            ))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    check(&id_lists);
+    // An accessibility tree with the longest page lines, sections, roles,
+    // headings and element lines.
+    let mut tree = format!(
+        "### {}\n### {}\n- Page URL: {}\n- Page Title: {}\n- Page Snapshot ({}):\n```yaml\n",
+        "S".repeat(300),
+        "Z".repeat(300),
+        "u".repeat(500),
+        "t".repeat(500),
+        "p".repeat(500)
+    );
+    for i in 0..400 {
+        let role = ["button", "link", "textbox", "heading", "menuitemcheckbox"][i % 5];
+        tree.push_str(&format!(
+            "{}- {role}{} \"{}\" [checked=mixed] [disabled] [expanded] [selected] [pressed=mixed] [ref=e{i}0000000000]:\n",
+            "  ".repeat(i % 30),
+            if i % 5 == 3 { format!("x{}", "q".repeat(i % 50)) } else { String::new() },
+            "\\\"".repeat(80)
+        ));
+    }
+    tree.push_str("```\n");
+    check(&tree);
     // The same inside every wrapper, a listing inside a command's output too.
-    for text in [&headers, &json_keys, &nested] {
-        for form in 0..5 {
+    for text in [&headers, &json_keys, &nested, &id_lists, &tree] {
+        for form in 0..10 {
             check(&wrap(form, text));
             check(&wrap(1, &wrap(form, text)));
         }

@@ -384,8 +384,8 @@ impl Lists {
         for l in order {
             let single = l.instances == 1 && l.depth == 1;
             let complete = if cut { " complete before the cut" } else { "" };
-            let header = |fit: usize| {
-                let text = if single && fit == l.lines.len() && l.items == fit {
+            let header = |fit: usize, all: bool| {
+                let text = if single && all {
                     format!(
                         "Identifying values of the items of {} ({} items{complete}, all shown):",
                         l.path, l.items
@@ -403,8 +403,9 @@ impl Lists {
                 };
                 clip(&text, super::lines::LINE_CAP)
             };
-            // The longest the header can be: as many digits as the items.
-            let header_cost = laid_out(&header(l.items.max(l.lines.len())));
+            // The longest the header can be: not all shown, as many digits
+            // as the items.
+            let header_cost = laid_out(&header(l.items.max(l.lines.len()), false));
             let Some(room) = left.checked_sub(header_cost) else {
                 continue;
             };
@@ -421,8 +422,9 @@ impl Lists {
                 continue;
             }
             let shown = &l.lines[..fit];
-            let header = header(fit);
-            left -= laid_out(&header) + shown.iter().map(|s| laid_out(s)).sum::<usize>();
+            let header = header(fit, fit == l.lines.len() && l.items == fit);
+            let cost = laid_out(&header) + shown.iter().map(|s| laid_out(s)).sum::<usize>();
+            left = left.saturating_sub(cost);
             out.push(header);
             out.extend(shown.iter().cloned());
         }
@@ -636,6 +638,49 @@ mod tests {
             !lines.iter().any(|l| l.contains("labels")),
             "the outer list took it all"
         );
+    }
+
+    #[test]
+    fn a_list_shown_all_but_one_is_held_to_the_budget() {
+        // The header saying "N shown" is longer than "all shown": the room
+        // is reckoned with the longer one (once a subtraction overflowed).
+        let rule = classify("name").expect("rule");
+        for n in 1..60usize {
+            let mut lists = Lists::default();
+            let l = lists.open("").expect("list");
+            for i in 0..n {
+                lists.item(
+                    l,
+                    &format!("[{i}]"),
+                    vec![Candidate::new(
+                        rule,
+                        0,
+                        0,
+                        "name",
+                        format!("\"{}\"", "x".repeat(40)),
+                    )],
+                    false,
+                );
+            }
+            lists.ended(l, n);
+            let inner = lists.open("[0].more").expect("list");
+            for i in 0..n {
+                lists.item(
+                    inner,
+                    &format!("[{i}].more[0]"),
+                    vec![Candidate::new(rule, 0, 0, "name", "\"y\"".to_string())],
+                    false,
+                );
+            }
+            for budget in [0, 10, 100, 500, 900, 1400, BUDGET_CHARS] {
+                let total: usize = lists
+                    .render(false, budget)
+                    .iter()
+                    .map(|l| laid_out(l))
+                    .sum();
+                assert!(total <= budget, "{n} items, budget {budget}: {total}");
+            }
+        }
     }
 
     #[test]

@@ -51,11 +51,11 @@
 //! `[].labels[]`), then the order they were met; each list shows its items
 //! from the first on while they fit, under a line saying how many there are
 //! and how many are shown. 1,500 characters are 15 to 40 items of a
-//! typical list (30 of `{id, name, email}` users), and keep a stub near
+//! typical list (25 of `{id, name, email}` users), and keep a stub near
 //! 2,000 characters: on the recorded sessions of Toolathlon (215 agent runs
 //! with MCP servers such as WooCommerce, Notion, Canvas, YouTube, W&B and
 //! GitHub), the stubs of outputs over 20,000 characters have a median of
-//! 1,315 characters and a 90th percentile of 2,403. Beyond the budget an
+//! 1,315 characters and a 90th percentile of 2,293. Beyond the budget an
 //! item is one search away (`tool_result_search` for its name or id).
 //!
 //! The walk that gathers them stops looking at items once their list's

@@ -1,9 +1,11 @@
 //! Synopsis throughput per kind at 100 KB, 1 MB and 10 MB, the design's
 //! latency goal for a 5,000-element JSON array of objects (about 1 MB), and
 //! the cost of an agent's wrapper: a 1 MB file and the same file as Claude
-//! Code's numbered `Read` listing, side by side.
+//! Code's numbered `Read` listing, side by side; a JSON list inside an MCP
+//! content block next to the same list bare.
 //!
-//! Run: `cargo bench --bench synopsis` (`-- listing` for the wrapper pairs). Inputs are generated here,
+//! Run: `cargo bench --bench synopsis` (`-- listing` for the wrapper pairs,
+//! `-- mcp_block` for the MCP pairs). Inputs are generated here,
 //! deterministically, from realistic repeating units.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -61,6 +63,21 @@ pub fn input(kind: Kind, size: usize) -> String {
                 format!(
                     "  <item id=\"{i}\"><name>user {i}</name><value>{}</value></item>\n",
                     i % 100
+                )
+            },
+        ),
+        Kind::Snapshot => build(
+            size,
+            "### Page state\n- Page URL: https://shop.example.com/\n- Page Title: Shop\n- Page Snapshot:\n```yaml\n- generic [ref=e1]:\n",
+            "```\n",
+            |i| {
+                format!(
+                    "  - listitem [ref=e{}]:\n    - link \"Product number {i}\" [ref=e{}] [cursor=pointer]:\n      - /url: /p/{i}\n    - generic [ref=e{}]: ${}.99\n    - button \"Add to cart\" [ref=e{}]\n",
+                    4 * i + 2,
+                    4 * i + 3,
+                    4 * i + 4,
+                    i % 100,
+                    4 * i + 5
                 )
             },
         ),
@@ -187,5 +204,42 @@ fn listing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, throughput, json_5000_objects, listing);
+/// A JSON list of 1 MB and 10 MB inside an MCP text block (a string with
+/// every quote escaped), next to the same list bare: the unwrapping's cost
+/// is the ratio of the two times.
+fn mcp_block(c: &mut Criterion) {
+    let hints = Hints {
+        mime: None,
+        preview_chars: 2000,
+    };
+    let mut group = c.benchmark_group("synopsis/mcp_block");
+    for (label, size) in [("1MB", 1_000_000), ("10MB", 10_000_000)] {
+        let bare = input(Kind::Json, size);
+        let block = format!(
+            "{{\"type\":\"text\",\"text\":{},\"annotations\":null}}",
+            serde_json::Value::from(bare.as_str())
+        );
+        let s = synopsize(&block, hints);
+        assert_eq!(s.kind, Kind::Json, "the block's text is described");
+        assert!(s.summary[0].starts_with("MCP tool result"));
+        if size >= 10_000_000 {
+            group.sample_size(10);
+            group.measurement_time(Duration::from_secs(8));
+        } else {
+            group.sample_size(20);
+            group.measurement_time(Duration::from_secs(3));
+        }
+        group.throughput(Throughput::Bytes(block.len() as u64));
+        group.bench_with_input(BenchmarkId::new("block", label), &block, |b, text| {
+            b.iter(|| synopsize(black_box(text), hints))
+        });
+        group.throughput(Throughput::Bytes(bare.len() as u64));
+        group.bench_with_input(BenchmarkId::new("bare", label), &bare, |b, text| {
+            b.iter(|| synopsize(black_box(text), hints))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, throughput, json_5000_objects, listing, mcp_block);
 criterion_main!(benches);

@@ -401,13 +401,14 @@ def add_command_stdin(corpus, category, expected, cmd, stdin, source):
 
 
 def add_truncated(corpus, data, source):
-    """Real JSON cut in the middle: no longer JSON, so text."""
+    """Real JSON cut in the middle, as a harness caps an output: read as JSON
+    as far as it goes (what was whole before the cut), so json."""
     text = data.decode("utf-8", "replace")
     for fraction in (0.5, 0.3):
         cut = int(len(text) * fraction)
         piece = text[:cut]
         if piece.strip():
-            corpus.add("truncated-json", "text", f"{source} cut at {int(fraction * 100)}%", piece)
+            corpus.add("truncated-json", "json", f"{source} cut at {int(fraction * 100)}%", piece)
 
 
 # ---------------------------------------------------------------- python, node

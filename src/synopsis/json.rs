@@ -12,7 +12,21 @@
 //! (without a JSON MIME type) a first value followed by more non-JSON text
 //! than itself is not taken for the content: log lines such as
 //! `[    0.000000] Linux version ...` or `[2024-01-01] started` fall through.
+//!
+//! The walk also gathers the identifying values of list items (ids, numbers,
+//! names, titles...: the rules are in [`ids`](super::ids)), shown after the
+//! examples within their own budget; it stops looking at a list's items once
+//! that budget is spent.
+//!
+//! **A JSON text cut short** (the text ends inside the value, so the parser
+//! meets the end of its input, or ends with a harness's marker such as
+//! `...[truncated]` after such a cut) is read as far as it goes: the prefix
+//! up to its last whole value, its open brackets closed (see
+//! [`cut`](super::cut)), is described as any JSON, with a line saying where
+//! the text ends; its counts are of the items complete before the cut.
 
+use super::cut;
+use super::ids::{self, Candidate, Captured, Lists};
 use super::lines::{clip, clip_line, one_line, split_lines};
 use super::unknown;
 use super::{Input, Kind, Synopsis};
@@ -38,8 +52,14 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     if !(mime_json || trimmed.starts_with('{') || trimmed.starts_with('[')) {
         return None;
     }
-    let Some((walked, end)) = walk_first(trimmed) else {
-        return mime_json.then(|| unknown::unparsed(input, "JSON"));
+    let (walked, end) = match walk_first(trimmed) {
+        Ok(walked) => walked,
+        Err(e) => {
+            if let Some(s) = cut_short(input, trimmed, e.is_eof()) {
+                return Some(s);
+            }
+            return mime_json.then(|| unknown::unparsed(input, "JSON"));
+        }
     };
     let rest = trimmed[end..].trim();
     if !rest.is_empty() {
@@ -54,27 +74,54 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
             return None;
         }
     }
-    Some(describe_value(&walked, rest.chars().count()))
+    Some(describe_value(&walked, rest.chars().count(), None))
+}
+
+/// A JSON text cut short, read as far as it goes (see the module comment):
+/// `trimmed` did not parse, and `eof` says whether the parser met the end of
+/// the text.
+fn cut_short(input: &Input<'_>, trimmed: &str, eof: bool) -> Option<Synopsis> {
+    // A marker after the cut is taken off first (a cut inside a string
+    // would read it as the string's).
+    let (body, marker) = match cut::strip_marker(trimmed) {
+        Some((body, marker)) => match walk_first(body) {
+            Err(e) if e.is_eof() => (body, Some(marker)),
+            _ => return None,
+        },
+        None if eof => (trimmed, None),
+        None => return None,
+    };
+    let closed = cut::close_json_prefix(body, false)?;
+    let (walked, _) = walk_first(&closed).ok()?;
+    // Where the body ends in the text as given, leading whitespace included.
+    let lead = input.text.len() - input.text.trim_start().len();
+    let chars = input.text[..lead].chars().count() + body.chars().count();
+    let marker = marker.map_or(String::new(), |m| format!(", then {m:?}"));
+    let line = clip_line(format!(
+        "The JSON text ends unfinished after {chars} characters{marker} (cut short): described as far as it goes; counts are of the items complete before the cut."
+    ));
+    Some(describe_value(&walked, 0, Some(line)))
 }
 
 /// Walks the first JSON value of `text` in one pass; returns what the walker
 /// kept and the byte offset where the value ends.
-fn walk_first(text: &str) -> Option<(Walked, usize)> {
+fn walk_first(text: &str) -> Result<(Walked, usize), serde_json::Error> {
     let mut ctx = Ctx::default();
     let mut de = serde_json::Deserializer::from_str(text);
     let info = Walk {
         depth: 0,
         on_example_path: true,
         ctx: &mut ctx,
+        role: Role::Plain,
     }
-    .deserialize(&mut de)
-    .ok()?;
+    .deserialize(&mut de)?;
     // A stream deserializer starts where the first value ended.
     let end = de.into_iter::<IgnoredAny>().byte_offset();
-    Some((
+    Ok((
         Walked {
             info,
             examples: ctx.examples,
+            ids: ctx.ids,
         },
         end,
     ))
@@ -84,12 +131,15 @@ fn walk_first(text: &str) -> Option<(Walked, usize)> {
 struct Walked {
     info: Info,
     examples: Vec<String>,
+    ids: Lists,
 }
 
-fn describe_value(walked: &Walked, trailing_chars: usize) -> Synopsis {
+fn describe_value(walked: &Walked, trailing_chars: usize, cut: Option<String>) -> Synopsis {
     let mut s = Synopsis::new(Kind::Json, "JSON output");
     let info = &walked.info;
     s.summary.push(format!("JSON {}.", info.type_name()));
+    let was_cut = cut.is_some();
+    s.summary.extend(cut);
     match info {
         Info::Object { keys, children, .. } => {
             s.summary
@@ -113,12 +163,32 @@ fn describe_value(walked: &Walked, trailing_chars: usize) -> Synopsis {
         _ => {}
     }
     s.notable_items.extend(walked.examples.iter().cloned());
-    if trailing_chars > 0 {
-        s.notable_items.push(format!(
-            "trailing_chars_after_first_json_value: {trailing_chars}"
-        ));
-    }
+    let trailing = (trailing_chars > 0)
+        .then(|| format!("trailing_chars_after_first_json_value: {trailing_chars}"));
+    let room = ids_room(&s, trailing.as_deref());
+    s.notable_items.extend(walked.ids.render(was_cut, room));
+    s.notable_items.extend(trailing);
     s
+}
+
+/// What a JSON synopsis's lines may hold together as the stub lays them
+/// out, identifying values included: with the longest stub header, an
+/// agent's wrappers' notes and the recall lines, a stub stays under 5,000
+/// characters.
+const LINES_CHARS: usize = 3200;
+
+/// The room left for identifying values (at most their own budget) once
+/// the synopsis's other lines, and `more`, are counted.
+fn ids_room(s: &Synopsis, more: Option<&str>) -> usize {
+    let used: usize = s
+        .summary
+        .iter()
+        .chain(&s.structure)
+        .chain(&s.notable_items)
+        .map(|l| ids::laid_out(l))
+        .sum::<usize>()
+        + more.map_or(0, ids::laid_out);
+    LINES_CHARS.saturating_sub(used).min(ids::BUDGET_CHARS)
 }
 
 /// JSON Lines: one value per line. Accepted when the first value ends its
@@ -148,7 +218,7 @@ fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
     if records < 2 || bad * JSONL_MAX_BAD_SHARE > records + bad {
         return None;
     }
-    let (walked, _) = walk_first(first_record?)?;
+    let (walked, _) = walk_first(first_record?).ok()?;
     let mut s = Synopsis::new(Kind::Json, "JSON Lines output");
     s.summary.push(format!("JSON Lines: {records} records."));
     match &walked.info {
@@ -180,7 +250,53 @@ fn json_lines(text: &str, first_end: usize) -> Option<Synopsis> {
             .iter()
             .map(|e| clip_line(format!("[0].{e}"))),
     );
+    s.notable_items
+        .extend(record_ids(text, records).render(false, ids_room(&s, None)));
     Some(s)
+}
+
+/// The identifying values of JSON Lines records, each record an item of the
+/// list `records[]`, while the budget lasts.
+fn record_ids(text: &str, records: usize) -> Lists {
+    let mut ctx = Ctx {
+        path: "records".to_string(),
+        ..Ctx::default()
+    };
+    let Some(list) = ctx.ids.open("records") else {
+        return ctx.ids;
+    };
+    let mut index = 0usize;
+    for line in split_lines(text) {
+        if !ctx.ids.wants(list) {
+            break;
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mark = ctx.path.len();
+        let _ = write!(ctx.path, "[{index}]");
+        let walk = Walk {
+            depth: 1,
+            on_example_path: false,
+            ctx: &mut ctx,
+            role: Role::Item(list),
+        };
+        let mut de = serde_json::Deserializer::from_str(line);
+        let walked = walk.deserialize(&mut de);
+        ctx.path.truncate(mark);
+        match walked {
+            Ok(Info::Object { .. }) => index += 1,
+            Ok(_) => {
+                ctx.ids.not_an_object(list);
+                index += 1;
+            }
+            // An unparsed line is no record.
+            Err(_) => {}
+        }
+    }
+    ctx.ids.ended(list, records);
+    ctx.ids
 }
 
 fn key_list(keys: &[String]) -> String {
@@ -273,8 +389,10 @@ impl Info {
 #[derive(Default)]
 struct Ctx {
     examples: Vec<String>,
-    /// The path of the value being walked, while examples are still wanted.
+    /// The path of the value being walked, while examples or identifying
+    /// values are still wanted.
     path: String,
+    ids: Lists,
 }
 
 impl Ctx {
@@ -300,7 +418,30 @@ struct Walk<'c> {
     depth: usize,
     on_example_path: bool,
     ctx: &'c mut Ctx,
+    role: Role<'c>,
 }
+
+/// What a value is to the gathering of identifying values.
+enum Role<'c> {
+    /// Nothing in particular: arrays in it may be lists.
+    Plain,
+    /// An item of list `0`: its members are ranked.
+    Item(usize),
+    /// A member object of an item, under `key`: its members count one rank
+    /// lower, into the item's `cands`; `base` orders them after the members
+    /// before it.
+    Member {
+        key: &'c str,
+        cands: &'c mut Vec<Candidate>,
+        base: usize,
+    },
+    /// The value of an identifying key: a scalar is kept here.
+    Capture(&'c mut Option<Captured>),
+}
+
+/// Members of one item are ordered by `member << ORDER_SHIFT`, those of its
+/// member objects after their parent's.
+const ORDER_SHIFT: u32 = 16;
 
 impl Walk<'_> {
     fn scalar(self, info: Info, literal: impl FnOnce() -> String) -> Info {
@@ -310,8 +451,21 @@ impl Walk<'_> {
         info
     }
 
+    fn capture(&mut self, value: impl FnOnce() -> Captured) {
+        if let Role::Capture(slot) = &mut self.role {
+            **slot = Some(value());
+        }
+    }
+
     fn child_wants_examples(&self, first_item: bool) -> bool {
         self.on_example_path && first_item && self.ctx.wants_examples()
+    }
+
+    /// Whether arrays below this value may still become lists.
+    fn looks_for_lists(&self) -> bool {
+        self.depth < ids::LIST_DEPTH
+            && !matches!(self.role, Role::Capture(_))
+            && self.ctx.ids.room()
     }
 }
 
@@ -335,10 +489,12 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_bool<E>(self, v: bool) -> Result<Info, E> {
         Ok(self.scalar(Info::Bool, || v.to_string()))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Info, E> {
+    fn visit_i64<E>(mut self, v: i64) -> Result<Info, E> {
+        self.capture(|| Captured::Int(v.to_string()));
         Ok(self.scalar(Info::Number, || v.to_string()))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Info, E> {
+    fn visit_u64<E>(mut self, v: u64) -> Result<Info, E> {
+        self.capture(|| Captured::Int(v.to_string()));
         Ok(self.scalar(Info::Number, || v.to_string()))
     }
     fn visit_f64<E>(self, v: f64) -> Result<Info, E> {
@@ -346,17 +502,26 @@ impl<'de> Visitor<'de> for Walk<'_> {
             serde_json::Number::from_f64(v).map_or_else(|| "null".to_string(), |n| n.to_string())
         }))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Info, E> {
+    fn visit_str<E>(mut self, v: &str) -> Result<Info, E> {
+        self.capture(|| Captured::string(v));
         Ok(self.scalar(Info::String, || string_literal(v)))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Info, A::Error> {
         let keep_items = self.depth == 0;
+        let list = if self.looks_for_lists() {
+            let ctx = &mut *self.ctx;
+            ctx.ids.open(&ctx.path)
+        } else {
+            None
+        };
         let mut items = Vec::new();
         let mut len = 0usize;
         loop {
-            let need =
-                (keep_items && len < ARRAY_SAMPLE_LIMIT) || self.child_wants_examples(len == 0);
+            let id_item = list.filter(|&l| self.ctx.ids.wants(l));
+            let need = (keep_items && len < ARRAY_SAMPLE_LIMIT)
+                || self.child_wants_examples(len == 0)
+                || id_item.is_some();
             if !need {
                 if seq.next_element::<IgnoredAny>()?.is_none() {
                     break;
@@ -370,12 +535,18 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 depth: self.depth + 1,
                 on_example_path: self.on_example_path && len == 0,
                 ctx: &mut *self.ctx,
+                role: id_item.map_or(Role::Plain, Role::Item),
             };
             let next = seq.next_element_seed(child)?;
             self.ctx.path.truncate(mark);
             match next {
                 None => break,
                 Some(info) => {
+                    if let Some(l) = id_item {
+                        if !matches!(info, Info::Object { .. }) {
+                            self.ctx.ids.not_an_object(l);
+                        }
+                    }
                     if keep_items && items.len() < ARRAY_SAMPLE_LIMIT {
                         items.push(info);
                     }
@@ -383,22 +554,36 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 }
             }
         }
+        if let Some(l) = list {
+            self.ctx.ids.ended(l, len);
+        }
         Ok(Info::Array { len, items })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Info, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Info, A::Error> {
         let keep_keys = self.depth < MAX_DEPTH;
         let keep_children = self.depth == 0;
+        let ranked = matches!(self.role, Role::Item(_) | Role::Member { .. });
+        let mut cands: Vec<Candidate> = Vec::new();
+        let mut first_is_object = false;
         let mut count = 0usize;
         let mut keys = Vec::new();
         let mut children = Vec::new();
         loop {
             let wants_examples = self.child_wants_examples(true);
-            let want_key = (keep_keys && count < KEY_LIMIT) || wants_examples;
+            let want_key = (keep_keys && count < KEY_LIMIT) || wants_examples || ranked;
             let Some(key) = map.next_key_seed(KeySeed { keep: want_key })? else {
                 break;
             };
-            let need_child = (keep_children && count < KEY_LIMIT) || wants_examples;
+            let rule = if ranked {
+                key.as_deref().and_then(ids::classify)
+            } else {
+                None
+            };
+            let need_child = (keep_children && count < KEY_LIMIT)
+                || wants_examples
+                || ranked
+                || self.looks_for_lists();
             if need_child {
                 let mark = self.ctx.path.len();
                 if let Some(k) = &key {
@@ -407,13 +592,48 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     }
                     self.ctx.path.push_str(&one_line(k, 60));
                 }
+                let mut captured = None;
+                let role = match (&self.role, rule) {
+                    (_, Some(_)) => Role::Capture(&mut captured),
+                    (Role::Item(_), None) => Role::Member {
+                        key: key.as_deref().unwrap_or(""),
+                        cands: &mut cands,
+                        base: count << ORDER_SHIFT,
+                    },
+                    _ => Role::Plain,
+                };
                 let child = Walk {
                     depth: self.depth + 1,
                     on_example_path: self.on_example_path,
                     ctx: &mut *self.ctx,
+                    role,
                 };
                 let info = map.next_value_seed(child)?;
                 self.ctx.path.truncate(mark);
+                if let (Some(rule), Some(value), Some(k)) = (rule, &captured, &key) {
+                    if let Some(shown) = value.shown(rule) {
+                        match &mut self.role {
+                            Role::Item(_) => {
+                                cands.push(Candidate::new(rule, 0, count << ORDER_SHIFT, k, shown))
+                            }
+                            Role::Member {
+                                key: parent,
+                                cands: item_cands,
+                                base,
+                            } => item_cands.push(Candidate::new(
+                                rule,
+                                1,
+                                *base + count,
+                                &format!("{}.{k}", one_line(parent, 40)),
+                                shown,
+                            )),
+                            _ => {}
+                        }
+                    }
+                }
+                if count == 0 {
+                    first_is_object = matches!(info, Info::Object { .. });
+                }
                 if keep_children && children.len() < KEY_LIMIT {
                     children.push(info);
                 }
@@ -426,6 +646,12 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 }
             }
             count += 1;
+        }
+        if let Role::Item(list) = self.role {
+            // One object under one key: its members are the item's own.
+            let promote = count == 1 && first_is_object;
+            let ctx = &mut *self.ctx;
+            ctx.ids.item(list, &ctx.path, cands, promote);
         }
         Ok(Info::Object {
             count,
@@ -484,7 +710,14 @@ mod tests {
         );
         assert_eq!(
             s.notable_items,
-            ["users[0].id: 1", "users[0].name: \"Ada\"", "meta.count: 2"]
+            [
+                "users[0].id: 1",
+                "users[0].name: \"Ada\"",
+                "meta.count: 2",
+                "Identifying values of the items of users[] (2 items, all shown):",
+                "users[0] id=1, name=\"Ada\"",
+                "users[1] id=2, name=\"Lin\""
+            ]
         );
     }
 

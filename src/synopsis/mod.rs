@@ -1,14 +1,16 @@
 //! The synopsis engine: one tool output in, one typed, deterministic [`Synopsis`] out.
 //!
-//! Detection lives here and only here: [`synopsize`] tries the kinds in the
-//! order SPEC section 3 fixes (empty, binary-like, json, xml, tsv, csv, yaml,
+//! Detection lives here and only here: [`synopsize`] tries the kinds in a
+//! fixed order (empty, binary-like, json, xml, snapshot, tsv, csv, yaml,
 //! code, text) and the first that accepts the text wins. Each kind has its own
 //! module behind one signature, `fn summarize(&Input) -> Option<Synopsis>`;
 //! `None` means "not me, try the next kind". The engine never fails: anything
-//! it cannot structure ends as `text` or `unknown`. Before detection, an
-//! agent's wrapper around the real output (Claude Code's numbered `Read`
-//! listings, Codex's command headers) is taken off by [`wrapper`], so the
-//! kind is the content's and the wrapper is said in the summary.
+//! it cannot structure ends as `text` or `unknown`. Before detection, what
+//! wraps the real output is taken off, so the kind is the content's and the
+//! wrapper is said in the first summary lines: an agent's wrapper (Claude
+//! Code's numbered `Read` listings, Codex's command headers: [`wrapper`]), a
+//! harness's note after an output it cut ([`cut`]), and MCP content blocks
+//! (a block, a list of them, a whole `CallToolResult`: [`mcp`]).
 //!
 //! Architecture invariant: this module knows nothing of HTTP, OpenAI or
 //! SQLite, does no I/O, and its output depends only on the input text, the
@@ -17,8 +19,12 @@
 
 mod ansi;
 mod code;
+mod cut;
+mod ids;
 mod json;
 mod lines;
+mod mcp;
+mod snapshot;
 mod table;
 mod text;
 mod unknown;
@@ -40,6 +46,7 @@ pub enum Kind {
     Tsv,
     Yaml,
     Xml,
+    Snapshot,
     Code,
     Text,
     Unknown,
@@ -47,12 +54,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in a fixed order (used by reports and benchmarks).
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Json,
         Kind::Csv,
         Kind::Tsv,
         Kind::Yaml,
         Kind::Xml,
+        Kind::Snapshot,
         Kind::Code,
         Kind::Text,
         Kind::Unknown,
@@ -66,6 +74,7 @@ impl Kind {
             Kind::Tsv => "tsv",
             Kind::Yaml => "yaml",
             Kind::Xml => "xml",
+            Kind::Snapshot => "snapshot",
             Kind::Code => "code",
             Kind::Text => "text",
             Kind::Unknown => "unknown",
@@ -216,6 +225,8 @@ fn synopsize_within(
     };
     let unwrapped = if wrappers > 0 {
         wrapper::unwrap(text, &offset_of)
+            .or_else(|| cut::harness_note(text, &offset_of))
+            .or_else(|| mcp::unwrap(text))
     } else {
         None
     };
@@ -255,7 +266,7 @@ fn synopsize_within(
     synopsis
 }
 
-/// The detection order of SPEC section 3; the first kind that accepts wins.
+/// The detection order (see the module comment); the first kind that accepts wins.
 fn detect(input: &Input<'_>) -> Synopsis {
     if input.text.is_empty() {
         // Only escape sequences or a BOM: nothing readable is left.
@@ -269,9 +280,10 @@ fn detect(input: &Input<'_>) -> Synopsis {
     if binary {
         return unknown::binary(input);
     }
-    let kinds: [fn(&Input<'_>) -> Option<Synopsis>; 6] = [
+    let kinds: [fn(&Input<'_>) -> Option<Synopsis>; 7] = [
         json::summarize,
         xml::summarize,
+        snapshot::summarize,
         table::summarize_tsv,
         table::summarize_csv,
         yaml::summarize,

@@ -40,6 +40,34 @@ fn fixtures() -> Vec<(Kind, String)> {
                 .to_string(),
         ),
         (Kind::Xml, xml),
+        // An MCP content block around a JSON list: unwrapped, identifying
+        // values kept.
+        (
+            Kind::Json,
+            serde_json::json!({
+                "type": "text",
+                "text": format!(
+                    "[{}]",
+                    (0..40)
+                        .map(|i| format!(
+                            "{{\"id\": {i}, \"login\": \"user-{i}\", \"title\": \"Issue {i}\"}}"
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "annotations": null
+            })
+            .to_string(),
+        ),
+        (
+            Kind::Snapshot,
+            format!(
+                "### Page state\n- Page URL: https://x.test/\n- Page Title: X\n- Page Snapshot:\n```yaml\n- generic [ref=e1]:\n{}```\n",
+                (0..120)
+                    .map(|i| format!("  - link \"Item {i}\" [ref=e{}]:\n    - /url: /i/{i}\n  - button \"Buy {i}\" [ref=e{}]\n", 2 * i + 2, 2 * i + 3))
+                    .collect::<String>()
+            ),
+        ),
         (
             Kind::Code,
             "use std::io;\n\npub fn main() {\n    let x = 1;\n}\n\nimpl Foo {\n}\n".to_string(),

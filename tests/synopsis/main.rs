@@ -1,9 +1,11 @@
 //! Integration tests of the synopsis engine, the stub renderer and the
 //! `toolstub synopsis` command: one test binary, a module per area
-//! (`wrappers`: agents' wrappers around tool outputs).
+//! (`wrappers`: agents' wrappers around tool outputs; `mcp`: MCP content
+//! blocks, cut JSON, identifying values, accessibility snapshots).
 
 mod determinism;
 mod fidelity;
+mod mcp;
 mod properties;
 mod spec_examples;
 mod wrappers;

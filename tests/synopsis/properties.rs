@@ -53,7 +53,29 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
     }
     match s.kind {
         Kind::Json => {
-            assert!(s.notable_items.len() <= 6, "{:?}", s.notable_items);
+            // Examples (at most 6 lines), then the identifying values of
+            // list items: at most 4 lists, all their lines (headers, bullets
+            // and line breaks counted) within 1,500 characters.
+            let is_header = |l: &String| l.starts_with("Identifying values of the items of ");
+            let first = s
+                .notable_items
+                .iter()
+                .position(is_header)
+                .unwrap_or(s.notable_items.len());
+            let (examples, ids) = s.notable_items.split_at(first);
+            let trailing = |l: &String| l.starts_with("trailing_chars_after_first_json_value");
+            assert!(
+                examples.len() + ids.iter().filter(|l| trailing(l)).count() <= 6,
+                "{:?}",
+                s.notable_items
+            );
+            assert!(ids.iter().filter(|l| is_header(l)).count() <= 4, "{ids:?}");
+            let id_chars: usize = ids
+                .iter()
+                .filter(|l| !trailing(l))
+                .map(|l| l.chars().count() + 3)
+                .sum();
+            assert!(id_chars <= 1500, "{id_chars}: {ids:?}");
             assert!(s.structure.len() <= 12);
         }
         Kind::Yaml => assert!(s.structure.len() <= 30),
@@ -81,6 +103,11 @@ fn check_caps(text: &str, s: &Synopsis, preview: usize) {
             }
         }
         Kind::Csv | Kind::Tsv => assert_eq!(s.structure.len(), 3),
+        Kind::Snapshot => {
+            assert!(s.structure.len() <= 3, "{:?}", s.structure);
+            let elements: usize = s.notable_items[1..].iter().map(|l| l.chars().count()).sum();
+            assert!(elements <= 2000, "{elements}: {:?}", s.notable_items);
+        }
         Kind::Unknown => {}
     }
     let _ = text;
@@ -97,7 +124,11 @@ fn check(text: &str) {
     check_caps(text, &s, DEFAULT_PREVIEW);
     let stub = worst_case_stub(text, &s);
     let n = stub.chars().count();
-    assert!(n <= STUB_CAP, "stub of {n} chars for kind {}", s.kind);
+    assert!(
+        n <= STUB_CAP,
+        "stub of {n} chars for kind {}:\n{stub}",
+        s.kind
+    );
 }
 
 /// Fragments that steer the generator into every parser's corner cases.
@@ -170,6 +201,39 @@ fn hostile() -> impl Strategy<Value = String> {
             }
             s
         }),
+        // Lists whose items are full of identifying values, at every depth
+        // the identifying values look.
+        prop::collection::vec(
+            (
+                "[a-zA-Z][a-zA-Z0-9_]{0,120}",
+                prop::collection::vec(("[a-zA-Z0-9_-]{1,250}", "[a-zA-Z0-9 ]{1,250}"), 1..40)
+            ),
+            1..14
+        )
+        .prop_map(|lists| {
+            let body: Vec<String> = lists
+                .iter()
+                .map(|(k, items)| {
+                    let items: Vec<serde_json::Value> = items
+                        .iter()
+                        .map(|(id, name)| {
+                            serde_json::json!({
+                                "id": id, "sha": id, "login": id, "title": name,
+                                "user": {"login": id, "displayName": name},
+                                "labels": [{"name": name, "node_id": id}],
+                                "node": {"id": id, "html_url": id}
+                            })
+                        })
+                        .collect();
+                    format!(
+                        "{}: {}",
+                        serde_json::json!(k),
+                        serde_json::Value::from(items)
+                    )
+                })
+                .collect();
+            format!("{{{}}}", body.join(", "))
+        }),
         prop::collection::vec(("[a-z][a-z0-9_]{0,300}", "[a-z0-9 ]{0,300}"), 2..60).prop_map(
             |kv| {
                 let mut s = String::from("---\n");
@@ -218,8 +282,13 @@ proptest! {
     /// Any text inside any agent wrapper keeps every cap: the wrapper's
     /// lines come on top of the content's own.
     #[test]
-    fn wrapped_outputs_respect_every_cap(text in prop_oneof![soup(), hostile()], form in 0usize..5) {
+    fn wrapped_outputs_respect_every_cap(text in prop_oneof![soup(), hostile(), snapshot()], form in 0usize..10) {
         check(&wrap(form, &text));
+    }
+
+    #[test]
+    fn snapshots_respect_every_cap(text in snapshot()) {
+        check(&text);
     }
 
     #[test]
@@ -227,6 +296,49 @@ proptest! {
         let hints = Hints { mime: None, preview_chars: DEFAULT_PREVIEW };
         prop_assert_eq!(synopsize(&text, hints), synopsize(&text, hints));
     }
+}
+
+/// Accessibility trees with long names, odd refs, quoted keys, states and
+/// stray lines, with and without Playwright's Markdown around them.
+fn snapshot() -> impl Strategy<Value = String> {
+    let line = (
+        0usize..12,
+        prop_oneof![
+            Just("button"),
+            Just("link"),
+            Just("textbox"),
+            Just("generic"),
+            Just("heading"),
+            Just("checkbox"),
+            Just("/url"),
+            Just("text")
+        ],
+        "\\PC{0,300}",
+        "[a-z0-9]{0,20}",
+        0usize..6,
+    )
+        .prop_map(|(indent, role, name, r, form)| {
+            let pad = "  ".repeat(indent);
+            let name = serde_json::Value::from(name).to_string();
+            match form {
+                0 => format!("{pad}- {role} {name} [ref={r}]"),
+                1 => format!("{pad}- {role} {name} [checked] [ref=e{r}] [cursor=pointer]:"),
+                2 => format!("{pad}- '{role} {name} [ref=e{r}]':"),
+                3 => format!("{pad}- {role} [ref=e{r}]: {name}"),
+                4 => format!("{pad}- {role}: {name}"),
+                _ => format!("{pad}{name}"),
+            }
+        });
+    (prop::collection::vec(line, 1..200), any::<bool>(), "\\PC{0,300}").prop_map(
+        |(lines, framed, title)| {
+            let tree = lines.join("\n");
+            if framed {
+                format!("### Page state\n- Page URL: {title}\n- Page Title: {title}\n- Page Snapshot (Span 1 of 9):\n```yaml\n{tree}\n```\n")
+            } else {
+                tree
+            }
+        },
+    )
 }
 
 /// `text` inside one of the agent wrappers the synopsis takes off, with the
@@ -252,6 +364,31 @@ fn wrap(form: usize, text: &str) -> String {
             r#"{{"output":{},"metadata":{{"exit_code":1,"duration_seconds":0.1}}}}"#,
             serde_json::Value::from(format!("Total output lines: 9\n\n{text}"))
         ),
+        // MCP content blocks: one, a list with an image, a whole result, the
+        // Python SDK's printed form, and a block cut short.
+        5 => serde_json::json!({"type": "text", "text": text, "annotations": null}).to_string(),
+        6 => serde_json::json!([
+            {"type": "text", "text": text},
+            {"type": "image", "data": "QUJD".repeat(2000), "mimeType": "image/png"},
+            {"type": "text", "text": text}
+        ])
+        .to_string(),
+        7 => serde_json::json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": serde_json::from_str::<serde_json::Value>(text)
+                .unwrap_or_else(|_| serde_json::Value::from(text)),
+            "isError": false
+        })
+        .to_string(),
+        8 => format!(
+            "meta=None content=[TextContent(type='text', text={}, annotations=None)] isError=False",
+            serde_json::Value::from(text)
+        ),
+        9 => {
+            let block = serde_json::json!({"type": "text", "text": text}).to_string();
+            let cut: String = block.chars().take(block.chars().count() * 2 / 3).collect();
+            format!("{cut}...[truncated]")
+        }
         _ => format!("Exit code 1\n{text}"),
     }
 }
@@ -282,9 +419,50 @@ fn worst_case_texts_stay_under_the_stub_cap() {
     check(&nested);
     check(&"\u{1b}[31m".repeat(5000));
     check(&"\u{0}".repeat(10_000));
+    // Lists whose items are all identifying values, under long keys, at
+    // every depth the values are looked for.
+    let long = "0aA_-".repeat(40);
+    let item = format!(
+        "{{\"id\":\"{long}\",\"sha\":\"{long}\",\"title\":\"{}\",\"labels\":[{{\"name\":\"{}\",\"node_id\":\"{long}\"}}],\"node\":{{\"id\":\"{long}\"}}}}",
+        "T ".repeat(100),
+        "N ".repeat(100)
+    );
+    let id_lists = format!(
+        "{{{}}}",
+        (0..12)
+            .map(|i| format!(
+                "\"{}{i}\": [{}]",
+                "k_".repeat(100),
+                vec![item.as_str(); 60].join(",")
+            ))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    check(&id_lists);
+    // An accessibility tree with the longest page lines, sections, roles,
+    // headings and element lines.
+    let mut tree = format!(
+        "### {}\n### {}\n- Page URL: {}\n- Page Title: {}\n- Page Snapshot ({}):\n```yaml\n",
+        "S".repeat(300),
+        "Z".repeat(300),
+        "u".repeat(500),
+        "t".repeat(500),
+        "p".repeat(500)
+    );
+    for i in 0..400 {
+        let role = ["button", "link", "textbox", "heading", "menuitemcheckbox"][i % 5];
+        tree.push_str(&format!(
+            "{}- {role}{} \"{}\" [checked=mixed] [disabled] [expanded] [selected] [pressed=mixed] [ref=e{i}0000000000]:\n",
+            "  ".repeat(i % 30),
+            if i % 5 == 3 { format!("x{}", "q".repeat(i % 50)) } else { String::new() },
+            "\\\"".repeat(80)
+        ));
+    }
+    tree.push_str("```\n");
+    check(&tree);
     // The same inside every wrapper, a listing inside a command's output too.
-    for text in [&headers, &json_keys, &nested] {
-        for form in 0..5 {
+    for text in [&headers, &json_keys, &nested, &id_lists, &tree] {
+        for form in 0..10 {
             check(&wrap(form, text));
             check(&wrap(1, &wrap(form, text)));
         }

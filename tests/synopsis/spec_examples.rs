@@ -200,6 +200,9 @@ fn stub_layout_matches_section_5() {
          - users[0].id: 1\n\
          - users[0].name: \"Ada\"\n\
          - meta.count: 2\n\
+         - Identifying values of the items of users[] (2 items, all shown):\n\
+         - users[0] id=1, name=\"Ada\"\n\
+         - users[1] id=2, name=\"Lin\"\n\
          \n\
          Explore:\n\
          - Use tool_result_search with ref={r} to find relevant raw snippets.\n\

@@ -98,9 +98,9 @@ def main() -> int:
 
 def sets(binary: str, named: list[str]) -> int:
     print("| sessions | recalls | sessions (requests) | saved, Anthropic prices | saved, OpenAI prices "
-          "| sessions costlier (A / O) | recall rounds | outputs externalized | peak context (tokens) "
-          "| requests over the window |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| sessions costlier (A / O) | recall rounds (per output) | characters read back "
+          "| outputs externalized | peak context (tokens) | requests over the window |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for item in named:
         name, _, path = item.partition("=")
         for label, flags in (("charged", []), ("none charged", ["--free-recalls"])):
@@ -115,7 +115,8 @@ def sets(binary: str, named: list[str]) -> int:
                     costlier[m["price_model"]["name"]] += m["saved_usd"] < 0
             print(f"| {name} | {label} | {t['sessions']} ({t['requests']:,}) | {saved['anthropic']:+.1%} "
                   f"| {saved['openai']:+.1%} | {costlier['anthropic']} / {costlier['openai']} "
-                  f"| {t['recall_rounds']} | {t['outputs_externalized']} "
+                  f"| {t['recall_rounds']} ({t['recall_rounds_per_output']:.2f}) | {t['recall_read_chars']:,} "
+                  f"| {t['outputs_externalized']} "
                   f"| {t['peak_context']['direct']:,} -> {t['peak_context']['toolstub']:,} "
                   f"| {t['over_window']['direct']:,} -> {t['over_window']['toolstub']:,} |", flush=True)
     return 0

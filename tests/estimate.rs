@@ -166,6 +166,17 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
     // What was read back stays in the conversation (history restoration):
     // the recall costs its round and every later request carries it.
     assert!(q["recall_read_tokens"].as_u64() > Some(4_000), "{q}");
+    // One read of the default window (20,000 characters) and its envelope.
+    let chars = q["recall_read_chars"].as_u64().unwrap_or(0);
+    assert!((20_000..=20_200).contains(&chars), "{chars}");
+    let t = &quoted["totals"];
+    assert_eq!(t["recall_read_chars"], chars);
+    let per_output = t["recall_rounds_per_output"].as_f64().unwrap_or(0.0);
+    let outputs = t["outputs_externalized"].as_f64().unwrap_or(0.0);
+    assert!(
+        outputs > 0.0 && (per_output - 1.0 / outputs).abs() < 1e-9,
+        "{t}"
+    );
     let carried = q["input_tokens"]["toolstub"].as_u64().unwrap_or(0);
     let without = p["input_tokens"]["toolstub"].as_u64().unwrap_or(u64::MAX);
     assert!(carried > without + 27 * 4_000, "{without} -> {carried}");

@@ -349,6 +349,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         round.push(exchange);
         report.recall_rounds += 1;
         report.recall_read_tokens += exchange.tokens;
+        report.recall_read_chars += read.chars().count() as u64;
         report.recalls.push(report::Recall {
             request: index,
             quoted: recall::named(&request.answer, &missing, 5),

@@ -126,6 +126,9 @@ pub struct SessionReport {
     pub recall_rounds: usize,
     /// Tokens read back by those rounds.
     pub recall_read_tokens: u64,
+    /// Characters read back by those rounds (what `tool_result_read`
+    /// returns of each stubbed output holding what the answer quoted).
+    pub recall_read_chars: u64,
     /// Each recall round: the request (0-based) and what its answer quoted
     /// that only the direct request carried (up to 5 identifiers).
     pub recalls: Vec<Recall>,
@@ -156,6 +159,7 @@ impl SessionReport {
             min_bytes_per_token: 0.0,
             recall_rounds: 0,
             recall_read_tokens: 0,
+            recall_read_chars: 0,
             recalls: Vec::new(),
             models: Vec::new(),
             saved_fraction: 0.0,
@@ -184,6 +188,9 @@ pub struct Totals {
     pub min_bytes_per_token: f64,
     pub recall_rounds: usize,
     pub recall_read_tokens: u64,
+    pub recall_read_chars: u64,
+    /// Recall rounds per output externalized (0 when none was).
+    pub recall_rounds_per_output: f64,
     /// Billed input saved, each session at its own provider's price model
     /// (the default), net of recalls.
     pub saved_fraction: f64,
@@ -212,6 +219,8 @@ impl Totals {
             min_bytes_per_token: 0.0,
             recall_rounds: 0,
             recall_read_tokens: 0,
+            recall_read_chars: 0,
+            recall_rounds_per_output: 0.0,
             saved_fraction: 0.0,
             direct_usd: 0.0,
             toolstub_usd: 0.0,
@@ -240,6 +249,7 @@ impl Totals {
             }
             t.recall_rounds += r.recall_rounds;
             t.recall_read_tokens += r.recall_read_tokens;
+            t.recall_read_chars += r.recall_read_chars;
             if let Some(own) = r.models.first() {
                 t.direct_usd += own.direct_usd;
                 t.toolstub_usd += own.toolstub_usd;
@@ -260,6 +270,9 @@ impl Totals {
             }
         }
         t.worst_saved_fraction = worst.unwrap_or(0.0);
+        if t.outputs_externalized > 0 {
+            t.recall_rounds_per_output = t.recall_rounds as f64 / t.outputs_externalized as f64;
+        }
         t.by_price_model
             .sort_by(|a, b| a.price_model.name.cmp(b.price_model.name));
         t.saved_fraction = if t.direct_usd > 0.0 {
@@ -344,11 +357,13 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{} sessions, {} requests, {} outputs externalized, {} recall rounds charged ({} tokens read back)",
+        "{} sessions, {} requests, {} outputs externalized, {} recall rounds charged ({:.2} per output externalized; {} characters, {} tokens read back)",
         totals.sessions,
         grouped(totals.requests as u64),
         grouped(totals.outputs_externalized as u64),
         grouped(totals.recall_rounds as u64),
+        totals.recall_rounds_per_output,
+        grouped(totals.recall_read_chars),
         grouped(totals.recall_read_tokens)
     );
     let _ = writeln!(

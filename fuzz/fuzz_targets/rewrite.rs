@@ -4,8 +4,9 @@
 //!
 //! Input layout: the first [`CONFIG_BYTES`] bytes derive the protocol and
 //! the [`Policy`] (switches, per-tool rules with a MIME hint, a threshold
-//! of their own or `never`, the aging rule, the context-window rescue with
-//! windows small enough to act, the five budgets of SPEC section 2 and the
+//! of their own or `never`, the aging rule, the first-stub rule, the
+//! context-window rescue with windows small enough to act, the five budgets
+//! of the selection (threshold, preview, turn budgets) and the
 //! conversation budget within sane bounds, small values as likely as large
 //! ones); the rest is the body.
 //!
@@ -30,6 +31,7 @@ use toolstub::protocol::openai_chat::OpenAiChat;
 use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
 use toolstub::rewrite::aging::Aging;
+use toolstub::rewrite::first_stub::Gate as FirstStub;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use toolstub::rewrite::window::Window;
@@ -111,6 +113,12 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             bytes_per_token_milli: 2_250,
             margin_permille: 100,
             aim_permille: 100 + u32::from(c[8] >> 4) * 50,
+        },
+        // The first-stub rule: off, or a horizon of 0..=2.55 later requests
+        // a turn with a floor of 0..=15.
+        first_stub: FirstStub {
+            horizon_permille: (c[6] & 1 == 0).then(|| u32::from(c[4]) * 10),
+            min_later: u32::from(c[5] & 15),
         },
     }
 }

@@ -18,6 +18,10 @@ pub(super) struct Body<'b, M> {
     pub background: bool,
     /// The `model` member's raw JSON (the last, if given twice).
     pub model: Option<&'b str>,
+    /// An `anthropic_beta` list (Claude on Bedrock and Vertex AI, where the
+    /// betas go in the body) naming a `context-1m-*` beta: the client asked
+    /// for the long context window.
+    pub long_context: bool,
 }
 
 /// Sets a field read from an object; a second occurrence of the same key
@@ -47,6 +51,7 @@ pub(super) fn read_conversation<'b, M>(
     let (mut streams, mut stream_true) = (0, false);
     let mut background = false;
     let mut model = None;
+    let mut long_context = false;
     scanner.object(|s, key| match key {
         k if k == conversation => {
             let mut list = Vec::new();
@@ -69,6 +74,10 @@ pub(super) fn read_conversation<'b, M>(
             model = Some(s.value()?);
             Some(())
         }
+        "anthropic_beta" => {
+            long_context |= names_long_context(s.value()?);
+            Some(())
+        }
         _ => s.value().map(drop),
     })?;
     scanner.finish()?;
@@ -78,5 +87,66 @@ pub(super) fn read_conversation<'b, M>(
         streaming: streams == 1 && stream_true,
         background,
         model,
+        long_context,
     })
+}
+
+/// Whether a raw `anthropic_beta` value (a list of strings) names a
+/// `context-1m-*` beta.
+fn names_long_context(raw: &str) -> bool {
+    serde_json::from_str::<Vec<&str>>(raw)
+        .is_ok_and(|betas| betas.iter().any(|b| is_long_context_beta(b)))
+}
+
+/// Anthropic's beta names for the 1M-token context window
+/// (`context-1m-2025-08-07`, and later dates).
+pub fn is_long_context_beta(name: &str) -> bool {
+    name.trim().starts_with("context-1m-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::anthropic::AnthropicMessages;
+    use crate::protocol::Protocol;
+
+    #[test]
+    fn the_long_context_beta_is_read_from_the_body_s_anthropic_beta_only() {
+        let body = |extra: &str| {
+            format!(
+                r#"{{"anthropic_version":"bedrock-2023-05-31"{extra},"max_tokens":10,"messages":[{{"role":"user","content":"context-1m-2025-08-07"}}]}}"#
+            )
+        };
+        let long = |b: &str| AnthropicMessages.parse(b).map(|p| p.long_context);
+        assert_eq!(
+            long(&body(r#","anthropic_beta":["context-1m-2025-08-07"]"#)),
+            Some(true)
+        );
+        assert_eq!(
+            long(&body(
+                r#","anthropic_beta":["interleaved-thinking-2025-05-14"," context-1m-2026-01-01"]"#
+            )),
+            Some(true)
+        );
+        // Other betas, another shape, or the words in a message: no.
+        assert_eq!(
+            long(&body(
+                r#","anthropic_beta":["interleaved-thinking-2025-05-14"]"#
+            )),
+            Some(false)
+        );
+        assert_eq!(
+            long(&body(r#","anthropic_beta":"context-1m-2025-08-07""#)),
+            Some(false)
+        );
+        assert_eq!(long(&body("")), Some(false));
+    }
+
+    #[test]
+    fn beta_names() {
+        assert!(is_long_context_beta("context-1m-2025-08-07"));
+        assert!(is_long_context_beta(" context-1m-2025-08-07 "));
+        assert!(!is_long_context_beta("context-management-2025-06-27"));
+        assert!(!is_long_context_beta(""));
+    }
 }

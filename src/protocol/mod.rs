@@ -24,6 +24,7 @@
 pub mod anthropic;
 pub mod bedrock;
 mod body;
+pub(crate) use body::is_long_context_beta;
 pub mod gemini;
 pub mod json_edit;
 pub mod json_scan;
@@ -160,6 +161,10 @@ pub struct ParsedRequest<'b> {
     pub model: Option<String>,
     /// Every message of the conversation, in order.
     pub messages: Vec<MessageSpan>,
+    /// The client asked for the model's long context window (Anthropic's
+    /// `context-1m-*` beta, in the body on Bedrock and Vertex AI; the
+    /// proxy adds the `anthropic-beta` header's).
+    pub long_context: bool,
 }
 
 /// How an API shapes its errors (the proxy's own failures answer in it).

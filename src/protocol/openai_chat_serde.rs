@@ -185,6 +185,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
         streaming: is_streaming(body.as_bytes()),
         model: model_member(body),
         messages,
+        long_context: false,
     })
 }
 

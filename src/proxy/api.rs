@@ -22,7 +22,9 @@ use crate::protocol::gemini::Gemini;
 use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
-use crate::rewrite::{derive_session, rewrite_reading_for, splice, Mode, Outcome, Turn};
+use crate::rewrite::{
+    derive_session, rewrite_reading_for, splice, Mode, Outcome, RequestFacts, Turn,
+};
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -277,6 +279,7 @@ pub(super) async fn handle(
             Mode::WithRefs,
             true,
             path_model.clone(),
+            asks_long_context(&parts.headers),
         )
         .await?
     };
@@ -351,7 +354,18 @@ async fn rewritten_request(
         held,
     } = request;
     let path_model = api.model_in_path(parts.uri.path());
-    let plan_of = |mode| plan(app, api, original.clone(), mode, true, path_model.clone());
+    let long_context = asks_long_context(&parts.headers);
+    let plan_of = |mode| {
+        plan(
+            app,
+            api,
+            original.clone(),
+            mode,
+            true,
+            path_model.clone(),
+            long_context,
+        )
+    };
     let session =
         session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
     for output in &mut rewritten.outputs {
@@ -817,6 +831,7 @@ async fn bedrock_count_tokens(
             .strip_suffix("/count-tokens")
             .and_then(|rest| rest.rsplit_once("/model/"))
             .and_then(|(_, model)| crate::percent::decode(model, false)),
+        asks_long_context(&parts.headers),
     )
     .await?
     {
@@ -845,10 +860,24 @@ async fn bedrock_count_tokens(
     Ok(stream_back(response))
 }
 
+/// Whether the client asked for the long context window with Anthropic's
+/// `anthropic-beta` header (`context-1m-*`, among comma-separated betas,
+/// in any of the header's values): the context-window rescue then goes by
+/// 1M tokens.
+pub(super) fn asks_long_context(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(crate::protocol::is_long_context_beta)
+}
+
 /// Runs the pure rewrite, on the blocking pool for large bodies.
 /// `recall` off rewrites as if `recall.enabled` were false (the last round
 /// of a recall loop that drops the tools). `path_model`: the model the path
-/// names, for a body that names none.
+/// names, for a body that names none; `long_context`: the client's
+/// `anthropic-beta` header asks for the long context window.
 pub(super) async fn plan(
     app: &Arc<App>,
     api: Api,
@@ -856,6 +885,7 @@ pub(super) async fn plan(
     mode: Mode,
     recall: bool,
     path_model: Option<String>,
+    long_context: bool,
 ) -> Result<Plan, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
         return Ok(plan_now(
@@ -865,11 +895,20 @@ pub(super) async fn plan(
             mode,
             recall,
             path_model.as_deref(),
+            long_context,
         ));
     }
     let app = app.clone();
     tokio::task::spawn_blocking(move || {
-        plan_now(&app, api, &body, mode, recall, path_model.as_deref())
+        plan_now(
+            &app,
+            api,
+            &body,
+            mode,
+            recall,
+            path_model.as_deref(),
+            long_context,
+        )
     })
     .await
     .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
@@ -882,6 +921,7 @@ fn plan_now(
     mode: Mode,
     recall: bool,
     path_model: Option<&str>,
+    long_context: bool,
 ) -> Plan {
     let policy;
     let policy = if recall {
@@ -893,7 +933,11 @@ fn plan_now(
         };
         &policy
     };
-    match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, path_model) {
+    let facts = RequestFacts {
+        path_model,
+        long_context,
+    };
+    match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, facts) {
         (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),
         (Outcome::Rewritten(r), _) => Plan::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),

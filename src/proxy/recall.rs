@@ -109,6 +109,7 @@ impl RecallRequest {
                 Mode::WithRefs,
                 false,
                 self.api.model_in_path(self.parts.uri.path()),
+                super::api::asks_long_context(&self.parts.headers),
             )
             .await?
             {

@@ -219,19 +219,31 @@ pub fn rewrite_reading<'b>(
     mode: Mode,
     memo: &Memo,
 ) -> (Outcome<'b>, Option<Read>) {
-    rewrite_reading_for(body, policy, protocol, mode, memo, None)
+    rewrite_reading_for(body, policy, protocol, mode, memo, RequestFacts::default())
 }
 
-/// [`rewrite_reading`] of a request whose model the path names when its
-/// body names none (the Gemini API, Bedrock, Claude on Vertex AI): the
-/// model the rules (the context window) and the accounting go by.
+/// What the proxy knows of a request besides its body.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestFacts<'a> {
+    /// The model the path names (the Gemini API, Bedrock, Claude on Vertex
+    /// AI), for a body that names none.
+    pub path_model: Option<&'a str>,
+    /// The client asked for the model's long context window in a header
+    /// (Anthropic's `anthropic-beta: context-1m-*`).
+    pub long_context: bool,
+}
+
+/// [`rewrite_reading`] with what the proxy knows besides the body
+/// ([`RequestFacts`]): the model the path names when the body names none (the
+/// model the rules, the context window, and the accounting go by), and a
+/// long context window asked for in a header.
 pub fn rewrite_reading_for<'b>(
     body: &'b [u8],
     policy: &Policy,
     protocol: &dyn Protocol,
     mode: Mode,
     memo: &Memo,
-    path_model: Option<&str>,
+    facts: RequestFacts<'_>,
 ) -> (Outcome<'b>, Option<Read>) {
     if !policy.enabled {
         return (Outcome::Unchanged(Unchanged::Disabled), None);
@@ -243,8 +255,9 @@ pub fn rewrite_reading_for<'b>(
         return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
     };
     if parsed.model.is_none() {
-        parsed.model = path_model.map(str::to_string);
+        parsed.model = facts.path_model.map(str::to_string);
     }
+    parsed.long_context |= facts.long_context;
     match rewrite_parsed(text, parsed, policy, protocol, mode, memo) {
         Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
         Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),

@@ -78,6 +78,11 @@ pub struct Window {
 
 /// The default window of a model the table does not know.
 pub const DEFAULT_TOKENS: u64 = 128_000;
+
+/// The window of a request that asks for the long context (Anthropic's
+/// `context-1m-*` beta, in the `anthropic-beta` header or, on Bedrock and
+/// Vertex AI, in the body's `anthropic_beta`).
+pub const LONG_CONTEXT_TOKENS: u64 = 1_000_000;
 /// The default ratio: 2.25 bytes of request per token (see
 /// `config/toolstub.toml` for the measurement behind it).
 pub const DEFAULT_BYTES_PER_TOKEN_MILLI: u64 = 2_250;
@@ -146,10 +151,21 @@ impl Window {
     /// it is brought under (never more than the first), if the rule is on
     /// for it.
     pub fn limits(&self, model: Option<&str>) -> Option<(usize, usize)> {
+        self.limits_of(model, false)
+    }
+
+    /// [`Window::limits`], for a client that asked for the long context
+    /// window or not: asked, the window is at least [`LONG_CONTEXT_TOKENS`]
+    /// (a model without the long window refuses the request, as it would
+    /// without toolstub).
+    pub fn limits_of(&self, model: Option<&str>, long_context: bool) -> Option<(usize, usize)> {
         if !self.enabled {
             return None;
         }
-        let tokens = self.tokens_for(model)? as u128;
+        let mut tokens = self.tokens_for(model)? as u128;
+        if long_context {
+            tokens = tokens.max(u128::from(LONG_CONTEXT_TOKENS));
+        }
         let bytes = |permille: u32| {
             let kept = tokens * u128::from(permille) / 1000;
             let bytes = kept * u128::from(self.bytes_per_token_milli) / 1000;
@@ -180,7 +196,10 @@ pub(super) fn rescue<'b>(
     if mode != Mode::WithRefs || parsed.outputs.is_empty() {
         return;
     }
-    let Some((limit, aim)) = policy.window.limits(parsed.model.as_deref()) else {
+    let Some((limit, aim)) = policy
+        .window
+        .limits_of(parsed.model.as_deref(), parsed.long_context)
+    else {
         return;
     };
     // No decision point is larger than the whole body and the recall
@@ -419,6 +438,20 @@ mod tests {
         assert_eq!(off.tokens_for(Some("some-model")), None);
         // 200,000 tokens less 10%, at 2.25 bytes a token; the aim 60%.
         assert_eq!(w.limits(Some("claude-x")), Some((405_000, 270_000)));
+        // Asked for the long context: 1M tokens, never less than the table's.
+        assert_eq!(
+            w.limits_of(Some("claude-x"), true),
+            Some((2_025_000, 1_350_000))
+        );
+        assert_eq!(
+            w.limits_of(Some("gemini-2.5-pro"), true),
+            w.limits_of(Some("gemini-2.5-pro"), false)
+        );
+        let disabled = Window {
+            enabled: false,
+            ..Window::default()
+        };
+        assert_eq!(disabled.limits_of(Some("claude-x"), true), None);
         let disabled = Window {
             enabled: false,
             ..Window::default()

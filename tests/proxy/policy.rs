@@ -600,3 +600,61 @@ async fn a_conversation_over_the_window_is_sent_under_it_and_reads_back() {
     }
     s.proxy.shutdown().await;
 }
+
+/// A client that asks for the long context window (`anthropic-beta:
+/// context-1m-*`) is held to 1M tokens, not to its model's table entry: the
+/// conversation the rescue would bring under 20,000 tokens goes upstream
+/// as sent.
+#[tokio::test]
+async fn a_client_asking_for_the_long_context_window_is_not_rescued_under_the_short_one() {
+    let s = setup_with(
+        answers(),
+        &[(
+            "TOOLSTUB_CONTEXT_WINDOW_MODELS",
+            r#"[{ match = "*", tokens = 20000 }]"#,
+        )],
+    )
+    .await;
+    let route = Route::Messages;
+    let mut messages = Vec::new();
+    for turn in 0..8 {
+        messages.extend(route.turn(turn, &[("Read", text_of(turn, 9_000), false)]));
+    }
+    let body = route.body(&messages);
+    let (status, headers, _) = send_beta(
+        &s,
+        route,
+        Some("fine-grained-tool-streaming-2025-05-14, context-1m-2025-08-07"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(headers.get("x-toolstub-externalized").is_none());
+    assert_eq!(s.mock.last().body, body.as_bytes(), "sent as it came");
+    // Without the beta, the same conversation is rescued.
+    let (status, headers, _) = send_beta(&s, route, None, body.clone()).await;
+    assert_eq!(status, 200);
+    assert!(headers.get("x-toolstub-externalized").is_some());
+    assert!(s.mock.last().body.len() < body.len());
+    s.proxy.shutdown().await;
+}
+
+async fn send_beta(
+    s: &Setup,
+    route: Route,
+    beta: Option<&str>,
+    body: String,
+) -> (http::StatusCode, http::HeaderMap, Vec<u8>) {
+    let mut headers = vec![
+        ("authorization", KEY),
+        ("x-api-key", "sk-ant-test"),
+        ("anthropic-version", "2023-06-01"),
+        ("content-type", "application/json"),
+    ];
+    if let Some(beta) = beta {
+        headers.push(("anthropic-beta", beta));
+    }
+    let (status, headers, body) =
+        send(&client(), "POST", s.url(route.path()), &headers, body).await;
+    (status, headers, body.to_vec())
+}

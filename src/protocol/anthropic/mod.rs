@@ -261,6 +261,7 @@ impl Protocol for AnthropicMessages {
             streaming: parsed.streaming,
             model: super::model_of(parsed.model),
             messages,
+            long_context: parsed.long_context,
         })
     }
 

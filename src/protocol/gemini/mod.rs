@@ -304,6 +304,7 @@ impl Gemini {
             streaming: self.streaming,
             model: None,
             messages,
+            long_context: false,
         })
     }
 

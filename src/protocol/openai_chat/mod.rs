@@ -205,6 +205,7 @@ impl Protocol for OpenAiChat {
             streaming: parsed.streaming,
             model: super::model_of(parsed.model),
             messages,
+            long_context: false,
         })
     }
 

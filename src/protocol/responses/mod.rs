@@ -225,6 +225,7 @@ impl Protocol for OpenAiResponses {
             streaming: parsed.streaming,
             model: super::model_of(parsed.model),
             messages,
+            long_context: false,
         })
     }
 

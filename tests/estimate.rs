@@ -188,6 +188,20 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
             "{name}: {mp} vs {mq}"
         );
     }
+    // With history restoration off (`recall.restore_history = false`) the
+    // later requests go as the client sends them: the round is charged,
+    // what it read back is not carried on.
+    let config = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = config.path().join("toolstub.toml");
+    std::fs::write(&file, "[recall]\nrestore_history = false\n").unwrap_or_else(|e| panic!("{e}"));
+    let dropped = estimate(dir.path(), &["--config", &file.to_string_lossy()]);
+    let d = &dropped["per_session"][0];
+    assert_eq!(d["recall_rounds"], 1, "{d}");
+    let not_carried = d["input_tokens"]["toolstub"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        not_carried + 20 * 4_000 < carried,
+        "{not_carried} vs {carried}"
+    );
 }
 
 #[test]

@@ -67,6 +67,7 @@ pub fn run(options: Options) -> Result<()> {
     let prices = Prices {
         table: config.pricing.clone(),
         free_recalls: options.free_recalls,
+        restore_history: config.restore_history,
     };
     let (reports, skipped) = replay_files(&files, &options.shapes, &config.policy, &prices)?;
     let totals = Totals::of(&reports);

@@ -178,6 +178,13 @@ pub struct Prices {
     /// would save if the model never needed a stub read back, the most it
     /// could save.
     pub free_recalls: bool,
+    /// Whether what a recall round read back is put back into the later
+    /// requests that hold the message it followed, as the proxy's history
+    /// restoration does (`recall.restore_history`, on by default). Off,
+    /// the later requests go as the client sends them: the model keeps
+    /// only what its own answer took from the text, and the provider's
+    /// cache still holds the request before the round.
+    pub restore_history: bool,
 }
 
 impl Prices {
@@ -367,7 +374,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         }
         // Restored after the message it followed: the request's newest.
         if let Some(anchor) = toolstub.blocks.last() {
-            if !restored.iter().any(|(_, b)| b.key == exchange.key) {
+            if prices.restore_history && !restored.iter().any(|(_, b)| b.key == exchange.key) {
                 restored.push((anchor.key, exchange));
             }
         }

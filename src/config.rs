@@ -390,7 +390,7 @@ impl Default for RawRecall {
         RawRecall {
             enabled: true,
             max_rounds: 8,
-            restore_history: true,
+            restore_history: false,
             keepalive_ms: 5_000,
             read_tool: names.read,
             search_tool: names.search,
@@ -1429,7 +1429,7 @@ mod tests {
             assert!(text.contains("route"), "{bad}: {text}");
         }
         let c = load(None, no_env(), &Overrides::default()).expect("defaults");
-        assert!(c.restore_history);
+        assert!(!c.restore_history);
         assert_eq!(c.keepalive, Duration::from_secs(5));
         assert!(!c.policy.externalize_errors);
     }

@@ -156,7 +156,13 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
             Some((2, "unique_marker_value")),
         ),
     );
-    let quoted = estimate(dir.path(), &[]);
+    // History restoration on: what was read back is put back into the later
+    // requests.
+    let config = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = config.path().join("toolstub.toml");
+    std::fs::write(&file, "[recall]\nrestore_history = true\n").unwrap_or_else(|e| panic!("{e}"));
+    let restoring = file.to_string_lossy().into_owned();
+    let quoted = estimate(dir.path(), &["--config", &restoring]);
     let (p, q) = (&plain["per_session"][0], &quoted["per_session"][0]);
     assert_eq!(q["recall_rounds"], 1, "{q}");
     assert_eq!(
@@ -188,13 +194,10 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
             "{name}: {mp} vs {mq}"
         );
     }
-    // With history restoration off (`recall.restore_history = false`) the
-    // later requests go as the client sends them: the round is charged,
-    // what it read back is not carried on.
-    let config = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = config.path().join("toolstub.toml");
-    std::fs::write(&file, "[recall]\nrestore_history = false\n").unwrap_or_else(|e| panic!("{e}"));
-    let dropped = estimate(dir.path(), &["--config", &file.to_string_lossy()]);
+    // With history restoration off (the default) the later requests go as
+    // the client sends them: the round is charged, what it read back is not
+    // carried on.
+    let dropped = estimate(dir.path(), &[]);
     let d = &dropped["per_session"][0];
     assert_eq!(d["recall_rounds"], 1, "{d}");
     let not_carried = d["input_tokens"]["toolstub"].as_u64().unwrap_or(u64::MAX);
@@ -202,6 +205,18 @@ fn an_answer_quoting_a_stubbed_output_is_charged_a_recall() {
         not_carried + 20 * 4_000 < carried,
         "{not_carried} vs {carried}"
     );
+    // Replayed as the Responses API, the exchange comes back either way (a
+    // reasoning item the client was shown needs the recall call after it).
+    let tokens = |extra: &[&str]| {
+        let mut args = vec!["--shape", "responses"];
+        args.extend_from_slice(extra);
+        estimate(dir.path(), &args)["per_session"][0]["input_tokens"]["toolstub"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let responses = tokens(&[]);
+    assert_eq!(responses, tokens(&["--config", &restoring]));
+    assert!(responses > not_carried + 20 * 4_000, "{responses}");
 }
 
 #[test]

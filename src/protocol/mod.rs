@@ -282,6 +282,13 @@ pub trait Protocol: Send + Sync {
         false
     }
 
+    /// Whether a client's history can be invalid without a hidden exchange
+    /// put back ([`crate::recall::Restoration::required`]), so exchanges are
+    /// looked up even with `recall.restore_history` off.
+    fn may_need_restoration(&self) -> bool {
+        false
+    }
+
     /// How this API shapes errors.
     fn flavor(&self) -> Flavor;
 

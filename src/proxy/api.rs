@@ -379,7 +379,8 @@ async fn rewritten_request(
     let (stored, found) = tokio::join!(
         store_outputs(app, &tenant, &mut rewritten, &original),
         async {
-            if app.config.restore_history && !turns.is_empty() {
+            let restores = app.config.restore_history || api.protocol().may_need_restoration();
+            if restores && !turns.is_empty() {
                 find_exchanges(app, &tenant, &session, &turns).await
             } else {
                 BTreeMap::new()

@@ -198,7 +198,7 @@ impl RecallRequest {
         let answer = crate::store::Answer {
             exchange: rounds
                 .restoration()
-                .filter(|_| app.config.restore_history)
+                .filter(|r| app.config.restore_history || r.required)
                 .map(|r| crate::store::Exchange {
                     key: exchange_key(&self.session, &r.identity),
                     session_id: self.session.clone(),

@@ -111,6 +111,12 @@ pub struct Restoration {
     /// rounds' messages and the last round's answer, JSON values joined by
     /// commas, byte for byte as first sent upstream.
     pub replacement: String,
+    /// The answer as the client saw it is no valid history without the
+    /// hidden rounds (the Responses API: a hidden round's reasoning item was
+    /// shown, and the upstream rejects a reasoning item sent back without
+    /// the item the model emitted after it, here a recall call). Such an
+    /// exchange is kept and restored whatever `recall.restore_history` says.
+    pub required: bool,
 }
 
 /// The id a client got for an answer whose last round the upstream knows

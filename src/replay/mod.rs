@@ -180,10 +180,13 @@ pub struct Prices {
     pub free_recalls: bool,
     /// Whether what a recall round read back is put back into the later
     /// requests that hold the message it followed, as the proxy's history
-    /// restoration does (`recall.restore_history`, on by default). Off,
+    /// restoration does (`recall.restore_history`, off by default). Off,
     /// the later requests go as the client sends them: the model keeps
     /// only what its own answer took from the text, and the provider's
-    /// cache still holds the request before the round.
+    /// cache still holds the request before the round. A shape whose
+    /// adapter may need the exchange back for a valid history (Responses:
+    /// a reasoning model's hidden round shows a reasoning item) is
+    /// replayed restored either way, as the proxy does.
     pub restore_history: bool,
 }
 
@@ -374,7 +377,9 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         }
         // Restored after the message it followed: the request's newest.
         if let Some(anchor) = toolstub.blocks.last() {
-            if prices.restore_history && !restored.iter().any(|(_, b)| b.key == exchange.key) {
+            let restores =
+                prices.restore_history || session.shape.protocol().may_need_restoration();
+            if restores && !restored.iter().any(|(_, b)| b.key == exchange.key) {
                 restored.push((anchor.key, exchange));
             }
         }

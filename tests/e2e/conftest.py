@@ -205,10 +205,16 @@ def anthropic_upstream() -> mock_anthropic.MockAnthropic:
     m.stop()
 
 
+# History restoration (off by default): the shared Anthropic and Gemini
+# proxies put hidden recall exchanges back, so the clients' recall tests
+# check them restored byte for byte; opencode's test runs the default.
+RESTORING = {"TOOLSTUB_RECALL_RESTORE_HISTORY": "true"}
+
+
 @pytest.fixture(scope="session")
 def aproxy(anthropic_upstream, tmp_path_factory) -> Proxy:
-    """toolstub serve in front of the mock Anthropic upstream."""
-    p = start_proxy(anthropic_upstream.url, tmp_path_factory.mktemp("toolstub-anthropic"))
+    """toolstub serve in front of the mock Anthropic upstream, restoring."""
+    p = start_proxy(anthropic_upstream.url, tmp_path_factory.mktemp("toolstub-anthropic"), RESTORING)
     yield p
     code = stop_proxy(p)
     assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"
@@ -298,8 +304,8 @@ def gemini_upstream() -> mock_gemini.MockGemini:
 
 @pytest.fixture(scope="session")
 def gproxy(gemini_upstream, tmp_path_factory) -> Proxy:
-    """toolstub serve in front of the mock Gemini upstream."""
-    p = start_proxy(gemini_upstream.url, tmp_path_factory.mktemp("toolstub-gemini"))
+    """toolstub serve in front of the mock Gemini upstream, restoring."""
+    p = start_proxy(gemini_upstream.url, tmp_path_factory.mktemp("toolstub-gemini"), RESTORING)
     yield p
     code = stop_proxy(p)
     assert code == 0, f"toolstub serve did not exit 0 within {STOP_TIMEOUT}s of SIGTERM (got {code}):\n{p.log_tail()}"

@@ -150,7 +150,11 @@ def test_claude_code_runs_against_the_mock_directly(amock, dirs):
 
 def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, tool_name: str,
                   extra_env: dict[str, str | None] | None = None, key: str | None = claude_code.API_KEY,
-                  tenant: str | None = None):
+                  tenant: str | None = None, restoring: bool = True):
+    """Two Claude Code turns: a large output stubbed, a hidden recall round,
+    then the next turn, with the hidden exchange restored (``restoring``:
+    the proxy runs with `recall.restore_history` on) or the history as
+    Claude Code kept it (the default)."""
     home, work = dirs
     marker = f"E2E-DONE-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
@@ -206,7 +210,8 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert RECALLING in kept and marker in kept
     assert "tool_result_read" not in kept and RECALL_ID not in kept
 
-    # Turn 2: the history upstream has the hidden exchange restored.
+    # Turn 2: the history upstream has the hidden exchange restored, or
+    # is the one Claude Code kept.
     run2 = claude_code.prompt(f"{TURN2} Anything else?", base_url=aproxy.url, home=home, cwd=work, cont=True,
                               extra_env=extra_env)
     assert run2.returncode == 0, run2.describe()
@@ -216,6 +221,20 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     msgs = turn2.json["messages"]
     [(i, _, again)] = [(i, j, b) for i, j, b in tool_result_blocks(turn2.json) if b["tool_use_id"] == TOOL_ID]
     assert again["content"] == stub, "turn 2 must carry turn 1's stub unchanged (prompt cache)"
+    check_recall_tools(turn2.json["tools"], client_tools)
+    if not restoring:
+        # The merged answer (both rounds' text) as Claude Code kept it, then
+        # the new prompt; no recall call or result anywhere.
+        answer = msgs[i + 1:-1]
+        assert answer and all(m["role"] == "assistant" for m in answer), [m["role"] for m in msgs[i:]]
+        blocks = [b for m in answer for b in ma.blocks(m["content"])]
+        texts = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        assert RECALLING in texts and script.final_text in texts, texts
+        assert not [b for m in msgs for b in ma.blocks(m["content"])
+                    if b.get("type") == "tool_use" and b.get("name") in RECALL_TOOLS]
+        assert RECALL_ID not in json.dumps(msgs)
+        assert msgs[-1]["role"] == "user" and TURN2 in json.dumps(msgs[-1]), msgs[-1]
+        return
     assert_faithful(msgs[i + 1], round_c.json["messages"][-2], "round B (with the recall call) restored as sent")
     assert_faithful(msgs[i + 2], round_c.json["messages"][-1], "the recall result restored as sent")
     restored = msgs[i + 3]
@@ -228,7 +247,6 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
             assert_faithful(b, script.round_c["content"][0], "round C's thinking restored")
     assert msgs[i + 4]["role"] == "user" and TURN2 in json.dumps(msgs[i + 4]), msgs[i + 4:]
     assert len(msgs) == i + 5, [m["role"] for m in msgs[i:]]
-    check_recall_tools(turn2.json["tools"], client_tools)
 
 
 def test_claude_code_read_of_a_large_file(amock, aproxy, dirs):
@@ -309,7 +327,7 @@ def test_claude_code_on_amazon_bedrock(amock, bproxy, dirs):
     log = work / "build.log"
     log.write_text(build_log(nonce))
     run_two_turns(amock, bproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
-                  nonce, "Bash", extra_env=claude_code.bedrock_env(bproxy.url), key=None)
+                  nonce, "Bash", extra_env=claude_code.bedrock_env(bproxy.url), key=None, restoring=False)
     posts = amock.messages_posts()
     assert posts and all(r.route.startswith("/model/") and r.route.endswith("/invoke-with-response-stream")
                          for r in posts), [r.path for r in posts]
@@ -388,7 +406,8 @@ def test_claude_code_with_a_client_key_as_its_auth_token(amock, keyed, dirs):
     target = work / "routes.json"
     target.write_text(routes_json(nonce))
     run_two_turns(amock, proxy, dirs, "Read", {"file_path": str(target)}, nonce, "Read",
-                  extra_env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": key}, key=None, tenant=tenant)
+                  extra_env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": key}, key=None, tenant=tenant,
+                  restoring=False)
     posts = amock.messages_posts()
     assert posts and all(r.header("x-api-key") == HELD_ANTHROPIC_KEY for r in posts), \
         [r.header("x-api-key") for r in posts]
@@ -407,7 +426,7 @@ def test_claude_code_on_bedrock_with_a_client_key_in_its_custom_headers(amock, k
     log.write_text(build_log(nonce))
     env = {**claude_code.bedrock_env(proxy.url), "ANTHROPIC_CUSTOM_HEADERS": f"x-toolstub-key: {key}"}
     run_two_turns(amock, proxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
-                  nonce, "Bash", extra_env=env, key=None, tenant=tenant)
+                  nonce, "Bash", extra_env=env, key=None, tenant=tenant, restoring=False)
     posts = amock.messages_posts()
     assert posts and all(r.route.endswith("/invoke-with-response-stream") for r in posts), [r.path for r in posts]
     for r in posts:

@@ -141,10 +141,12 @@ def test_gemini_cli_runs_against_the_mock_directly(gmock, dirs):
     assert recall_tool(r.json) is None
 
 
-def run_session(gmock, proxy, dirs, base_url: str, key: str = gemini_cli.API_KEY, run_one=None):
+def run_session(gmock, proxy, dirs, base_url: str, key: str = gemini_cli.API_KEY, run_one=None,
+                restoring: bool = True):
     """One Gemini CLI run through ``base_url``: the large shell output as a
     stub, the hidden recall round, and the next turn (the small command's
-    request) with the hidden exchange restored."""
+    request) with the hidden exchange restored (``restoring``: the proxy
+    runs with `recall.restore_history` on) or as the CLI kept it."""
     home, work = dirs
     gmock.strict_roles = gmock.require_signatures = True
     nonce = secrets.token_hex(8)
@@ -207,6 +209,20 @@ def run_session(gmock, proxy, dirs, base_url: str, key: str = gemini_cli.API_KEY
     cs = round_d.json["contents"]
     n = len(round_b.json["contents"])
     assert ordered(cs[:n]) == ordered(round_b.json["contents"]), "the bytes already sent, sent again unchanged"
+    check_recall_tools(round_d.json, round_a.json["tools"])
+    if not restoring:
+        # The merged content as the CLI kept it (every round's text, round
+        # C's call with its signature), then the small command's output; no
+        # recall call or result.
+        merged = cs[n]
+        assert merged["role"] == "model", merged
+        texts = "".join(p.get("text", "") for p in merged["parts"])
+        assert RECALLING in texts and marker in texts, merged
+        assert "tool_result_read" not in json.dumps(cs[n:]), cs[n:]
+        [small] = [p["functionResponse"] for p in cs[n + 1]["parts"]]
+        assert small["name"] == SHELL and next_marker in mg.output_text(small)
+        assert len(cs) == n + 2, [c["role"] for c in cs[n:]]
+        return
     assert ordered(cs[n:n + 2]) == ordered(round_c.json["contents"][-2:]), \
         "round B's model content (with the recall call) and the recall result restored as sent"
     restored = cs[n + 2]
@@ -215,7 +231,6 @@ def run_session(gmock, proxy, dirs, base_url: str, key: str = gemini_cli.API_KEY
     [small] = [p["functionResponse"] for p in cs[n + 3]["parts"]]
     assert small["name"] == SHELL and next_marker in mg.output_text(small)
     assert len(cs) == n + 4, [c["role"] for c in cs[n:]]
-    check_recall_tools(round_d.json, round_a.json["tools"])
 
 
 def test_gemini_cli_shell_output_is_stubbed_recalled_and_restored(gmock, gproxy, dirs):
@@ -246,7 +261,7 @@ def test_gemini_cli_through_toolstub_wrap(gmock, dirs, tmp_path):
         binary = toolstub_bin()
 
     WrapProxy.db = db
-    run_session(gmock, WrapProxy, dirs, gmock.url, run_one=run_one)
+    run_session(gmock, WrapProxy, dirs, gmock.url, run_one=run_one, restoring=False)
     assert "/wrap/gemini/v1beta/models/" in log.read_text(), "the CLI reached the mock through wrap's route"
     [(requests, externalized, saved, recalls)] = summaries
     assert requests == len(gmock.requests()) - 1, "the recall round is the proxy's own request, not the client's"

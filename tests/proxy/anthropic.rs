@@ -604,7 +604,7 @@ async fn two_turns(s: &Setup, streaming: bool) -> (Vec<u8>, Vec<u8>) {
 #[tokio::test]
 async fn the_next_turn_gets_the_hidden_exchange_back() {
     for streaming in [false, true] {
-        let s = setup(reader(streaming)).await;
+        let s = setup_with(reader(streaming), super::RESTORING).await;
         let (round2, turn2) = two_turns(&s, streaming).await;
         // The upstream's turn 2 begins with round 2 of turn 1 up to the end
         // of its messages (apart from the moved breakpoint), then the
@@ -673,7 +673,10 @@ async fn a_restored_exchange_carries_the_breakpoint_its_answer_carried() {
     });
     let s = setup_with(
         script,
-        &[("TOOLSTUB_EXTERNALIZATION_AGED_AFTER_TURNS", "1")],
+        &[
+            ("TOOLSTUB_EXTERNALIZATION_AGED_AFTER_TURNS", "1"),
+            ("TOOLSTUB_RECALL_RESTORE_HISTORY", "true"),
+        ],
     )
     .await;
     let listing = big_listing(1_500);
@@ -1238,7 +1241,7 @@ async fn a_30_turn_claude_code_replay_keeps_every_cached_prefix() {
         call: None,
         turn: 0,
     }));
-    let s = setup(replay_model(plan.clone())).await;
+    let s = setup_with(replay_model(plan.clone()), super::RESTORING).await;
     let mut history =
         vec![json!({"role": "user", "content": [{"type": "text", "text": "Refactor the crate."}]})];
     let mut recall_turns = 0;

@@ -286,7 +286,7 @@ async fn recall_round_is_answered_inside_the_proxy(streaming: bool) {
     let prices = dir.path().join("toolstub.toml");
     std::fs::write(
         &prices,
-        "[[pricing]]\nmatch = \"gemini-*\"\ninput = 2.0\ncache_read = 0.5\noutput = 12.0\n",
+        "[recall]\nrestore_history = true\n\n[[pricing]]\nmatch = \"gemini-*\"\ninput = 2.0\ncache_read = 0.5\noutput = 12.0\n",
     )
     .expect("config");
     let s = super::setup_with_file(recalling_upstream(streaming), &prices).await;

@@ -75,6 +75,10 @@ pub(crate) async fn setup_with(script: Script, env: &[(&str, &str)]) -> Setup {
     }
 }
 
+/// The setting that puts hidden recall exchanges back into the next turn
+/// (off by default).
+pub(crate) const RESTORING: &[(&str, &str)] = &[("TOOLSTUB_RECALL_RESTORE_HISTORY", "true")];
+
 pub(crate) async fn setup(script: Script) -> Setup {
     setup_with(script, &[]).await
 }

@@ -550,10 +550,13 @@ pub(crate) fn with_messages(body: &str, messages: &[String]) -> String {
 
 #[tokio::test]
 async fn the_next_turn_gets_the_hidden_exchange_back() {
-    let s = setup(reader(
-        "tool_result_read",
-        |r| json!({"ref": r, "offset": 0, "limit": 10}),
-    ))
+    let s = setup_with(
+        reader(
+            "tool_result_read",
+            |r| json!({"ref": r, "offset": 0, "limit": 10}),
+        ),
+        super::RESTORING,
+    )
     .await;
     let turn1 = chat_body(&[big_json(3000)], "");
     let (_, got) = ask(&s, turn1.clone(), &[("authorization", KEY)]).await;
@@ -624,7 +627,7 @@ async fn a_streamed_answer_is_restored_on_the_next_turn_too() {
             sent: Arc::default(),
         }
     });
-    let s = setup(script).await;
+    let s = setup_with(script, super::RESTORING).await;
     let turn1 = chat_body(&[big_json(3000)], r#","stream":true"#);
     let (_, _, bytes) = send(
         &client(),

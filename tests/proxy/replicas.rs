@@ -87,6 +87,11 @@ struct Process {
 
 impl Process {
     async fn start(mock: &Mock, store_url: &str) -> Process {
+        Process::start_with(mock, store_url, &[]).await
+    }
+
+    /// [`Process::start`] with `TOOLSTUB_*` settings.
+    async fn start_with(mock: &Mock, store_url: &str, env: &[(&str, &str)]) -> Process {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -100,6 +105,7 @@ impl Process {
             .arg(dir.path().join("unused.db"))
             .env("TOOLSTUB_STORE_URL", store_url)
             .env("TOOLSTUB_SERVER_LOG_LEVEL", "warn")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("starting toolstub");
@@ -214,8 +220,8 @@ async fn a_ref_stored_through_one_replica_resolves_through_the_other() {
 async fn a_conversation_continued_through_the_other_replica_gets_its_history_back() {
     let schema = pg::Schema::create().await;
     let mock = mock::start(reader_when_asked()).await;
-    let a = Process::start(&mock, &schema.store_url()).await;
-    let b = Process::start(&mock, &schema.store_url()).await;
+    let a = Process::start_with(&mock, &schema.store_url(), super::RESTORING).await;
+    let b = Process::start_with(&mock, &schema.store_url(), super::RESTORING).await;
     let turn1 = with_user(&chat_body(&[big_json(3000)], ""), "please read");
     let (_, got) = a.ask(turn1.clone()).await;
     let content = got["choices"][0]["message"]["content"].clone();

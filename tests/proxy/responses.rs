@@ -126,6 +126,12 @@ fn streamed(done: &Value) -> Vec<String> {
 /// calls tool_result_read; after reading it answers with what it read. It
 /// keeps what it answered by id, for chains and fetches.
 fn reader(kept: Arc<Mutex<BTreeMap<String, Value>>>) -> Script {
+    reader_thinking(kept, true)
+}
+
+/// [`reader`]; `think`: whether the round that recalls begins with a
+/// reasoning item.
+fn reader_thinking(kept: Arc<Mutex<BTreeMap<String, Value>>>, think: bool) -> Script {
     Arc::new(move |r: &Recorded| {
         if r.method == "GET" {
             let id = r.path_and_query.rsplit('/').next().unwrap_or("");
@@ -151,15 +157,15 @@ fn reader(kept: Arc<Mutex<BTreeMap<String, Value>>>) -> Script {
         } else if let (Some(reference), true) =
             (stub_ref(&request), offers(&request, "tool_result_read"))
         {
-            (
-                vec![
-                    json!({"type": "reasoning", "id": format!("rs_a{n}"), "summary": [], "encrypted_content": "enc-a"}),
-                    item_text(&format!("msg_a{n}"), "Let me look."),
-                    json!({"type": "function_call", "id": format!("fc_rc{n}"), "status": "completed", "call_id": format!("call_rc{n}"), "name": "tool_result_read", "arguments": json!({"ref": reference, "limit": 20}).to_string()}),
-                ],
-                100,
-                20,
-            )
+            let mut output = vec![
+                json!({"type": "reasoning", "id": format!("rs_a{n}"), "summary": [], "encrypted_content": "enc-a"}),
+                item_text(&format!("msg_a{n}"), "Let me look."),
+                json!({"type": "function_call", "id": format!("fc_rc{n}"), "status": "completed", "call_id": format!("call_rc{n}"), "name": "tool_result_read", "arguments": json!({"ref": reference, "limit": 20}).to_string()}),
+            ];
+            if !think {
+                output.remove(0);
+            }
+            (output, 100, 20)
         } else {
             (vec![item_text(&format!("msg_p{n}"), "plain")], 10, 2)
         };
@@ -450,6 +456,9 @@ async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
     }
 }
 
+/// History restoration is off by default, but a hidden round whose
+/// reasoning item the client was shown must come back: the upstream rejects
+/// a reasoning item sent without the item that followed it (the recall call).
 #[tokio::test]
 async fn a_stateless_clients_next_turn_gets_the_hidden_rounds_back() {
     let s = setup(reader(Arc::default())).await;
@@ -496,6 +505,35 @@ async fn a_stateless_clients_next_turn_gets_the_hidden_rounds_back() {
         "{kinds:?}"
     );
     s.proxy.shutdown().await;
+}
+
+/// Without a reasoning item shown, the client's history is valid as it has
+/// it, and with restoration off (the default) it goes upstream so: the
+/// text read back is not carried into every later request.
+#[tokio::test]
+async fn without_reasoning_shown_the_next_turn_is_the_clients_history() {
+    for (env, restored) in [(&[][..], false), (super::RESTORING, true)] {
+        let s = setup_with(reader_thinking(Arc::default(), false), env).await;
+        let turn1 = responses_body(&exec_output(2_000), &[], "");
+        let (_, _, bytes) = post(&s, turn1).await;
+        let got: Value = serde_json::from_slice(&bytes).expect("json");
+        let mut tail: Vec<Value> = got["output"].as_array().expect("output").clone();
+        tail.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}));
+        post(&s, responses_body(&exec_output(2_000), &tail, "")).await;
+        let requests = s.mock.requests();
+        let input = body_json(&requests[2])["input"]
+            .as_array()
+            .expect("input")
+            .clone();
+        let recalled = input
+            .iter()
+            .any(|i| i["type"] == "function_call_output" && i["call_id"] == "call_rc0");
+        assert_eq!(recalled, restored, "{input:?}");
+        // The answer the client saw (round 2's reasoning and text) is there
+        // either way.
+        assert!(input.iter().any(|i| i["id"] == "msg_b1"), "{input:?}");
+        s.proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]

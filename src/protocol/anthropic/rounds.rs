@@ -128,6 +128,7 @@ impl AnthropicRounds {
         self.restoration = Some(Restoration {
             identity: crate::protocol::turn_identity(previous, &seen),
             replacement,
+            required: false,
         });
     }
 

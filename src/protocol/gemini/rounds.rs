@@ -210,6 +210,7 @@ impl GeminiRounds {
         self.restoration = Some(Restoration {
             identity: crate::protocol::turn_identity(previous, &seen),
             replacement,
+            required: false,
         });
     }
 

@@ -60,6 +60,7 @@ impl ChatRounds {
         self.restoration = Some(Restoration {
             identity: crate::protocol::turn_identity(previous, &seen),
             replacement,
+            required: false,
         });
     }
 }

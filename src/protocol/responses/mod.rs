@@ -339,6 +339,12 @@ impl Protocol for OpenAiResponses {
         true
     }
 
+    /// A reasoning item sent back must be followed by the item the model
+    /// emitted after it; a hidden round's was a recall call.
+    fn may_need_restoration(&self) -> bool {
+        true
+    }
+
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
         usage::reported(value)
     }

@@ -128,6 +128,9 @@ pub struct ResponsesRounds {
     pub(super) first_id: Option<String>,
     pub(super) last_id: Option<String>,
     restoration: Option<Restoration>,
+    /// A hidden round's reasoning item was shown to the client: its history
+    /// is valid only with the hidden exchange restored ([`Restoration::required`]).
+    reasoning_shown: bool,
     pub(super) stream: StreamState,
 }
 
@@ -143,6 +146,7 @@ impl ResponsesRounds {
             first_id: None,
             last_id: None,
             restoration: None,
+            reasoning_shown: false,
             stream: StreamState::default(),
         }
     }
@@ -188,12 +192,15 @@ impl ResponsesRounds {
                     .filter(|i| i.kind != ItemKind::ClientCall)
                     .map(|i| i.json.clone()),
             );
-            self.visible.extend(
-                items
-                    .into_iter()
-                    .filter(|i| i.kind == ItemKind::Other)
-                    .map(|i| i.json),
-            );
+            let shown: Vec<String> = items
+                .into_iter()
+                .filter(|i| i.kind == ItemKind::Other)
+                .map(|i| i.json)
+                .collect();
+            self.reasoning_shown |= shown
+                .iter()
+                .any(|item| raw_member(item, "type") == Some(r#""reasoning""#));
+            self.visible.extend(shown);
             self.rounds += 1;
             return Some(calls);
         }
@@ -223,6 +230,7 @@ impl ResponsesRounds {
         self.restoration = Some(Restoration {
             identity: crate::protocol::turn_identity(previous, &seen),
             replacement: replacement.join(","),
+            required: self.reasoning_shown,
         });
     }
 

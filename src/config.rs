@@ -379,6 +379,9 @@ pub struct RawRecall {
     /// streaming client gets a keep-alive event after this long without a
     /// byte (Claude Code warns after 20 s).
     pub keepalive_ms: u64,
+    /// Models whose conversations get the recall tools from their first
+    /// request that declares tools (`crate::rewrite::TOOLS_FROM_START`).
+    pub tools_from_start: Vec<String>,
     pub read_tool: String,
     pub search_tool: String,
     pub list_tool: String,
@@ -392,6 +395,10 @@ impl Default for RawRecall {
             max_rounds: 8,
             restore_history: false,
             keepalive_ms: 5_000,
+            tools_from_start: crate::rewrite::TOOLS_FROM_START
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
             read_tool: names.read,
             search_tool: names.search,
             list_tool: names.list,
@@ -967,6 +974,15 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 min_later: e.first_stub_min_later,
             },
             window,
+            tools_from_start: raw
+                .recall
+                .tools_from_start
+                .iter()
+                .map(|p| {
+                    Glob::new(p)
+                        .with_context(|| format!("recall.tools_from_start: invalid pattern {p:?}"))
+                })
+                .collect::<Result<_>>()?,
         },
         recall_max_rounds: raw.recall.max_rounds,
         restore_history: raw.recall.restore_history,

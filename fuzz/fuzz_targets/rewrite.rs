@@ -120,6 +120,13 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             horizon_permille: (c[6] & 1 == 0).then(|| u32::from(c[4]) * 10),
             min_later: u32::from(c[5] & 15),
         },
+        // The recall tools from a conversation's first request: for every
+        // model, or for none.
+        tools_from_start: if c[8] & 4 != 0 {
+            Glob::new("*").into_iter().collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -144,6 +144,17 @@ pub struct MessageSpan {
     pub assistant: bool,
 }
 
+/// Bytes of a request the provider does not count against the model's
+/// context window once the conversation has gone past them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uncounted {
+    /// Where they are in the body.
+    pub span: Range<usize>,
+    /// Where the message begins from which on they are not counted: a
+    /// request that holds it does not count them.
+    pub from: usize,
+}
+
 /// What an adapter understood of a request body.
 #[derive(Clone, Debug)]
 pub struct ParsedRequest<'b> {
@@ -287,6 +298,13 @@ pub trait Protocol: Send + Sync {
     /// looked up even with `recall.restore_history` off.
     fn may_need_restoration(&self) -> bool {
         false
+    }
+
+    /// What of `body` (whose conversation is `messages`) the provider does
+    /// not count against the context window ([`Uncounted`]); read only for
+    /// a request near its window.
+    fn uncounted(&self, _body: &str, _messages: &[MessageSpan]) -> Vec<Uncounted> {
+        Vec::new()
     }
 
     /// How this API shapes errors.

@@ -183,10 +183,9 @@ pub struct Prices {
     /// restoration does (`recall.restore_history`, off by default). Off,
     /// the later requests go as the client sends them: the model keeps
     /// only what its own answer took from the text, and the provider's
-    /// cache still holds the request before the round. A shape whose
-    /// adapter may need the exchange back for a valid history (Responses:
-    /// a reasoning model's hidden round shows a reasoning item) is
-    /// replayed restored either way, as the proxy does.
+    /// cache still holds the request before the round. A session whose
+    /// history is valid only with the exchange back ([`restores_anyway`])
+    /// is replayed restored either way, as the proxy does.
     pub restore_history: bool,
 }
 
@@ -377,8 +376,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         }
         // Restored after the message it followed: the request's newest.
         if let Some(anchor) = toolstub.blocks.last() {
-            let restores =
-                prices.restore_history || session.shape.protocol().may_need_restoration();
+            let restores = prices.restore_history || restores_anyway(session);
             if restores && !restored.iter().any(|(_, b)| b.key == exchange.key) {
                 restored.push((anchor.key, exchange));
             }
@@ -393,6 +391,22 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         .collect();
     report.saved_fraction = report.models.first().map_or(0.0, |m| m.saved_fraction);
     report
+}
+
+/// Whether the proxy restores a hidden exchange of `session` whatever
+/// `recall.restore_history` says: on the Responses API (a reasoning
+/// model's hidden round shows the client a reasoning item, which needs the
+/// recall call after it), and on Anthropic's when the conversation thinks
+/// (a thinking block made after a recall round is bound to the exchange).
+fn restores_anyway(session: &Recorded) -> bool {
+    match session.shape {
+        Shape::Responses => true,
+        Shape::Anthropic => session.requests.iter().any(|r| {
+            r.body.contains(r#""type":"thinking""#)
+                || r.body.contains(r#""type":"redacted_thinking""#)
+        }),
+        Shape::Chat | Shape::Gemini => false,
+    }
 }
 
 /// The prompt's blocks as a provider's cache sees them. A request billed

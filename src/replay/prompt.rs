@@ -7,7 +7,11 @@
 //! of a tool definition. A block's key is a hash of its bytes with the
 //! Anthropic `cache_control` markers taken out (a marker is not part of the
 //! prompt: Claude Code moves it to the newest message on every request, and
-//! the provider still reads the older message from its cache).
+//! the provider still reads the older message from its cache). What the
+//! provider does not count (`Protocol::uncounted`: Anthropic's thinking
+//! blocks of turns before the latest) is taken out of its message first, so
+//! that message is a new block from the request that leaves them out on, as
+//! the provider's cache sees it.
 
 use super::cache::Block;
 use super::recall::{identifiers, Identifiers};
@@ -147,6 +151,19 @@ impl Counter {
             return None;
         }
         let conversation = elements(conversation);
+        let uncounted: Vec<std::ops::Range<usize>> = match shape {
+            Shape::Anthropic => {
+                let protocol = shape.protocol();
+                protocol
+                    .parse(body)
+                    .map(|p| protocol.uncounted(body, &p.messages))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|u| u.span)
+                    .collect()
+            }
+            Shape::Chat | Shape::Responses | Shape::Gemini => Vec::new(),
+        };
         let mut blocks = prefix.to_vec();
         for t in b.tools.unwrap_or_default() {
             blocks.push(self.block(t.get(), Part::Tool));
@@ -166,9 +183,18 @@ impl Counter {
         };
         let mut ends = Vec::with_capacity(conversation.len());
         for m in conversation {
-            blocks.push(self.block(m.get(), part));
-            let end =
-                (m.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize) + m.get().len();
+            let start = (m.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
+            let end = start + m.get().len();
+            let inside: Vec<std::ops::Range<usize>> = uncounted
+                .iter()
+                .filter(|u| u.start >= start && u.end <= end)
+                .map(|u| u.start - start..u.end - start)
+                .collect();
+            if inside.is_empty() {
+                blocks.push(self.block(m.get(), part));
+            } else {
+                blocks.push(self.block(&without_elements(m.get(), &inside), part));
+            }
             ends.push(end);
         }
         Some(Prompt {
@@ -295,6 +321,29 @@ fn without_cache_control(raw: &str) -> String {
 /// per line (keys and punctuation are framing the provider renders in a
 /// few tokens, counted by [`MESSAGE_OVERHEAD`]). A tool call's arguments
 /// are a JSON string and count as written.
+/// `raw` without the array elements at `spans` (ascending, disjoint), each
+/// with the comma that joined it to its neighbour.
+fn without_elements(raw: &str, spans: &[std::ops::Range<usize>]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut at = 0;
+    for span in spans {
+        let (mut from, mut to) = (span.start.max(at), span.end);
+        let after = raw[to..].trim_start();
+        if after.starts_with(',') {
+            to = raw.len() - after.len() + 1;
+        } else if let Some(comma) = raw[at..from].rfind(',') {
+            // The last element: the comma before it goes.
+            if raw[at + comma + 1..from].trim().is_empty() {
+                from = at + comma;
+            }
+        }
+        out.push_str(&raw[at..from]);
+        at = to;
+    }
+    out.push_str(&raw[at..]);
+    out
+}
+
 fn text_of(raw: &str) -> String {
     match serde_json::from_str::<Value>(raw) {
         Ok(v) => strings(&v, Framing::Skip),
@@ -349,6 +398,64 @@ pub fn strings(value: &Value, framing: Framing) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elements_are_taken_out_with_their_comma() {
+        let raw = r#"[{"a":1},{"b":2},{"c":3}]"#;
+        let at = |part: &str| {
+            let i = raw.find(part).unwrap_or(0);
+            i..i + part.len()
+        };
+        assert_eq!(
+            without_elements(raw, &[at(r#"{"a":1}"#)]),
+            r#"[{"b":2},{"c":3}]"#
+        );
+        assert_eq!(
+            without_elements(raw, &[at(r#"{"c":3}"#)]),
+            r#"[{"a":1},{"b":2}]"#
+        );
+        assert_eq!(
+            without_elements(raw, &[at(r#"{"a":1}"#), at(r#"{"c":3}"#)]),
+            r#"[{"b":2}]"#
+        );
+    }
+
+    #[test]
+    fn thinking_of_an_earlier_turn_is_not_counted() {
+        let thought = "deliberation ".repeat(400);
+        let turn = |next: &str| {
+            format!(
+                r#"{{"model":"claude-sonnet-4-5","messages":[{{"role":"user","content":"Look."}},{{"role":"assistant","content":[{{"type":"thinking","thinking":"{thought}","signature":"sig"}},{{"type":"text","text":"Seen."}}]}},{next}]}}"#
+            )
+        };
+        let mut c = Counter::default();
+        // A tool result continues the turn: the thinking counts.
+        let looping = turn(
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}"#,
+        );
+        // A new prompt begins a turn: the thinking before it does not.
+        let next = turn(r#"{"role":"user","content":[{"type":"text","text":"And?"}]}"#);
+        let a = c
+            .prompt(Shape::Anthropic, &looping, &[])
+            .unwrap_or_default();
+        let b = c.prompt(Shape::Anthropic, &next, &[]).unwrap_or_default();
+        assert!(
+            a.tokens() > 400 && b.tokens() < 50,
+            "{} {}",
+            a.tokens(),
+            b.tokens()
+        );
+        // The stripped message is another block than the whole one.
+        assert_ne!(a.blocks[1].key, b.blocks[1].key);
+        // Kept by the request (Claude Code's keep "all"): counted.
+        let kept = next.replacen(
+            r#"{"model":"claude-sonnet-4-5","#,
+            r#"{"model":"claude-sonnet-4-5","context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
+            1,
+        );
+        let k = c.prompt(Shape::Anthropic, &kept, &[]).unwrap_or_default();
+        assert!(k.tokens() > 400, "{}", k.tokens());
+    }
 
     #[test]
     fn a_moved_cache_marker_keeps_the_block_key() {

@@ -58,6 +58,32 @@ pub struct Policy {
     pub first_stub: first_stub::Gate,
     /// Requests over their model's context window brought under it ([`window`]).
     pub window: window::Window,
+    /// Models whose conversations get the recall tools from their first
+    /// request that declares tools ([`TOOLS_FROM_START`]).
+    pub tools_from_start: Vec<tool_policy::Glob>,
+}
+
+/// The models that bind each thinking block to everything before it in the
+/// prompt, the tool definitions included (Anthropic's "preserved thinking":
+/// a block whose prefix changed is dropped, or the request refused). On
+/// them the recall tools cannot join a conversation's tools at its first
+/// stub without invalidating every thinking block so far, so they are
+/// offered from its first request that declares tools of its own, and the
+/// tools stay the same bytes from there on.
+pub const TOOLS_FROM_START: &[&str] = &[
+    "*claude-fable*",
+    "*claude-mythos*",
+    "*claude-opus-5-5*",
+    "*claude-sonnet-5-5*",
+    "*claude-haiku-5-5*",
+];
+
+/// [`TOOLS_FROM_START`], parsed.
+pub fn default_tools_from_start() -> Vec<tool_policy::Glob> {
+    TOOLS_FROM_START
+        .iter()
+        .filter_map(|p| tool_policy::Glob::new(p).ok())
+        .collect()
 }
 
 impl Default for Policy {
@@ -72,6 +98,7 @@ impl Default for Policy {
             aging: aging::Aging::default(),
             first_stub: first_stub::Gate::default(),
             window: window::Window::default(),
+            tools_from_start: default_tools_from_start(),
         }
     }
 }
@@ -275,7 +302,16 @@ fn rewrite_parsed<'b>(
     // Aging needs the originals stored: without a ref an aged stub would
     // lose what the model already relied on.
     let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
-    let offered_from_start = aging && !parsed.client_tool_names.is_empty();
+    let offers_tools = policy.recall_enabled && mode == Mode::WithRefs;
+    // The recall tools are offered from the conversation's first request
+    // that declares tools: with the aging rule on (below), and on a model
+    // that binds its thinking to the tools ([`TOOLS_FROM_START`]).
+    let binds_thinking = parsed
+        .model
+        .as_deref()
+        .is_some_and(|m| policy.tools_from_start.iter().any(|g| g.matches(m)));
+    let offered_from_start =
+        !parsed.client_tool_names.is_empty() && (aging || (offers_tools && binds_thinking));
     if parsed.outputs.is_empty() && !offered_from_start {
         // No tool output: nothing to select and nothing to age (the rules
         // below only ever act on outputs), so no recall names to pick,
@@ -296,7 +332,6 @@ fn rewrite_parsed<'b>(
     // Until a stub is made, one would make the provider write the whole
     // cached prompt again ([`first_stub`]), unless the recall tools are
     // offered from the conversation's first request or not at all.
-    let offers_tools = policy.recall_enabled && mode == Mode::WithRefs;
     let mut weigh = offers_tools && !offered_from_start;
     let mut assistant_turns = parsed.messages.iter().filter(|m| m.assistant).peekable();
     let mut turns_before = 0usize;
@@ -367,7 +402,7 @@ fn rewrite_parsed<'b>(
     // is free where offering them at the first stub writes the whole
     // cached prompt again), so a hidden recall exchange may follow any
     // assistant turn, and every turn is a restoration candidate.
-    let from_start = aging && !parsed.client_tool_names.is_empty();
+    let from_start = offered_from_start;
     if outputs.is_empty() && !from_start {
         return Err(Read {
             opening: parsed.opening,

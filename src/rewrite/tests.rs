@@ -1101,3 +1101,60 @@ fn the_gate_weighs_nothing_when_no_recall_tools_are_added() {
         Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
     }
 }
+
+/// A Messages conversation of `turns` small Bash calls, for `model`.
+fn thinking_conversation(model: &str, turns: usize) -> String {
+    let mut messages = vec![r#"{"role":"user","content":"go"}"#.to_string()];
+    for t in 0..turns {
+        messages.push(format!(
+            r#"{{"role":"assistant","content":[{{"type":"thinking","thinking":"step {t}","signature":"s{t}"}},{{"type":"tool_use","id":"t{t}","name":"Bash","input":{{}}}}]}}"#
+        ));
+        messages.push(format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{t}","content":"ok {t}"}}]}}"#
+        ));
+    }
+    format!(
+        r#"{{"model":"{model}","max_tokens":100,"thinking":{{"type":"adaptive"}},"tools":[{{"name":"Bash","input_schema":{{"type":"object"}}}}],"messages":[{}]}}"#,
+        messages.join(",")
+    )
+}
+
+#[test]
+fn a_model_that_binds_its_thinking_gets_the_recall_tools_from_the_first_request() {
+    let policy = Policy::default();
+    let tools_of = |body: &str| -> Option<String> {
+        match rewrite(body.as_bytes(), &policy, &AnthropicMessages, Mode::WithRefs) {
+            Outcome::Rewritten(r) => {
+                let v: Value = serde_json::from_str(&r.body).ok()?;
+                Some(v["tools"].to_string())
+            }
+            Outcome::Unchanged(_) => None,
+        }
+    };
+    // On a model with preserved thinking, every request carries the same
+    // tools, the recall tools among them, before any output is stubbed.
+    let first = tools_of(&thinking_conversation("claude-fable-5-1", 0));
+    let later = tools_of(&thinking_conversation("claude-fable-5-1", 3));
+    assert!(first
+        .as_deref()
+        .is_some_and(|t| t.contains("tool_result_read")));
+    assert_eq!(
+        first, later,
+        "the tools never change within the conversation"
+    );
+    // Elsewhere, nothing over budget goes as it came.
+    assert_eq!(
+        tools_of(&thinking_conversation("claude-sonnet-4-5", 3)),
+        None
+    );
+    // The list is the policy's: empty, the model is like any other.
+    let none = Policy {
+        tools_from_start: Vec::new(),
+        ..Policy::default()
+    };
+    let body = thinking_conversation("claude-fable-5-1", 1);
+    assert!(matches!(
+        rewrite(body.as_bytes(), &none, &AnthropicMessages, Mode::WithRefs),
+        Outcome::Unchanged(_)
+    ));
+}

@@ -31,6 +31,8 @@
 //!
 //! What the measure counts: the bytes outside the conversation, the
 //! recall tools' definitions, the conversation up to the point, less what
+//! the provider does not count there (`Protocol::uncounted`: Anthropic's
+//! thinking blocks of turns before the point's latest), less what
 //! the first-sight rules (threshold, turn and conversation budgets, which
 //! decide from what precedes an output) and earlier rescue decisions
 //! removed there. It ignores what the aging rule removed, whose decisions
@@ -94,8 +96,15 @@ pub const DEFAULT_AIM_PERMILLE: u32 = 600;
 /// The shipped table (pattern, tokens), first match wins: the providers'
 /// published input limits, which a config's own table replaces.
 pub const DEFAULT_TABLE: &[(&str, u64)] = &[
-    // Claude: 200,000 (the 1M-token beta is opt-in per request: list the
-    // model with 1000000 to use it).
+    // Claude: the 5 models (and Opus 4.8) have 1,000,000 natively; the
+    // others 200,000 (their 1M-token beta is opt-in per request, and a
+    // request that asks for it is held to 1,000,000).
+    ("*claude-fable*", 1_000_000),
+    ("*claude-mythos*", 1_000_000),
+    ("*claude-opus-5*", 1_000_000),
+    ("*claude-sonnet-5*", 1_000_000),
+    ("*claude-haiku-5*", 1_000_000),
+    ("*claude-opus-4-8*", 1_000_000),
     ("*claude*", 200_000),
     // GPT-5's chat models have 128,000; the others 272,000 input tokens
     // (of a 400,000 window, the rest for output).
@@ -229,13 +238,24 @@ pub(super) fn rescue<'b>(
         points.push(Point {
             end: at,
             seen_before: newest_assistant,
+            uncounted: 0,
         });
         newest_assistant = at;
     }
     points.push(Point {
         end: conversation,
         seen_before: newest_assistant,
+        uncounted: 0,
     });
+    // What the provider leaves out of each point (thinking of earlier turns).
+    let uncounted = protocol.uncounted(body, &parsed.messages);
+    for p in &mut points {
+        p.uncounted = uncounted
+            .iter()
+            .filter(|u| u.from.saturating_sub(start) < p.end)
+            .map(|u| u.span.len())
+            .sum();
+    }
     // The preview the aging rule renders at: a stub both rules make is the
     // same bytes.
     let preview = policy.budget.preview_chars;
@@ -324,6 +344,10 @@ pub struct Point {
     /// Where its newest assistant message starts (outputs ending at or
     /// before it were seen by the model): 0 when it has none.
     pub seen_before: usize,
+    /// Bytes of it the provider does not count against the window
+    /// ([`crate::protocol::Protocol::uncounted`]: Anthropic's thinking
+    /// blocks of earlier turns).
+    pub uncounted: usize,
 }
 
 /// One output of the conversation, as the rule measures it.
@@ -368,7 +392,7 @@ pub fn rescued(
             .filter(|(o, r)| o.end <= p.end && (**r || o.state == State::Stubbed))
             .map(|(o, _)| o.saving)
             .sum();
-        let mut size = (base + p.end).saturating_sub(removed);
+        let mut size = (base + p.end).saturating_sub(removed + p.uncounted);
         if size <= limit {
             continue;
         }
@@ -424,6 +448,13 @@ mod tests {
             w.tokens_for(Some("us.anthropic.claude-opus-4-1")),
             Some(200_000)
         );
+        for native in [
+            "claude-opus-5-5",
+            "claude-fable-5-1",
+            "anthropic.claude-sonnet-5-v1",
+        ] {
+            assert_eq!(w.tokens_for(Some(native)), Some(1_000_000), "{native}");
+        }
         assert_eq!(w.tokens_for(Some("gpt-5-chat-latest")), Some(128_000));
         assert_eq!(w.tokens_for(Some("gpt-5.1-codex")), Some(272_000));
         assert_eq!(w.tokens_for(Some("gpt-4.1-mini")), Some(1_047_576));
@@ -488,6 +519,7 @@ mod tests {
         let points = [Point {
             end: 900,
             seen_before: 800,
+            uncounted: 0,
         }];
         assert_eq!(
             rescued(1000, 1000, 100, &points, &[out(300, 200), out(600, 250)]),
@@ -502,6 +534,7 @@ mod tests {
         let points = [Point {
             end: 1000,
             seen_before: 700,
+            uncounted: 0,
         }];
         let outputs = [out(200, 150), out(500, 200), out(900, 400)];
         // 1,100 - 200 = 900 > 800, - 150 = 750: the unseen one stays.
@@ -544,6 +577,7 @@ mod tests {
         let points = [Point {
             end: 1000,
             seen_before: 900,
+            uncounted: 0,
         }];
         let outputs = [
             Output {
@@ -578,6 +612,7 @@ mod tests {
                 .map(|k| Point {
                     end: 300 * k,
                     seen_before: 300 * (k - 1),
+                    uncounted: 0,
                 })
                 .collect()
         };
@@ -670,6 +705,62 @@ mod tests {
         }
 
         const SHOWN: &str = "[toolstub: tool output shown in full earlier]";
+
+        /// Three Anthropic turns, each a thinking call and its 9,000-character
+        /// output; the first two think 20,000 characters each. 67 KB in all,
+        /// 27 KB once the earlier turns' thinking is left out.
+        fn thinking_turns(extra: &str) -> String {
+            let thought = |chars: usize| "weighing the options ".repeat(chars / 21);
+            let mut messages = Vec::new();
+            for (turn, prompt) in ["go", "next", "more"].iter().enumerate() {
+                messages.push(format!(r#"{{"role":"user","content":"{prompt}"}}"#));
+                let chars = if turn < 2 { 20_000 } else { 100 };
+                messages.push(format!(
+                    r#"{{"role":"assistant","content":[{{"type":"thinking","thinking":"{}","signature":"s{turn}"}},{{"type":"tool_use","id":"t{turn}","name":"fetch","input":{{}}}}]}}"#,
+                    thought(chars)
+                ));
+                messages.push(format!(
+                    r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{turn}","content":{}}}]}}"#,
+                    serde_json::to_string(&output(turn, 9_000)).unwrap_or_default()
+                ));
+                if turn < 2 {
+                    messages.push(
+                        r#"{"role":"assistant","content":[{"type":"text","text":"ok"}]}"#
+                            .to_string(),
+                    );
+                }
+            }
+            format!(
+                r#"{{"model":"small-model","max_tokens":100{extra},"tools":[{{"name":"fetch","input_schema":{{"type":"object"}}}}],"messages":[{}]}}"#,
+                messages.join(",")
+            )
+        }
+
+        #[test]
+        fn thinking_the_api_leaves_out_is_not_measured() {
+            use crate::protocol::anthropic::AnthropicMessages;
+            let reasons = |body: &str| match rewrite(
+                body.as_bytes(),
+                &policy(),
+                &AnthropicMessages,
+                Mode::WithRefs,
+            ) {
+                Outcome::Rewritten(r) => r.outputs.iter().map(|o| o.reason.clone()).collect(),
+                Outcome::Unchanged(_) => Vec::new(),
+            };
+            let limit = policy()
+                .window
+                .limit_bytes(Some("small-model"))
+                .unwrap_or(0);
+            let body = thinking_turns("");
+            assert!(body.len() > limit, "{} <= {limit}", body.len());
+            assert!(reasons(&body).is_empty(), "nothing to rescue");
+            // Kept by the request (Claude Code's `keep: "all"`), it counts.
+            let kept = thinking_turns(
+                r#","context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]}"#,
+            );
+            assert!(reasons(&kept).iter().any(|r| r == "context_window"));
+        }
 
         #[test]
         fn a_conversation_over_the_window_is_brought_under_and_stays_so() {

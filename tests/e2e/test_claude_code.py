@@ -152,9 +152,12 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
                   extra_env: dict[str, str | None] | None = None, key: str | None = claude_code.API_KEY,
                   tenant: str | None = None, restoring: bool = True):
     """Two Claude Code turns: a large output stubbed, a hidden recall round,
-    then the next turn, with the hidden exchange restored (``restoring``:
-    the proxy runs with `recall.restore_history` on) or the history as
-    Claude Code kept it (the default)."""
+    then the next turn with the hidden exchange restored. The proxies of
+    this file's own tests run the default (`recall.restore_history` off):
+    the exchange comes back all the same, because the round after the
+    recall thinks, and a thinking block is bound to the history it was made
+    from. Not ``restoring``: Claude Code kept no thinking block (on
+    Bedrock), so its history goes upstream as it kept it."""
     home, work = dirs
     marker = f"E2E-DONE-{secrets.token_hex(4)}"
     script = amock.script = ClaudeCodeScript(tool, tool_input, marker)
@@ -210,8 +213,7 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     assert RECALLING in kept and marker in kept
     assert "tool_result_read" not in kept and RECALL_ID not in kept
 
-    # Turn 2: the history upstream has the hidden exchange restored, or
-    # is the one Claude Code kept.
+    # Turn 2: the history upstream has the hidden exchange restored.
     run2 = claude_code.prompt(f"{TURN2} Anything else?", base_url=aproxy.url, home=home, cwd=work, cont=True,
                               extra_env=extra_env)
     assert run2.returncode == 0, run2.describe()
@@ -228,6 +230,7 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
         answer = msgs[i + 1:-1]
         assert answer and all(m["role"] == "assistant" for m in answer), [m["role"] for m in msgs[i:]]
         blocks = [b for m in answer for b in ma.blocks(m["content"])]
+        assert not [b for b in blocks if b.get("type") in ("thinking", "redacted_thinking")], blocks
         texts = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         assert RECALLING in texts and script.final_text in texts, texts
         assert not [b for m in msgs for b in ma.blocks(m["content"])
@@ -406,8 +409,7 @@ def test_claude_code_with_a_client_key_as_its_auth_token(amock, keyed, dirs):
     target = work / "routes.json"
     target.write_text(routes_json(nonce))
     run_two_turns(amock, proxy, dirs, "Read", {"file_path": str(target)}, nonce, "Read",
-                  extra_env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": key}, key=None, tenant=tenant,
-                  restoring=False)
+                  extra_env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": key}, key=None, tenant=tenant)
     posts = amock.messages_posts()
     assert posts and all(r.header("x-api-key") == HELD_ANTHROPIC_KEY for r in posts), \
         [r.header("x-api-key") for r in posts]

@@ -23,7 +23,7 @@ import pytest
 import mock_anthropic as ma
 import mock_responses as mr
 import opencode
-from anthropic_support import STUB_HEADER, tenant_of
+from anthropic_support import STUB_HEADER, assert_faithful, tenant_of
 from conftest import toolstub_bin
 from test_claude_code import TURN1, TURN2, ClaudeCodeScript, build_log
 from test_wrap import describe, summary, wrap
@@ -83,21 +83,19 @@ def test_opencode_through_wrap(amock, dirs, tmp_path):
     assert nonce in json.loads(out.stdout)["content"]
     assert "tool_result_read" in ma.tool_names(stubbed[0].json)
 
-    # Turn 2, at the default (no history restoration): upstream gets the
-    # history as opencode kept it, the stub unchanged, the merged answer in
-    # place of the hidden exchange, and nothing of what the recall read.
+    # Turn 2, at the default: the hidden exchange is back upstream all the
+    # same (the round after the recall thinks, and its thinking block is
+    # bound to the history it was made from), the stub unchanged.
     p2 = run(f"{TURN2} Anything else?", cont=True)
     assert p2.returncode == 0, describe(p2, log)
     assert f"{marker}-TURN-2 done" in p2.stdout, describe(p2, log)
     [turn2] = main_posts(amock, TURN2)
     msgs = turn2.json["messages"]
-    dumped = json.dumps(msgs)
     assert stub in [ma.tool_result_text(b) for m in msgs if m["role"] == "user"
                     for b in ma.blocks(m["content"]) if b.get("type") == "tool_result"]
-    assert not [b for m in msgs for b in ma.blocks(m["content"])
-                if b.get("type") == "tool_use" and b.get("name") == "tool_result_read"], "no hidden exchange restored"
-    answers = [json.dumps(m["content"]) for m in msgs if m["role"] == "assistant"]
-    assert any(marker in a for a in answers), "the merged answer as opencode kept it"
+    [recall_use] = [b for m in msgs if m["role"] == "assistant" for b in ma.blocks(m["content"])
+                    if b.get("type") == "tool_use" and b.get("name") == "tool_result_read"]
+    assert_faithful(recall_use, script.round_b["content"][-1], "the recall call restored as sent")
 
 
 class ResponsesScript:

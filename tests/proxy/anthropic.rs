@@ -191,19 +191,23 @@ fn streamed(id: &str, blocks: &[Value], stop: &str, input: u64, output: u64) -> 
 /// says so and calls `tool_result_read` on the first stub; after reading it
 /// thinks again and answers with what it read.
 fn reader(streaming: bool) -> Script {
+    reader_thinking(streaming, true)
+}
+
+/// [`reader`]; `think_after`: whether the round after the recall begins
+/// with a thinking block.
+fn reader_thinking(streaming: bool, think_after: bool) -> Script {
     Arc::new(move |r: &Recorded| {
         let request = body_json(r);
         let (blocks, stop, id, input, output) = if let Some(read) = last_recall_result(&request) {
-            (
-                vec![
-                    json!({"type": "thinking", "thinking": "Now I know.", "signature": "sig-2"}),
-                    json!({"type": "text", "text": format!("READ:{}", read["content"].as_str().unwrap_or("?"))}),
-                ],
-                "end_turn",
-                "msg_round2",
-                150,
-                9,
-            )
+            let mut blocks = vec![
+                json!({"type": "thinking", "thinking": "Now I know.", "signature": "sig-2"}),
+                json!({"type": "text", "text": format!("READ:{}", read["content"].as_str().unwrap_or("?"))}),
+            ];
+            if !think_after {
+                blocks.remove(0);
+            }
+            (blocks, "end_turn", "msg_round2", 150, 9)
         } else if let (Some(reference), true) =
             (stub_ref(&request), offers(&request, "tool_result_read"))
         {
@@ -732,29 +736,33 @@ async fn a_restored_exchange_carries_the_breakpoint_its_answer_carried() {
     s.proxy.shutdown().await;
 }
 
+/// Without restoration (the default) the upstream sees the history the
+/// client has, unless the client was shown a thinking block made after the
+/// recall: bound to the hidden exchange before it, such a block is dropped
+/// or refused without it, so that exchange is restored whatever the setting.
 #[tokio::test]
 async fn without_restoration_the_upstream_sees_the_history_the_client_has() {
-    let s = setup_with(
-        reader(false),
-        &[("TOOLSTUB_RECALL_RESTORE_HISTORY", "false")],
-    )
-    .await;
-    let (_, turn2) = two_turns(&s, false).await;
-    let v: Value = serde_json::from_slice(&turn2).expect("json");
-    let messages = v["messages"].as_array().expect("messages");
-    assert_eq!(messages.len(), 5);
-    let kinds: Vec<&str> = messages[3]["content"]
-        .as_array()
-        .expect("content")
-        .iter()
-        .filter_map(|b| b["type"].as_str())
-        .collect();
-    assert_eq!(
-        kinds,
-        ["thinking", "text", "thinking", "text"],
-        "the merged answer"
-    );
-    s.proxy.shutdown().await;
+    for think_after in [false, true] {
+        let s = setup(reader_thinking(false, think_after)).await;
+        let (_, turn2) = two_turns(&s, false).await;
+        let v: Value = serde_json::from_slice(&turn2).expect("json");
+        let messages = v["messages"].as_array().expect("messages");
+        if think_after {
+            assert_eq!(messages.len(), 7, "restored: {v}");
+            assert_eq!(messages[3]["content"][2]["name"], "tool_result_read");
+            assert_eq!(messages[5]["content"][0]["signature"], "sig-2");
+        } else {
+            assert_eq!(messages.len(), 5, "{v}");
+            let kinds: Vec<&str> = messages[3]["content"]
+                .as_array()
+                .expect("content")
+                .iter()
+                .filter_map(|b| b["type"].as_str())
+                .collect();
+            assert_eq!(kinds, ["thinking", "text", "text"], "the merged answer");
+        }
+        s.proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]
@@ -1830,5 +1838,49 @@ async fn bedrock_count_tokens_counts_the_rewritten_invoke_body() {
     )
     .await;
     assert_eq!(s.mock.last().body, Bytes::from(odd));
+    s.proxy.shutdown().await;
+}
+
+/// On a model that binds its thinking to the tools before it (preserved
+/// thinking), the recall tools are in every request of the conversation,
+/// the first included, the same bytes in the same place; on another model
+/// a request with nothing over budget goes upstream byte for byte.
+#[tokio::test]
+async fn a_model_with_preserved_thinking_has_the_recall_tools_from_the_first_request() {
+    let s = setup(Arc::new(|_: &Recorded| {
+        json_reply(message(
+            "m",
+            json!([{"type": "text", "text": "ok"}]),
+            "end_turn",
+            1,
+            1,
+        ))
+    }))
+    .await;
+    let small = json!("a short file");
+    let first = messages_body(std::slice::from_ref(&small), &[], "").replacen(
+        r#""model":"claude-test""#,
+        r#""model":"claude-fable-5-1""#,
+        1,
+    );
+    let listing = big_listing(1_500);
+    let later = messages_body(&[small.clone(), json!(listing)], &[], "").replacen(
+        r#""model":"claude-test""#,
+        r#""model":"claude-fable-5-1""#,
+        1,
+    );
+    let other = messages_body(&[small], &[], "");
+    for body in [&first, &later, &other] {
+        let (status, _, _) = post(&s, "/v1/messages", body.clone()).await;
+        assert_eq!(status, 200);
+    }
+    let requests = s.mock.requests();
+    let sent: Vec<Value> = requests.iter().map(body_json).collect();
+    assert!(offers(&sent[0], "tool_result_read"), "{}", sent[0]["tools"]);
+    assert_eq!(sent[0]["tools"], sent[1]["tools"]);
+    assert!(
+        requests[2].body.as_ref() == other.as_bytes(),
+        "byte for byte"
+    );
     s.proxy.shutdown().await;
 }

@@ -20,6 +20,7 @@ mod blocks;
 pub mod cache;
 mod rounds;
 mod stream;
+mod thinking;
 mod usage;
 
 use super::body::{once, read_body};
@@ -28,7 +29,7 @@ use super::json_text;
 use super::openai_chat::{client_tool_names, tools_slot};
 use super::{
     json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
-    ParsedRequest, Protocol, RoundsContext, ToolOutput,
+    ParsedRequest, Protocol, RoundsContext, ToolOutput, Uncounted,
 };
 use crate::recall::Rounds;
 use crate::stub::RecallToolNames;
@@ -323,6 +324,16 @@ impl Protocol for AnthropicMessages {
 
     fn keeps_recall_tools_in_last_round(&self) -> bool {
         true
+    }
+
+    /// A thinking block made after a recall round is bound to the hidden
+    /// exchange before it.
+    fn may_need_restoration(&self) -> bool {
+        true
+    }
+
+    fn uncounted(&self, body: &str, messages: &[MessageSpan]) -> Vec<Uncounted> {
+        thinking::earlier_turns(body, messages)
     }
 
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {

@@ -35,6 +35,18 @@ pub(super) const INPUT_FIELDS: [&str; 3] = [
     "cache_read_input_tokens",
 ];
 
+/// Whether a block is a `thinking` or `redacted_thinking` block. Such a
+/// block made after a recall round is bound to the history it was made
+/// from (the hidden exchange included): sent back without it, the API
+/// drops it or rejects the request (models with preserved thinking check
+/// every block's prefix), so the exchange must be restored.
+fn is_thinking(block: &RoundBlock) -> bool {
+    matches!(
+        raw_member(&block.json, "type"),
+        Some(r#""thinking""# | r#""redacted_thinking""#)
+    )
+}
+
 /// One request's recall rounds on the Messages API.
 pub struct AnthropicRounds {
     pub(super) context: RoundsContext,
@@ -48,6 +60,10 @@ pub struct AnthropicRounds {
     /// The first round's message id.
     first_id: Option<String>,
     restoration: Option<Restoration>,
+    /// A thinking block of a round after a recall was shown to the client:
+    /// its history is valid only with the hidden exchange restored
+    /// ([`Restoration::required`]).
+    thinking_after_recall: bool,
     /// Whether the final round showed a client `tool_use`.
     pub(super) final_has_client_tool: bool,
     pub(super) stream: StreamState,
@@ -64,6 +80,7 @@ impl AnthropicRounds {
             first_id: None,
             restoration: None,
             final_has_client_tool: false,
+            thinking_after_recall: false,
             stream: StreamState::default(),
         }
     }
@@ -82,6 +99,7 @@ impl AnthropicRounds {
                 _ => None,
             })
             .collect();
+        self.thinking_after_recall |= self.rounds > 0 && blocks.iter().any(is_thinking);
         if recall_allowed && !calls.is_empty() {
             self.appended.push(assistant_message(
                 blocks.iter().filter(|b| b.kind != BlockKind::ClientTool),
@@ -128,7 +146,7 @@ impl AnthropicRounds {
         self.restoration = Some(Restoration {
             identity: crate::protocol::turn_identity(previous, &seen),
             replacement,
-            required: false,
+            required: self.thinking_after_recall,
         });
     }
 

@@ -300,10 +300,15 @@ pub trait Protocol: Send + Sync {
         false
     }
 
-    /// What of `body` (whose conversation is `messages`) the provider does
-    /// not count against the context window ([`Uncounted`]); read only for
-    /// a request near its window.
-    fn uncounted(&self, _body: &str, _messages: &[MessageSpan]) -> Vec<Uncounted> {
+    /// What of `body` (whose conversation is `messages`, for `model`) the
+    /// provider does not count against the context window ([`Uncounted`]);
+    /// read only for a request near its window.
+    fn uncounted(
+        &self,
+        _body: &str,
+        _messages: &[MessageSpan],
+        _model: Option<&str>,
+    ) -> Vec<Uncounted> {
         Vec::new()
     }
 

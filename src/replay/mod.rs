@@ -233,6 +233,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
     // Recall exchanges restored into later requests: (the key of the
     // message each followed, the block).
     let mut restored: Vec<(u128, cache::Block)> = Vec::new();
+    let restores_anyway = restores_anyway(session);
     for (index, request) in session.requests.iter().enumerate() {
         let Some(direct) = counter.prompt(session.shape, &request.body, &prefix) else {
             report.unreadable += 1;
@@ -376,7 +377,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         }
         // Restored after the message it followed: the request's newest.
         if let Some(anchor) = toolstub.blocks.last() {
-            let restores = prices.restore_history || restores_anyway(session);
+            let restores = prices.restore_history || restores_anyway;
             if restores && !restored.iter().any(|(_, b)| b.key == exchange.key) {
                 restored.push((anchor.key, exchange));
             }
@@ -396,8 +397,10 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
 /// Whether the proxy restores a hidden exchange of `session` whatever
 /// `recall.restore_history` says: on the Responses API (a reasoning
 /// model's hidden round shows the client a reasoning item, which needs the
-/// recall call after it), and on Anthropic's when the conversation thinks
-/// (a thinking block made after a recall round is bound to the exchange).
+/// recall call after it; replayed so for every Responses session, which
+/// errs costly for one whose model does not reason), and on Anthropic's
+/// when the conversation thinks (a thinking block made after a recall
+/// round is bound to the exchange).
 fn restores_anyway(session: &Recorded) -> bool {
     match session.shape {
         Shape::Responses => true,

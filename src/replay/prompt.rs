@@ -156,7 +156,7 @@ impl Counter {
                 let protocol = shape.protocol();
                 protocol
                     .parse(body)
-                    .map(|p| protocol.uncounted(body, &p.messages))
+                    .map(|p| protocol.uncounted(body, &p.messages, p.model.as_deref()))
                     .unwrap_or_default()
                     .into_iter()
                     .map(|u| u.span)
@@ -317,10 +317,6 @@ fn without_cache_control(raw: &str) -> String {
     out
 }
 
-/// The text a model reads of a message: its string values, in order, one
-/// per line (keys and punctuation are framing the provider renders in a
-/// few tokens, counted by [`MESSAGE_OVERHEAD`]). A tool call's arguments
-/// are a JSON string and count as written.
 /// `raw` without the array elements at `spans` (ascending, disjoint), each
 /// with the comma that joined it to its neighbour.
 fn without_elements(raw: &str, spans: &[std::ops::Range<usize>]) -> String {
@@ -344,6 +340,10 @@ fn without_elements(raw: &str, spans: &[std::ops::Range<usize>]) -> String {
     out
 }
 
+/// The text a model reads of a message: its string values, in order, one
+/// per line (keys and punctuation are framing the provider renders in a
+/// few tokens, counted by [`MESSAGE_OVERHEAD`]). A tool call's arguments
+/// are a JSON string and count as written.
 fn text_of(raw: &str) -> String {
     match serde_json::from_str::<Value>(raw) {
         Ok(v) => strings(&v, Framing::Skip),
@@ -366,7 +366,10 @@ pub fn strings(value: &Value, framing: Framing) -> String {
         let framed = framing == Framing::Skip;
         match v {
             Value::String(s) => {
-                if !(framed && matches!(key, Some("type" | "role" | "id" | "status"))) {
+                // A thinking block's signature is opaque to the model, not
+                // text it reads.
+                if !(framed && matches!(key, Some("type" | "role" | "id" | "status" | "signature")))
+                {
                     if !out.is_empty() {
                         out.push('\n');
                     }

@@ -103,7 +103,7 @@ pub const DEFAULT_TABLE: &[(&str, u64)] = &[
     ("*claude-mythos*", 1_000_000),
     ("*claude-opus-5*", 1_000_000),
     ("*claude-sonnet-5*", 1_000_000),
-    ("*claude-haiku-5*", 1_000_000),
+    ("*claude-haiku-5-5*", 1_000_000),
     ("*claude-opus-4-8*", 1_000_000),
     ("*claude*", 200_000),
     // GPT-5's chat models have 128,000; the others 272,000 input tokens
@@ -248,7 +248,7 @@ pub(super) fn rescue<'b>(
         uncounted: 0,
     });
     // What the provider leaves out of each point (thinking of earlier turns).
-    let uncounted = protocol.uncounted(body, &parsed.messages);
+    let uncounted = protocol.uncounted(body, &parsed.messages, parsed.model.as_deref());
     for p in &mut points {
         p.uncounted = uncounted
             .iter()
@@ -731,7 +731,7 @@ mod tests {
                 }
             }
             format!(
-                r#"{{"model":"small-model","max_tokens":100{extra},"tools":[{{"name":"fetch","input_schema":{{"type":"object"}}}}],"messages":[{}]}}"#,
+                r#"{{"model":"claude-sonnet-4-5","max_tokens":100{extra},"tools":[{{"name":"fetch","input_schema":{{"type":"object"}}}}],"messages":[{}]}}"#,
                 messages.join(",")
             )
         }
@@ -739,27 +739,43 @@ mod tests {
         #[test]
         fn thinking_the_api_leaves_out_is_not_measured() {
             use crate::protocol::anthropic::AnthropicMessages;
-            let reasons = |body: &str| match rewrite(
-                body.as_bytes(),
-                &policy(),
-                &AnthropicMessages,
-                Mode::WithRefs,
-            ) {
-                Outcome::Rewritten(r) => r.outputs.iter().map(|o| o.reason.clone()).collect(),
-                Outcome::Unchanged(_) => Vec::new(),
+            // [`policy`]'s window, for `model`.
+            let policy_for = |model: &str| Policy {
+                window: Window {
+                    table: vec![(Glob::literal(model), 20_000)],
+                    ..policy().window
+                },
+                ..policy()
             };
-            let limit = policy()
+            let reasons = |body: &str, model: &str| {
+                let body = body.replacen("claude-sonnet-4-5", model, 1);
+                match rewrite(
+                    body.as_bytes(),
+                    &policy_for(model),
+                    &AnthropicMessages,
+                    Mode::WithRefs,
+                ) {
+                    Outcome::Rewritten(r) => r.outputs.iter().map(|o| o.reason.clone()).collect(),
+                    Outcome::Unchanged(_) => Vec::new(),
+                }
+            };
+            let sonnet = "claude-sonnet-4-5";
+            let limit = policy_for(sonnet)
                 .window
-                .limit_bytes(Some("small-model"))
+                .limit_bytes(Some(sonnet))
                 .unwrap_or(0);
             let body = thinking_turns("");
             assert!(body.len() > limit, "{} <= {limit}", body.len());
-            assert!(reasons(&body).is_empty(), "nothing to rescue");
+            // Sonnet 4.5 leaves the earlier turns' thinking out.
+            assert!(reasons(&body, sonnet).is_empty(), "nothing to rescue");
             // Kept by the request (Claude Code's `keep: "all"`), it counts.
             let kept = thinking_turns(
                 r#","context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]}"#,
             );
-            assert!(reasons(&kept).iter().any(|r| r == "context_window"));
+            assert!(reasons(&kept, sonnet).iter().any(|r| r == "context_window"));
+            // So it does on a model that keeps every turn's thinking.
+            let opus = reasons(&body, "claude-opus-4-5");
+            assert!(opus.iter().any(|r| r == "context_window"), "{opus:?}");
         }
 
         #[test]

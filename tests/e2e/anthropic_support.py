@@ -72,6 +72,19 @@ def check_stub(stub: str, *, call_id: str, original: str, tool_name: str | None 
     return ref
 
 
+# The models that bind each thinking block to the tools before it (the
+# proxy's recall.tools_from_start): their conversations get the recall
+# tools from the first request on.
+BINDS_THINKING = ("claude-fable", "claude-mythos", "claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5")
+
+
+def binds_thinking(r) -> bool:
+    """Whether a recorded request's model (in the body, or in a Bedrock or
+    Vertex AI path) binds its thinking to the tools."""
+    model = str(r.json.get("model", "")) + " " + r.path
+    return any(m in model for m in BINDS_THINKING)
+
+
 def check_recall_tools(tools: list[dict], client_tool_names: list[str]) -> None:
     """The client's tools unchanged and first, then the three recall tools in
     Anthropic's shape, with no cache_control."""

@@ -26,7 +26,7 @@ import pytest
 import claude_code
 from conftest import start_proxy, stop_proxy, toolstub_bin
 import mock_anthropic as ma
-from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, check_recall_round, check_recall_tools,
+from anthropic_support import (RECALL_TOOLS, STUB_HEADER, assert_faithful, binds_thinking, check_recall_round, check_recall_tools,
                                check_stub, ordered, tenant_of, tool_result_blocks)
 
 TOOL_ID = "toolu_01E2eClientTool"
@@ -178,7 +178,12 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     [round_c] = [r for r in turn1 if ma.last_tool_results(r.json)
                  and ma.last_tool_results(r.json)[0]["tool_use_id"] == RECALL_ID]
     [round_a] = [r for r in turn1 if not ma.last_tool_results(r.json)]
-    assert not set(ma.tool_names(round_a.json)) & set(RECALL_TOOLS), "nothing to recall in round A"
+    if binds_thinking(round_a):
+        # The recall tools from the first request: the tools never change
+        # within a conversation whose model binds its thinking to them.
+        assert ma.tool_names(round_a.json)[-3:] == RECALL_TOOLS, ma.tool_names(round_a.json)
+    else:
+        assert not set(ma.tool_names(round_a.json)) & set(RECALL_TOOLS), "nothing to recall in round A"
 
     # Round B: the tool output arrived as a stub, every other field as sent.
     [block] = ma.last_tool_results(round_b.json)
@@ -199,7 +204,8 @@ def run_two_turns(amock, aproxy, dirs, tool: str, tool_input: dict, nonce: str, 
     client_tools = names[:-len(RECALL_TOOLS)]
     assert tool in client_tools and len(client_tools) >= 5, names
     check_recall_tools(round_b.json["tools"], client_tools)
-    assert ordered(round_b.json["tools"][:-3]) == ordered(round_a.json["tools"]), "Claude Code's tools unchanged"
+    before = round_a.json["tools"] if binds_thinking(round_a) else round_a.json["tools"] + round_b.json["tools"][-3:]
+    assert ordered(round_b.json["tools"]) == ordered(before), "Claude Code's tools unchanged"
 
     # Round C: round B's body plus the hidden exchange.
     [result] = check_recall_round(round_b, round_c, script.round_b["content"], [RECALL_ID])
@@ -439,7 +445,9 @@ def test_claude_code_on_bedrock_with_a_client_key_in_its_custom_headers(amock, k
 
 def test_claude_code_with_a_small_output_goes_through_unchanged(amock, aproxy, dirs):
     """Nothing over budget: the tool_result reaches the mock inline and no
-    recall tool is offered."""
+    recall tool is offered (on a model that binds its thinking to the
+    tools, the recall tools are there from the first request, and nothing
+    else changes)."""
     home, work = dirs
     nonce = secrets.token_hex(8)
     small = work / "small.txt"
@@ -460,6 +468,11 @@ def test_claude_code_with_a_small_output_goes_through_unchanged(amock, aproxy, d
     assert run.returncode == 0, run.describe()
     assert "SMALL-OK 1" in run.stdout, run.describe()
     for r in amock.messages_posts():
-        assert not set(ma.tool_names(r.json)) & set(RECALL_TOOLS)
+        names = ma.tool_names(r.json)
+        if binds_thinking(r) and "Bash" in names:
+            assert names[-3:] == RECALL_TOOLS, names
+            assert not set(names[:-3]) & set(RECALL_TOOLS)
+        else:
+            assert not set(names) & set(RECALL_TOOLS)
         assert STUB_HEADER.encode() not in r.body
     assert_all_answered(amock)

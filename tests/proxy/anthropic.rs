@@ -239,6 +239,19 @@ fn reader_thinking(streaming: bool, think_after: bool) -> Script {
     })
 }
 
+/// The mock model that answers "ok" to everything.
+fn plain_ok() -> Script {
+    Arc::new(|_: &Recorded| {
+        json_reply(message(
+            "m",
+            json!([{"type": "text", "text": "ok"}]),
+            "end_turn",
+            1,
+            1,
+        ))
+    })
+}
+
 async fn post(s: &Setup, path: &str, body: String) -> (u16, http::HeaderMap, Bytes) {
     let (status, headers, bytes) = send(&client(), "POST", s.url(path), &headers(), body).await;
     (status.as_u16(), headers, bytes)
@@ -351,16 +364,7 @@ async fn a_request_with_nothing_over_budget_arrives_byte_identical() {
 
 #[tokio::test]
 async fn tool_results_over_budget_become_stubs_that_read_back() {
-    let s = setup(Arc::new(|_: &Recorded| {
-        json_reply(message(
-            "m",
-            json!([{"type": "text", "text": "ok"}]),
-            "end_turn",
-            1,
-            1,
-        ))
-    }))
-    .await;
+    let s = setup(plain_ok()).await;
     let listing = big_listing(1_500);
     let parts = json!([{"type": "text", "text": listing}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]);
     let error_output = "E".repeat(40_000);
@@ -1847,16 +1851,7 @@ async fn bedrock_count_tokens_counts_the_rewritten_invoke_body() {
 /// a request with nothing over budget goes upstream byte for byte.
 #[tokio::test]
 async fn a_model_with_preserved_thinking_has_the_recall_tools_from_the_first_request() {
-    let s = setup(Arc::new(|_: &Recorded| {
-        json_reply(message(
-            "m",
-            json!([{"type": "text", "text": "ok"}]),
-            "end_turn",
-            1,
-            1,
-        ))
-    }))
-    .await;
+    let s = setup(plain_ok()).await;
     let small = json!("a short file");
     let first = messages_body(std::slice::from_ref(&small), &[], "").replacen(
         r#""model":"claude-test""#,

@@ -456,19 +456,24 @@ async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
     }
 }
 
+/// A turn with an output over budget, then the next turn with the output
+/// the client got (kept its own way) and a new question.
+async fn two_turns(s: &Setup) {
+    let turn1 = responses_body(&exec_output(2_000), &[], "");
+    let (_, _, bytes) = post(s, turn1).await;
+    let got: Value = serde_json::from_slice(&bytes).expect("json");
+    let mut tail: Vec<Value> = got["output"].as_array().expect("output").clone();
+    tail.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}));
+    post(s, responses_body(&exec_output(2_000), &tail, "")).await;
+}
+
 /// History restoration is off by default, but a hidden round whose
 /// reasoning item the client was shown must come back: the upstream rejects
 /// a reasoning item sent without the item that followed it (the recall call).
 #[tokio::test]
 async fn a_stateless_clients_next_turn_gets_the_hidden_rounds_back() {
     let s = setup(reader(Arc::default())).await;
-    let turn1 = responses_body(&exec_output(2_000), &[], "");
-    let (_, _, bytes) = post(&s, turn1).await;
-    let got: Value = serde_json::from_slice(&bytes).expect("json");
-    // The client keeps what it saw, its own way, and asks again.
-    let mut tail: Vec<Value> = got["output"].as_array().expect("output").clone();
-    tail.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}));
-    post(&s, responses_body(&exec_output(2_000), &tail, "")).await;
+    two_turns(&s).await;
     let requests = s.mock.requests();
     let (round2, turn2) = (&requests[1].body, &requests[2].body);
     let close = messages_close_of(round2, "input");
@@ -514,12 +519,7 @@ async fn a_stateless_clients_next_turn_gets_the_hidden_rounds_back() {
 async fn without_reasoning_shown_the_next_turn_is_the_clients_history() {
     for (env, restored) in [(&[][..], false), (super::RESTORING, true)] {
         let s = setup_with(reader_thinking(Arc::default(), false), env).await;
-        let turn1 = responses_body(&exec_output(2_000), &[], "");
-        let (_, _, bytes) = post(&s, turn1).await;
-        let got: Value = serde_json::from_slice(&bytes).expect("json");
-        let mut tail: Vec<Value> = got["output"].as_array().expect("output").clone();
-        tail.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}));
-        post(&s, responses_body(&exec_output(2_000), &tail, "")).await;
+        two_turns(&s).await;
         let requests = s.mock.requests();
         let input = body_json(&requests[2])["input"]
             .as_array()

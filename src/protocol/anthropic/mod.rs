@@ -332,8 +332,13 @@ impl Protocol for AnthropicMessages {
         true
     }
 
-    fn uncounted(&self, body: &str, messages: &[MessageSpan]) -> Vec<Uncounted> {
-        thinking::earlier_turns(body, messages)
+    fn uncounted(
+        &self,
+        body: &str,
+        messages: &[MessageSpan],
+        model: Option<&str>,
+    ) -> Vec<Uncounted> {
+        thinking::earlier_turns(body, messages, model)
     }
 
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {

@@ -1,20 +1,27 @@
 //! Which thinking blocks of a Messages request the API does not count
 //! against the context window.
 //!
-//! With extended thinking on, the API keeps the thinking blocks of the
-//! latest assistant turn only: a turn begins at a user message that is not
-//! made of tool results alone, and the `thinking` and `redacted_thinking`
-//! blocks of every assistant message before it are taken out before the
-//! model reads the prompt (the window counts `input - previous thinking +
-//! current turn`). A request that keeps more (`context_management` with a
-//! `clear_thinking_*` edit keeping anything but the last turn, as Claude
-//! Code sends `keep: "all"`) has every block counted.
+//! The models before Opus 4.5 ([`DROP_EARLIER_THINKING`]: Claude 3.7, the
+//! Claude 4 models up to Opus 4.1, Sonnet 4.5 and Haiku 4.5) keep the
+//! thinking blocks of the latest assistant turn only: a turn begins at a
+//! user message that is not made of tool results alone, and the `thinking`
+//! and `redacted_thinking` blocks of every assistant message before it are
+//! taken out before the model reads the prompt (the window counts `input -
+//! previous thinking + current turn`). A request that keeps more
+//! (`context_management` with a `clear_thinking_*` edit keeping anything
+//! but the last turn, as Claude Code sends `keep: "all"`) has every block
+//! counted. Later models keep every turn's thinking by default, and a
+//! model this does not know is measured whole (early, never late).
 //!
-//! Measured on the Claude Code sessions of the savings table: a 642 KB
-//! request with 233 KB of thinking blocks was billed 185,356 input tokens,
-//! 409 KB at about 2.4 bytes a token, well inside the 200,000-token window
-//! that its whole size, at the rescue's 2.25 bytes a token, would have
-//! said it was past.
+//! Measured on the Claude Code sessions of the savings table, bytes of the
+//! request per token the provider billed (Claude Code's own system prompt
+//! and tools, about 25,000 tokens, set aside): a Sonnet 4.5 request of
+//! 642 KB, 233 KB of it thinking blocks, was billed 185,356 tokens: 2.56
+//! bytes a token without the thinking, 4.0 with it. An Opus 4.5 request
+//! of 351 KB (114 KB thinking, 75 KB of it signatures) was billed 133,147:
+//! 2.55 bytes a token with the thinking text but not the signatures, 2.19
+//! without any. So Sonnet 4.5 leaves the earlier thinking out and Opus 4.5
+//! keeps it, signatures aside.
 
 use super::super::{span_in, MessageSpan, Uncounted};
 use crate::protocol::json_edit::raw_member;
@@ -24,9 +31,30 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// The thinking blocks of `body` that a later turn has begun after.
-pub(super) fn earlier_turns(body: &str, messages: &[MessageSpan]) -> Vec<Uncounted> {
-    if keeps_more_than_the_last_turn(body) {
+/// The models that leave out earlier turns' thinking, as parts of model
+/// names (Anthropic's ids, Bedrock's and Vertex AI's contain them).
+pub const DROP_EARLIER_THINKING: &[&str] = &[
+    "claude-3",
+    "claude-opus-4-0",
+    "claude-opus-4-1",
+    "claude-opus-4-2025",
+    "claude-opus-4@",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2025",
+    "claude-sonnet-4@",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+];
+
+/// The thinking blocks of `body` that a later turn has begun after, on a
+/// model that leaves them out.
+pub(super) fn earlier_turns(
+    body: &str,
+    messages: &[MessageSpan],
+    model: Option<&str>,
+) -> Vec<Uncounted> {
+    let drops = model.is_some_and(|m| DROP_EARLIER_THINKING.iter().any(|d| m.contains(d)));
+    if !drops || keeps_more_than_the_last_turn(body) {
         return Vec::new();
     }
     let mut pending: Vec<Range<usize>> = Vec::new();
@@ -145,7 +173,7 @@ mod tests {
     fn uncounted(body: &str) -> Vec<(String, usize)> {
         let parsed = AnthropicMessages.parse(body).expect("parsed");
         AnthropicMessages
-            .uncounted(body, &parsed.messages)
+            .uncounted(body, &parsed.messages, parsed.model.as_deref())
             .into_iter()
             .map(|u| (body[u.span].to_string(), u.from))
             .collect()
@@ -161,6 +189,20 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert!(got[0].0.contains("aaaa") && got[1].0.contains("bbbb"));
         assert!(got.iter().all(|(_, from)| Some(*from) == and));
+    }
+
+    #[test]
+    fn a_model_that_keeps_earlier_thinking_has_it_all_counted() {
+        for model in ["claude-opus-4-5-20251101", "claude-opus-5-5", "claude-x"] {
+            let b = body("").replacen("claude-sonnet-4-5", model, 1);
+            assert!(uncounted(&b).is_empty(), "{model}");
+        }
+        let bedrock = body("").replacen(
+            "claude-sonnet-4-5",
+            "anthropic.claude-sonnet-4-5-20250929-v1:0",
+            1,
+        );
+        assert_eq!(uncounted(&bedrock).len(), 2);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The conversation budget measured on a replay of a long coding-agent
-//! session (issue 17 item 4): characters and estimated tokens sent turn
+//! session: characters and estimated tokens sent turn
 //! after turn with and without it, what a prompt cache would read and
 //! write, and the recall rounds it would cause.
 //!

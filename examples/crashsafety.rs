@@ -1,4 +1,4 @@
-//! Crash safety under load (issue 6 item 2). Run with `scripts/crash-safety`.
+//! Crash safety under load. Run with `scripts/crash-safety`.
 //!
 //! The real `toolstub` binary serves several clients that send chat
 //! completions carrying large, always-new tool outputs, in front of a mock

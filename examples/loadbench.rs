@@ -1,5 +1,5 @@
 //! Load benchmark of `toolstub serve` against a direct-to-mock baseline,
-//! interleaved in one run (SPEC/issue 4 item 9). Run with `scripts/load`.
+//! interleaved in one run. Run with `scripts/load`.
 //!
 //! - A mock upstream (in this process, its own runtime thread) answers chat
 //!   completions: a small JSON completion, or 10 SSE chunks for streams.
@@ -1441,7 +1441,7 @@ impl StreamStats {
     }
 }
 
-/// Item 3 of issue 14: the delay each event of a paced stream adds through
+/// The delay each event of a paced stream adds through
 /// the proxy, without a stub (the stream is forwarded) and with one (the
 /// request offers the recall tools, so the protocol's splicer reads every
 /// event), chat beside the other APIs `only` covers; the direct path and
@@ -1558,7 +1558,7 @@ async fn stream_rows(targets: &Targets, only: Only) {
     println!();
 }
 
-/// Item 4 of issue 14: a streamed recall round. Through the proxy, the
+/// A streamed recall round. Through the proxy, the
 /// mock's first round streams a text block and a `tool_result_read` call
 /// on the stub's ref, the proxy answers it and streams the second round's
 /// answer into the same client stream; directly, the client sends the two

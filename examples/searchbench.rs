@@ -1,5 +1,5 @@
-//! Ranked session search over ~100 MB of realistic mixed text (issue 16
-//! item 6), SQLite beside PostgreSQL in one run, through the store's one
+//! Ranked session search over ~100 MB of realistic mixed text, SQLite
+//! beside PostgreSQL in one run, through the store's one
 //! interface (`AsyncResultStore::search_session`).
 //!
 //! The fixture: one session holding ~100 MB in 300 outputs of 64 KB-640 KB

@@ -1,4 +1,4 @@
-//! Soak (issue 6 item 6). Run with `scripts/soak`.
+//! Soak. Run with `scripts/soak`.
 //!
 //! The real `toolstub` binary, a child process, serves mixed traffic at a
 //! fixed concurrency for a fixed time in front of a mock upstream, on

@@ -1030,7 +1030,7 @@ def one_comma_lines(data, limit=12):
 
 
 def class_samples(corpus, index):
-    """Real outputs of the classes issue 18 found misjudged: short Python
+    """Real outputs of the classes once misjudged: short Python
     modules (`import a, b`, module-level assignments and calls), shell
     functions without an interpreter line, lines of prose that each hold
     one comma, rendered documentation (pydoc) and READMEs quoting a little

@@ -14,7 +14,7 @@ messages), so that request cannot read what the one before it cached: the
 previous request's prompt up to its last cache breakpoint is written to the
 cache again instead of read from it. This prints that prefix's size, the
 characters the stub removes from the same request, and both in estimated
-tokens (characters / 4; the real tokenizer comes with issue 17) priced as
+tokens (characters / 4) priced as
 Anthropic's multipliers of the base input price: cache write 1.25x (5 min)
 or 2x (1 h), cache read 0.1x.
 """

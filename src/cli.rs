@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The default per-stub preview budget (SPEC section 2).
+/// The default per-stub preview budget.
 pub const DEFAULT_PREVIEW_CHARS: usize = 2000;
 
 #[derive(Parser, Debug)]

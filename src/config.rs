@@ -1,5 +1,5 @@
 //! Configuration: a TOML file, overridden by `TOOLSTUB_*` environment
-//! variables, overridden by command-line flags (SPEC section 9).
+//! variables, overridden by command-line flags.
 //!
 //! Two stages, as ripgrep does it: the sources are merged into one TOML table
 //! and deserialized into [`RawConfig`] (which mirrors the file; unknown keys
@@ -354,7 +354,7 @@ impl Default for RawExternalization {
     }
 }
 
-/// What to do when storing an original fails (SPEC section 7).
+/// What to do when storing an original fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureMode {

@@ -1,5 +1,5 @@
 //! Content addressing: the SHA-256 of an output's text and the `ref` the model
-//! uses to recall it (SPEC section 5).
+//! uses to recall it.
 //!
 //! A ref is a pure function of the tool call id and the content, so
 //! externalizing the same output twice yields the same ref (idempotence) and

@@ -1,5 +1,5 @@
 //! Rendering a [`Synopsis`] into the stub text that replaces a tool output
-//! in the conversation (SPEC section 5).
+//! in the conversation.
 //!
 //! Architecture invariant: rendering is a pure layout of its inputs. The same
 //! synopsis and header give the same bytes, in every process.

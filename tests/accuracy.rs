@@ -1,10 +1,10 @@
-//! Kind accuracy on real tool outputs (issue 2, item 5).
+//! Kind accuracy on real tool outputs.
 //!
 //! `scripts/corpus.py` builds, at test time, a labelled set of real outputs of
 //! real commands and real files on this machine (nothing third-party is kept
 //! in the repository). This test detects the kind of every sample and fails
 //! when there are fewer than 150 samples, when fewer than 95% are right, when
-//! any sample of a class once misjudged (issue 18) is wrong again, or when a
+//! any sample of a class once misjudged is wrong again, or when a
 //! code sample's symbols disagree with what universal-ctags finds declared
 //! in it. It prints the accuracy per expected kind, the skipped categories
 //! and every miss, so a regression is visible at once.
@@ -198,7 +198,7 @@ fn kind_accuracy_on_real_tool_outputs() {
     );
 }
 
-/// Categories of the classes issue 18 found misjudged (short Python, shell
+/// Categories of the classes once misjudged (short Python, shell
 /// functions, prose with a comma a line, pydoc, READMEs quoting code,
 /// traces): every sample of them must be right, not only 95%.
 const CLASS_CATEGORIES: &[&str] = &[

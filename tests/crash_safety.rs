@@ -1,4 +1,4 @@
-//! Crash safety under load (issue 6 item 2), short form: the same driver as
+//! Crash safety under load, short form: the same driver as
 //! `scripts/crash-safety` (examples/crashsafety.rs), with fewer kills, on the
 //! binary cargo builds for the tests. Every ref the upstream received must
 //! resolve byte-identical after repeated SIGKILLs and restarts.

@@ -1,4 +1,4 @@
-//! PostgreSQL restarted under load (issue 16): the real binary on a
+//! PostgreSQL restarted under load: the real binary on a
 //! PostgreSQL store keeps answering while the database restarts (requests
 //! pass through under `failure_mode = preserve_raw`), reconnects by itself
 //! once it is back (stubs again, `/healthz` ok again, no restart of the

@@ -7,7 +7,7 @@
 //! Invariants: no panic; every summary, structure and notable line is one
 //! line of at most 200 characters (the text kind's excerpts and headers line excepted); only `unknown` carries a sample; the
 //! stub, at a preview budget no larger than the default, stays within the
-//! 5,000-character cap of SPEC section 4.
+//! 5,000-character cap on a stub.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -42,7 +42,7 @@ const EXCERPT_LINE_CAP: usize = 17 + 500 + 1;
 /// "Detected section headers: " + 2,400 characters + ".".
 const HEADERS_LINE_CAP: usize = 26 + 2_400 + 1;
 
-/// The stub cap with default settings (SPEC section 4).
+/// The stub cap with default settings.
 const STUB_CAP: usize = 5_000;
 
 fuzz_target!(|data: &[u8]| {
@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
             !line.contains(['\n', '\r']),
             "multi-line synopsis line: {line:?}"
         );
-        // The text kind's excerpts (500 characters each, SPEC section 4)
+        // The text kind's excerpts (500 characters each)
         // and its headers line (at most 2,400) are the exceptions to the
         // line cap, by design.
         let text = synopsis.kind == Kind::Text;

@@ -842,7 +842,7 @@ pub(crate) fn tenant_of_request(headers: &HeaderMap, uri: &http::Uri, memo: &Ten
         .map_or_else(Tenant::anonymous, Tenant::from_credential)
 }
 
-/// SPEC section 6: the tenant is the first 16 hex digits of the SHA-256 of
+/// The tenant is the first 16 hex digits of the SHA-256 of
 /// the request's credential (`Authorization`, `x-api-key`, `api-key` or
 /// `x-goog-api-key`), or `anonymous`. The credential itself goes nowhere
 /// else.

@@ -1,4 +1,4 @@
-//! The operator API under `/toolstub/v1/` (SPEC section 8): list, read,
+//! The operator API under `/toolstub/v1/`: list, read,
 //! search within a ref, and session-wide search, as JSON. The tenant comes
 //! from the request's credential exactly as on the proxied API, so another
 //! tenant's ref answers 404 exactly like a missing one.
@@ -17,7 +17,7 @@
 //!   case-sensitive matches in one original.
 //! - `search?q=&session=&limit=&context_chars=` (20, 300): ranked search
 //!   across one session; `session` is required, because ranked search is
-//!   scoped to a session (SPEC section 6) and the store has no wider one.
+//!   scoped to a session and the store has no wider one.
 //! - `stats?session=&bucket_ms=&sessions=` (all sessions, 60000, 50): the
 //!   token ledger summed: `totals`, `pricing` (null without a `[[pricing]]`
 //!   table), `by_tool`, `by_kind`, `series` (points of `bucket_ms`, oldest
@@ -57,7 +57,7 @@ use std::sync::Arc;
 
 /// Every operator path starts with this.
 const PREFIX: &str = "/toolstub/v1/";
-/// Defaults, as for the recall tools (SPEC section 6).
+/// Defaults, as for the recall tools.
 const LIST_LIMIT: i64 = 50;
 const READ_LIMIT: i64 = 20_000;
 const SEARCH_LIMIT: i64 = 20;

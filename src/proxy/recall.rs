@@ -1,4 +1,4 @@
-//! Driving recall rounds (SPEC section 6): the proxy answers the model's
+//! Driving recall rounds: the proxy answers the model's
 //! recall calls itself and asks the upstream again, so the client sees one
 //! ordinary response. The driver knows no wire format: the protocol's
 //! [`Rounds`] reads each response, says which calls to run, builds what the

@@ -1,7 +1,7 @@
 //! The upstream client: kept HTTP/1 connections ([`super::pool`]) over HTTP
 //! or HTTPS (rustls, Mozilla's roots plus an optional CA file), the
 //! upstream URL for a request,
-//! and the header rules of SPEC section 1 (hop-by-hop headers, `Host` and
+//! and the header rules (hop-by-hop headers, `Host` and
 //! `x-toolstub-*` never go upstream).
 
 use super::body::BoxBody;

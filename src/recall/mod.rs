@@ -1,5 +1,5 @@
 //! Recall: the model reads, searches and lists the externalized originals
-//! through tools the proxy injects and answers itself (SPEC section 6).
+//! through tools the proxy injects and answers itself.
 //!
 //! - [`execute`]: runs one recall call against the store (tenant and session
 //!   scope) and returns the tool result the model sees; invalid arguments and

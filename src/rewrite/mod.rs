@@ -1,5 +1,5 @@
 //! The rewrite core: a request body in; either "unchanged, and why" or a new
-//! body plus the outputs to store (SPEC sections 1 and 2).
+//! body plus the outputs to store.
 //!
 //! Architecture invariant: this is a pure function. No I/O, no async, no
 //! clock, no randomness, no store lookups: the rewrite of an assistant-turn

@@ -1,10 +1,10 @@
 //! Choosing which outputs of one assistant-turn group to externalize
-//! (SPEC section 2, and the conversation budget). Pure arithmetic over
+//! (with the conversation budget). Pure arithmetic over
 //! sizes: the caller supplies each output's raw length, its own threshold
 //! and floor (per-tool policy), what the conversation before the group
 //! keeps inline, and a way to measure a stub at a preview budget.
 
-/// The budgets of SPEC section 2, in characters.
+/// The selection budgets, in characters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     /// One output longer than this (strictly) is externalized: `single_threshold`.

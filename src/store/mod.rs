@@ -1,5 +1,5 @@
 //! The result store: every externalized original, and the recall
-//! operations of SPEC sections 6 and 7 (read, exact search, ranked session
+//! operations (read, exact search, ranked session
 //! search, list) plus retention, the hidden recall exchanges and the
 //! response-id map of the protocol adapters.
 //!
@@ -50,7 +50,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default of `store.retention_days` (SPEC section 7).
+/// Default of `store.retention_days`.
 pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 const DAY_MS: i64 = 86_400_000;
 

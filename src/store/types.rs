@@ -58,7 +58,7 @@ impl Tenant {
         &*self.0 == Tenant::ANONYMOUS
     }
 
-    /// SPEC section 6: the first 16 hex digits of the SHA-256 of the
+    /// The first 16 hex digits of the SHA-256 of the
     /// credential. The credential itself is never kept.
     pub fn from_credential(credential: &str) -> Tenant {
         let digest = crate::refs::sha256(credential.as_bytes());
@@ -178,7 +178,7 @@ pub struct OutputSummary {
     pub created_at: i64,
 }
 
-/// Everything the store knows about one output (SPEC section 7).
+/// Everything the store knows about one output.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OutputMeta {
     #[serde(rename = "ref")]

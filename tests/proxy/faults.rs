@@ -1,4 +1,4 @@
-//! Upstream faults (issue 6 item 4): whatever the upstream does (refuses,
+//! Upstream faults: whatever the upstream does (refuses,
 //! does not resolve, presents a certificate nobody trusts, answers late,
 //! cuts a stream half-way, rate-limits), the client gets a well-formed
 //! answer in bounded time, never a hang; and a client that goes away

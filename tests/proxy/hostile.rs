@@ -1,4 +1,4 @@
-//! Hostile input against the real server (issue 6, item 3): malformed and
+//! Hostile input against the real server: malformed and
 //! oddly shaped JSON, lone surrogates, deep nesting, a 100 MB body, gzip,
 //! `Expect: 100-continue`, chunked uploads, slow clients, thousands of
 //! headers, a 1 MB key, NUL bytes. Each is forwarded unchanged or answered

@@ -1,5 +1,5 @@
-//! What many clients together, or one slow one, can make the proxy hold
-//! (issue 41 item 7): connections and buffered bytes are bounded, and a
+//! What many clients together, or one slow one, can make the proxy hold:
+//! connections and buffered bytes are bounded, and a
 //! request over a bound is answered 503 with `Retry-After` in its API's
 //! error format, never left to hang; a request body dribbled past the read
 //! timeout is cut, on the passthrough path too.

@@ -506,7 +506,7 @@ async fn bypass_compressed_and_oversized_bodies_go_byte_for_byte() {
     s.proxy.shutdown().await;
 }
 
-/// SPEC section 1: a 30-turn conversation replayed turn by turn; every turn
+/// A 30-turn conversation replayed turn by turn; every turn
 /// the upstream receives the previous turn's rewritten messages unchanged as
 /// its prefix, so the provider's prompt cache keeps hitting.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The operator API (SPEC section 8) against the real server: outputs are
+//! The operator API against the real server: outputs are
 //! externalized by sending chat completions through the proxy, their refs
 //! taken from the stubs the mock upstream received, then every endpoint is
 //! driven over HTTP.

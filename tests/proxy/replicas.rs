@@ -1,4 +1,4 @@
-//! Several replicas, one PostgreSQL store (issue 16): two `toolstub serve`
+//! Several replicas, one PostgreSQL store: two `toolstub serve`
 //! processes on one schema behind one mock upstream. What one stored, the
 //! other reads (recall tools, operator API); a conversation continued
 //! through the other gets the first one's hidden recall exchange back. And

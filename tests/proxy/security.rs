@@ -1,4 +1,4 @@
-//! Security (issue 6 item 5): tenant isolation through the operator API and
+//! Security: tenant isolation through the operator API and
 //! through the recall tools; no credential in the database, the logs or the
 //! metrics; no SQL or FTS injection through refs and queries; and the
 //! operator API's switches (off, its own address, an admin token).

@@ -1,4 +1,4 @@
-//! The result store (SPEC sections 6 and 7), one module per area, shared
+//! The result store, one module per area, shared
 //! fixtures at the top. Every test opens its own database in a temp dir.
 
 mod harness;

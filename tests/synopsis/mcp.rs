@@ -1,4 +1,4 @@
-//! MCP tool outputs (issue 42 item 2): content blocks are taken off so the
+//! MCP tool outputs: content blocks are taken off so the
 //! synopsis describes the payload, a JSON text cut short is read as far as
 //! it goes, list items keep their identifying values, and a browser's
 //! accessibility snapshot is a kind of its own.

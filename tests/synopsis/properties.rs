@@ -1,5 +1,5 @@
 //! Property tests: no input panics; with default settings every stub stays
-//! within 5,000 characters; every cap of SPEC section 4 holds.
+//! within 5,000 characters; every cap of the synopsis holds.
 
 use proptest::prelude::*;
 use toolstub::refs::{result_ref, sha256_hex};

@@ -1,5 +1,6 @@
-//! Every example of SPEC section 4 (the design's own tests), each as its own
-//! test, plus the stub layout of SPEC section 5.
+//! Every worked example the synopsis rules were designed against, each as
+//! its own test, plus the stub layout README.md shows under "Point your agent
+//! at it".
 
 use super::{stub, syn};
 use toolstub::refs::{result_ref, sha256_hex};
@@ -158,7 +159,7 @@ fn empty_output_is_unknown() {
     assert_eq!(synopsis.summary, ["Output is empty."]);
 }
 
-/// SPEC section 5: header order, sections in order, Explore only with a ref,
+/// Header order, sections in order, Explore only with a ref,
 /// sha256 shown as 16 hex digits, no trailing newline.
 #[test]
 fn stub_layout_matches_section_5() {

@@ -1,4 +1,4 @@
-//! Agents' wrappers around tool outputs (issue 14 item 3, issue 15 item 2):
+//! Agents' wrappers around tool outputs:
 //! the synopsis describes the content inside, says what the wrapper was, and
 //! leaves ordinary outputs alone. The Claude Code texts are what Claude Code
 //! 2.1.328 sent through a mock upstream (`claude -p` with `Read`, `Grep`,

@@ -367,8 +367,14 @@ fn rewrite_parsed<'b>(
         weigh &= outputs.len() == made_before;
         start = end;
     }
+    // On a model that binds its thinking to everything before it, an output
+    // the model has seen stays as it was sent: changing it would invalidate
+    // every thinking block after it, which the API drops or refuses. The
+    // aging rule and the context-window rescue, which change such outputs,
+    // leave these conversations alone (over its window, such a request
+    // fails as it would without toolstub).
     let mut next_aged = None;
-    if aging {
+    if aging && !binds_thinking {
         next_aged = age(
             body,
             &parsed,
@@ -384,17 +390,19 @@ fn rewrite_parsed<'b>(
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
-    window::rescue(
-        body,
-        &parsed,
-        policy,
-        &names,
-        mode,
-        protocol,
-        memo,
-        &mut outputs,
-        &mut splices,
-    );
+    if !binds_thinking {
+        window::rescue(
+            body,
+            &parsed,
+            policy,
+            &names,
+            mode,
+            protocol,
+            memo,
+            &mut outputs,
+            &mut splices,
+        );
+    }
     // With the aging rule on, a conversation that declares tools of its own
     // is rewritten from its first request: the recall tools are offered
     // there (nearly every agent session ages an output within a few turns,

@@ -1158,3 +1158,56 @@ fn a_model_that_binds_its_thinking_gets_the_recall_tools_from_the_first_request(
         Outcome::Unchanged(_)
     ));
 }
+
+#[test]
+fn a_model_that_binds_its_thinking_keeps_every_output_it_has_seen() {
+    // Ten turns of 9,000-character outputs, under the threshold, in a
+    // window of 20,000 tokens: over it, rescued on another model.
+    let window = |model: &str| window::Window {
+        table: vec![(tool_policy::Glob::literal(model), 20_000)],
+        bytes_per_token_milli: 3_000,
+        ..window::Window::default()
+    };
+    let aging = aging::Aging {
+        after_turns: 1,
+        floor_chars: 300,
+        min_share_permille: 0,
+        horizon_permille: 0,
+    };
+    for (model, changed) in [("claude-sonnet-4-5", true), ("claude-fable-5-1", false)] {
+        let mut body = thinking_conversation(model, 0);
+        let mut messages = vec![r#"{"role":"user","content":"go"}"#.to_string()];
+        for t in 0..10 {
+            messages.push(format!(
+                r#"{{"role":"assistant","content":[{{"type":"thinking","thinking":"step {t}","signature":"s{t}"}},{{"type":"tool_use","id":"t{t}","name":"Bash","input":{{}}}}]}}"#
+            ));
+            messages.push(format!(
+                r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{t}","content":{}}}]}}"#,
+                serde_json::to_string(&"line of a log\n".repeat(640)).unwrap_or_default()
+            ));
+        }
+        body = body.replacen(
+            r#""messages":[{"role":"user","content":"go"}]"#,
+            &format!(r#""messages":[{}]"#, messages.join(",")),
+            1,
+        );
+        for policy in [
+            Policy {
+                window: window(model),
+                ..Policy::default()
+            },
+            Policy {
+                window: window(model),
+                aging,
+                ..Policy::default()
+            },
+        ] {
+            let stubbed =
+                match rewrite(body.as_bytes(), &policy, &AnthropicMessages, Mode::WithRefs) {
+                    Outcome::Rewritten(r) => r.outputs.len(),
+                    Outcome::Unchanged(_) => 0,
+                };
+            assert_eq!(stubbed > 0, changed, "{model}");
+        }
+    }
+}

@@ -121,16 +121,6 @@ impl StoreError {
             StoreError::Synopsis { .. } => "synopsis",
         }
     }
-
-    /// Whether the error is the caller's (bad ref or argument) rather than the store's.
-    pub fn is_client_error(&self) -> bool {
-        matches!(
-            self,
-            StoreError::NotFound { .. }
-                | StoreError::Expired { .. }
-                | StoreError::InvalidArgument(_)
-        )
-    }
 }
 
 /// Attaches an operation name to a rusqlite result.

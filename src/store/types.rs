@@ -53,11 +53,6 @@ impl Tenant {
         Tenant(Tenant::ANONYMOUS.into())
     }
 
-    /// Whether this is the `anonymous` tenant.
-    pub fn is_anonymous(&self) -> bool {
-        &*self.0 == Tenant::ANONYMOUS
-    }
-
     /// The first 16 hex digits of the SHA-256 of the
     /// credential. The credential itself is never kept.
     pub fn from_credential(credential: &str) -> Tenant {

@@ -294,8 +294,3 @@ fn detect(input: &Input<'_>) -> Synopsis {
         .find_map(|summarize| summarize(input))
         .unwrap_or_else(|| text::summarize(input))
 }
-
-/// Detects the kind only (same rules as [`synopsize`]).
-pub fn detect_kind(raw: &str, hints: Hints<'_>) -> Kind {
-    synopsize(raw, hints).kind
-}

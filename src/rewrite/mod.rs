@@ -373,35 +373,24 @@ fn rewrite_parsed<'b>(
     // aging rule and the context-window rescue, which change such outputs,
     // leave these conversations alone (over its window, such a request
     // fails as it would without toolstub).
+    let seen = Seen {
+        body,
+        parsed: &parsed,
+        policy,
+        names: &names,
+        mode,
+        protocol,
+        memo,
+    };
     let mut next_aged = None;
     if aging && !binds_thinking {
-        next_aged = age(
-            body,
-            &parsed,
-            policy,
-            &names,
-            mode,
-            protocol,
-            memo,
-            &mut outputs,
-            &mut splices,
-        );
+        next_aged = age(seen, &mut outputs, &mut splices);
         // Aged outputs come after the others were chosen: in body order
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
     }
     if !binds_thinking {
-        window::rescue(
-            body,
-            &parsed,
-            policy,
-            &names,
-            mode,
-            protocol,
-            memo,
-            &mut outputs,
-            &mut splices,
-        );
+        window::rescue(seen, &mut outputs, &mut splices);
     }
     // With the aging rule on, a conversation that declares tools of its own
     // is rewritten from its first request: the recall tools are offered
@@ -700,21 +689,36 @@ fn may_externalize(
         || tool.externalize == Externalize::Never)
 }
 
+/// What the rules that change outputs the model has seen (the aging rule,
+/// the context-window rescue) read of one request.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'r, 'b> {
+    pub body: &'b str,
+    pub parsed: &'r ParsedRequest<'b>,
+    pub policy: &'r Policy,
+    pub names: &'r RecallToolNames,
+    pub mode: Mode,
+    pub protocol: &'r dyn Protocol,
+    pub memo: &'r Memo,
+}
+
 /// The aging rule over the outputs the other rules kept inline
 /// ([`aging`]): each old enough, over the floor, is measured by what its
 /// stub would save, and those the rule picks become stubs (reason `aged`).
-#[allow(clippy::too_many_arguments)]
 fn age<'b>(
-    body: &'b str,
-    parsed: &ParsedRequest<'b>,
-    policy: &Policy,
-    names: &RecallToolNames,
-    mode: Mode,
-    protocol: &dyn Protocol,
-    memo: &Memo,
+    seen: Seen<'_, 'b>,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) -> Option<usize> {
+    let Seen {
+        body,
+        parsed,
+        policy,
+        names,
+        mode,
+        protocol,
+        memo,
+    } = seen;
     // The preview the memo holds the synopsis at (only `unknown` uses it).
     let preview = policy.budget.preview_chars;
     let stubbed: std::collections::BTreeSet<usize> = splices.iter().map(|(r, _)| r.start).collect();

@@ -45,12 +45,9 @@
 //! [`rescued`] is the decision, arithmetic over sizes alone; `rescue`
 //! measures the request and splices with the rewrite's own helpers.
 
-use super::memo::Memo;
 use super::select::Reason;
 use super::tool_policy::Glob;
-use super::{externalize, may_externalize, Externalized, Mode, Policy, Prepared};
-use crate::protocol::{ParsedRequest, Protocol};
-use crate::stub::RecallToolNames;
+use super::{externalize, may_externalize, Externalized, Mode, Prepared, Seen};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -190,18 +187,20 @@ impl Window {
 /// reason `context_window`. Only with the originals stored
 /// ([`Mode::WithRefs`]): a stub without a ref would take from the model
 /// what it has no way to read back.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn rescue<'b>(
-    body: &'b str,
-    parsed: &ParsedRequest<'b>,
-    policy: &Policy,
-    names: &RecallToolNames,
-    mode: Mode,
-    protocol: &dyn Protocol,
-    memo: &Memo,
+    seen: Seen<'_, 'b>,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
 ) {
+    let Seen {
+        body,
+        parsed,
+        policy,
+        names,
+        mode,
+        protocol,
+        memo,
+    } = seen;
     if mode != Mode::WithRefs || parsed.outputs.is_empty() {
         return;
     }
@@ -428,6 +427,7 @@ pub fn rescued(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stub::RecallToolNames;
 
     fn out(end: usize, saving: usize) -> Output {
         Output {

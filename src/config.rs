@@ -293,6 +293,9 @@ pub struct RawExternalization {
     /// Later requests a change may count on, per turn so far (0: it must
     /// pay at once).
     pub aged_horizon: f64,
+    /// Whether outputs the model has seen become stubs at a request that
+    /// came after the provider's cache expired (`rewrite::aging`).
+    pub aged_after_expiry: bool,
     /// Whether a conversation's first stub must pay for the cached prompt
     /// it makes the provider write again (`rewrite::first_stub`), and the
     /// later requests it may count on, per assistant turn so far.
@@ -301,6 +304,10 @@ pub struct RawExternalization {
     /// The later requests a first stub may count on however young the
     /// conversation.
     pub first_stub_min_later: u32,
+    /// How long the provider keeps a conversation's prompt cached after
+    /// its last request, unless the request asks for longer (0: never
+    /// treated as expired; see `rewrite::RequestFacts::expired`).
+    pub prompt_cache_ttl_ms: u64,
     pub failure_mode: FailureMode,
     /// The older form of a MIME hint per tool name, still accepted: each
     /// entry is read as a rule `{ match = <the exact name>, mime = ... }`
@@ -342,10 +349,12 @@ impl Default for RawExternalization {
             aged_floor_chars: crate::rewrite::aging::DEFAULT_FLOOR_CHARS,
             aged_min_share: f64::from(crate::rewrite::aging::DEFAULT_MIN_SHARE_PERMILLE) / 1000.0,
             aged_horizon: f64::from(crate::rewrite::aging::DEFAULT_HORIZON_PERMILLE) / 1000.0,
+            aged_after_expiry: crate::rewrite::aging::DEFAULT_AFTER_EXPIRY,
             first_stub_gate: true,
             first_stub_horizon: f64::from(crate::rewrite::first_stub::DEFAULT_HORIZON_PERMILLE)
                 / 1000.0,
             first_stub_min_later: crate::rewrite::first_stub::DEFAULT_MIN_LATER,
+            prompt_cache_ttl_ms: crate::rewrite::DEFAULT_PROMPT_CACHE_TTL_MS,
             failure_mode: FailureMode::PreserveRaw,
             mime_by_tool: BTreeMap::new(),
             tools: Vec::new(),
@@ -966,6 +975,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 floor_chars: e.aged_floor_chars,
                 min_share_permille: (e.aged_min_share * 1000.0).round() as u32,
                 horizon_permille: (e.aged_horizon * 1000.0).round() as u32,
+                after_expiry: e.aged_after_expiry,
             },
             first_stub: crate::rewrite::first_stub::Gate {
                 horizon_permille: e
@@ -973,6 +983,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                     .then(|| (e.first_stub_horizon * 1000.0).round() as u32),
                 min_later: e.first_stub_min_later,
             },
+            prompt_cache_ttl_ms: e.prompt_cache_ttl_ms,
             window,
             tools_from_start: raw
                 .recall

@@ -8,7 +8,8 @@
 //! context-window rescue with windows small enough to act, the five budgets
 //! of the selection (threshold, preview, turn budgets) and the
 //! conversation budget within sane bounds, small values as likely as large
-//! ones); the rest is the body.
+//! ones), and the requests after which the provider's cache expired
+//! (none, or one of 0..=63 messages); the rest is the body.
 //!
 //! Invariants: no panic; a body that is not UTF-8 JSON is `Unchanged`, and
 //! so is one the adapter calls surely untouched (forwarded unparsed); when
@@ -35,10 +36,13 @@ use toolstub::rewrite::first_stub::Gate as FirstStub;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use toolstub::rewrite::window::Window;
-use toolstub::rewrite::{rewrite, Mode, Outcome, Policy, Rewritten, Unchanged};
+use toolstub::rewrite::memo::Memo;
+use toolstub::rewrite::{
+    rewrite_reading_for, Mode, Outcome, Policy, RequestFacts, Rewritten, Unchanged,
+};
 use toolstub::stub::RecallToolNames;
 
-const CONFIG_BYTES: usize = 9;
+const CONFIG_BYTES: usize = 10;
 
 const MIMES: [&str; 8] = [
     "application/json",
@@ -103,6 +107,7 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             floor_chars: b(3) * 16,
             min_share_permille: if c[7] & 0x40 != 0 { 0 } else { 920 },
             horizon_permille: if c[7] & 0x80 != 0 { 1000 } else { 0 },
+            after_expiry: c[9] & 1 != 0,
         },
         // The context-window rescue: off, or a window of 1..=65026 tokens
         // (bodies of a few kilobytes go over it), brought under 10-85%.
@@ -127,6 +132,7 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
         } else {
             Vec::new()
         },
+        prompt_cache_ttl_ms: 300_000,
     }
 }
 
@@ -138,6 +144,11 @@ fuzz_target!(|data: &[u8]| {
     let mut c = [0u8; CONFIG_BYTES];
     c.copy_from_slice(config);
     let policy = policy(&c);
+    let expired: Vec<usize> = (c[9] & 2 != 0).then_some(usize::from(c[9] >> 2)).into_iter().collect();
+    let facts = RequestFacts {
+        expired: &expired,
+        ..RequestFacts::default()
+    };
     // (adapter, the member holding the conversation)
     let (protocol, key): (&dyn Protocol, &str) = match (c[0] & 0x40 != 0, c[0] & 0x80 != 0) {
         (true, false) => (&AnthropicMessages, "messages"),
@@ -152,7 +163,7 @@ fuzz_target!(|data: &[u8]| {
         .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok());
 
     for mode in [Mode::WithRefs, Mode::PreviewOnly] {
-        match rewrite(body, &policy, protocol, mode) {
+        match rewrite_reading_for(body, &policy, protocol, mode, &Memo::new(0), facts).0 {
             Outcome::Unchanged(why) => {
                 if !policy.enabled {
                     assert_eq!(why, Unchanged::Disabled);

@@ -315,6 +315,15 @@ pub trait Protocol: Send + Sync {
     /// How this API shapes errors.
     fn flavor(&self) -> Flavor;
 
+    /// How long the provider keeps this request's prompt cached after its
+    /// last use, when the request asks for longer than the provider's
+    /// default (Anthropic's 1-hour `cache_control`, OpenAI's 24-hour
+    /// `prompt_cache_retention`); `None`: the configured default
+    /// (`externalization.prompt_cache_ttl_ms`).
+    fn cache_lifetime_ms(&self, _body: &str) -> Option<u64> {
+        None
+    }
+
     /// The usage a response (whole) or one of its stream events reports
     /// (`crate::usage`); `None` when it reports none.
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported>;

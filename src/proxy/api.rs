@@ -937,6 +937,7 @@ fn plan_now(
     let facts = RequestFacts {
         path_model,
         long_context,
+        expired: &[],
     };
     match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, facts) {
         (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),

@@ -24,6 +24,7 @@
 //! nothing is stored (refs are computed, never put).
 
 pub mod cache;
+pub mod clock;
 pub mod estimate;
 pub mod price;
 pub mod prompt;
@@ -37,12 +38,12 @@ use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::Protocol;
 use crate::rewrite::memo::Memo;
-use crate::rewrite::{rewrite_reading, Mode, Outcome, Policy};
+use crate::rewrite::{rewrite_reading, rewrite_reading_for, Mode, Outcome, Policy, RequestFacts};
 use cache::{Cache, CacheKind};
 use price::PriceModel;
 use prompt::{Counter, Prompt};
 use report::{ModelBill, SessionReport};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The wire shape a session's requests have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -234,19 +235,61 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
     // message each followed, the block).
     let mut restored: Vec<(u128, cache::Block)> = Vec::new();
     let restores_anyway = restores_anyway(session);
+    // Each conversation's prompt-cache clock, by its opening (the proxy's
+    // session).
+    let mut clocks: BTreeMap<String, clock::CacheClock> = BTreeMap::new();
     for (index, request) in session.requests.iter().enumerate() {
         let Some(direct) = counter.prompt(session.shape, &request.body, &prefix) else {
             report.unreadable += 1;
             continue;
         };
         report.requests += 1;
-        let (outcome, read) = rewrite_reading(
+        let (mut outcome, mut read) = rewrite_reading(
             request.body.as_bytes(),
             policy,
             protocol,
             Mode::WithRefs,
             &memo,
         );
+        // As the proxy does: a request carrying tool outputs is noted on
+        // its conversation's prompt-cache clock, which says which requests
+        // came after an expiry; where that would change the request, the
+        // rewrite runs again with them.
+        let noted = match (&outcome, &read) {
+            (Outcome::Rewritten(r), _) => {
+                Some((&r.opening, r.messages, r.tool_outputs, r.expiry_matters))
+            }
+            (Outcome::Unchanged(_), Some(r)) => {
+                Some((&r.opening, r.messages, r.tool_outputs, r.expiry_matters))
+            }
+            (Outcome::Unchanged(_), None) => None,
+        };
+        let noted =
+            noted.filter(|&(_, _, outputs, _)| outputs > 0 && policy.prompt_cache_ttl_ms > 0);
+        if let (Some((opening, messages, _, matters)), Some(at)) = (noted, request.at) {
+            let ttl = protocol
+                .cache_lifetime_ms(&request.body)
+                .unwrap_or(policy.prompt_cache_ttl_ms);
+            let points = clocks
+                .entry(opening.clone())
+                .or_default()
+                .observe(messages, at, ttl);
+            if matters && !points.is_empty() {
+                report.after_expiry += usize::from(points.contains(&messages));
+                let facts = RequestFacts {
+                    expired: &points,
+                    ..RequestFacts::default()
+                };
+                (outcome, read) = rewrite_reading_for(
+                    request.body.as_bytes(),
+                    policy,
+                    protocol,
+                    Mode::WithRefs,
+                    &memo,
+                    facts,
+                );
+            }
+        }
         // The window of the model the request names, as the rewrite read
         // it, else the session's, else the default window.
         let model = match &outcome {

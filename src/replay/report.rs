@@ -124,6 +124,10 @@ pub struct SessionReport {
     /// 0 when none.
     pub min_bytes_per_token: f64,
     pub recall_rounds: usize,
+    /// Requests that came after the provider's cache had expired (more
+    /// than its lifetime since the conversation's request before, by the
+    /// file's timestamps) and held something the expiry released.
+    pub after_expiry: usize,
     /// Tokens read back by those rounds.
     pub recall_read_tokens: u64,
     /// Characters read back by those rounds (what `tool_result_read`
@@ -158,6 +162,7 @@ impl SessionReport {
             over_window: Pair::default(),
             min_bytes_per_token: 0.0,
             recall_rounds: 0,
+            after_expiry: 0,
             recall_read_tokens: 0,
             recall_read_chars: 0,
             recalls: Vec::new(),
@@ -187,6 +192,8 @@ pub struct Totals {
     /// [`SessionReport::min_bytes_per_token`]).
     pub min_bytes_per_token: f64,
     pub recall_rounds: usize,
+    /// [`SessionReport::after_expiry`], summed.
+    pub after_expiry: usize,
     pub recall_read_tokens: u64,
     pub recall_read_chars: u64,
     /// Recall rounds per output externalized (0 when none was).
@@ -218,6 +225,7 @@ impl Totals {
             sessions_over_window: Pair::default(),
             min_bytes_per_token: 0.0,
             recall_rounds: 0,
+            after_expiry: 0,
             recall_read_tokens: 0,
             recall_read_chars: 0,
             recall_rounds_per_output: 0.0,
@@ -248,6 +256,7 @@ impl Totals {
                 t.min_bytes_per_token = r.min_bytes_per_token;
             }
             t.recall_rounds += r.recall_rounds;
+            t.after_expiry += r.after_expiry;
             t.recall_read_tokens += r.recall_read_tokens;
             t.recall_read_chars += r.recall_read_chars;
             if let Some(own) = r.models.first() {
@@ -373,6 +382,11 @@ pub fn table(reports: &[SessionReport], totals: &Totals, max_rows: usize) -> Str
         grouped(totals.input_tokens.toolstub),
         grouped(totals.peak_context.direct),
         grouped(totals.peak_context.toolstub)
+    );
+    let _ = writeln!(
+        out,
+        "requests after the provider's cache expired that released kept outputs: {}",
+        grouped(totals.after_expiry as u64)
     );
     let _ = writeln!(
         out,

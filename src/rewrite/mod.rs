@@ -61,7 +61,21 @@ pub struct Policy {
     /// Models whose conversations get the recall tools from their first
     /// request that declares tools ([`TOOLS_FROM_START`]).
     pub tools_from_start: Vec<tool_policy::Glob>,
+    /// How long the provider keeps a conversation's prompt cached after its
+    /// last request, unless the request asks for longer
+    /// ([`Protocol::cache_lifetime_ms`]); 0: never expired. Not read by the
+    /// rewrite: the proxy and the replay decide with it which requests
+    /// come after an expiry ([`RequestFacts::expired`]).
+    pub prompt_cache_ttl_ms: u64,
 }
+
+/// The default cache lifetime: five minutes, Anthropic's default entry
+/// lifetime (refreshed at each use) and the short end of OpenAI's "5 to 10
+/// minutes of inactivity". On OpenAI a prefix still cached after 5 to 10
+/// minutes may so be judged expired, and rewriting it then costs one read
+/// of it at the full price instead of the cached one; the pauses that
+/// matter (people coming back to a session) are longer than both.
+pub const DEFAULT_PROMPT_CACHE_TTL_MS: u64 = 300_000;
 
 /// The models that bind each thinking block to everything before it in the
 /// prompt, the tool definitions included (Anthropic's "preserved thinking":
@@ -99,6 +113,7 @@ impl Default for Policy {
             first_stub: first_stub::Gate::default(),
             window: window::Window::default(),
             tools_from_start: default_tools_from_start(),
+            prompt_cache_ttl_ms: DEFAULT_PROMPT_CACHE_TTL_MS,
         }
     }
 }
@@ -186,6 +201,15 @@ pub struct Rewritten<'b> {
     /// cache breakpoint there on APIs with explicit ones (Anthropic), and
     /// the replay bills it so on every provider.
     pub cache_anchor: Option<usize>,
+    /// The messages (or items) of its conversation.
+    pub messages: usize,
+    /// The tool outputs it carries: a request with any is one the
+    /// conversation's prompt-cache clock notes.
+    pub tool_outputs: usize,
+    /// Whether the request would be rewritten differently had the
+    /// provider's prompt cache expired before it, or before an earlier
+    /// request of its conversation ([`RequestFacts::expired`]).
+    pub expiry_matters: bool,
 }
 
 /// An assistant message that may be one the client saw in place of a
@@ -235,6 +259,15 @@ pub struct Read {
     pub opening: String,
     /// The model the request names.
     pub model: Option<String>,
+    /// The messages (or items) of its conversation.
+    pub messages: usize,
+    /// The tool outputs it carries: a request with any is one the
+    /// conversation's prompt-cache clock notes.
+    pub tool_outputs: usize,
+    /// Whether the request would be rewritten differently had the
+    /// provider's prompt cache expired before it, or before an earlier
+    /// request of its conversation ([`RequestFacts::expired`]).
+    pub expiry_matters: bool,
 }
 
 /// [`rewrite_with`], and for a body it read and found nothing to do in,
@@ -258,6 +291,14 @@ pub struct RequestFacts<'a> {
     /// The client asked for the model's long context window in a header
     /// (Anthropic's `anthropic-beta: context-1m-*`).
     pub long_context: bool,
+    /// The requests of this conversation before which the provider's
+    /// prompt cache had expired (longer than its lifetime since the
+    /// request before), as their message counts, ascending: there the
+    /// provider writes the whole prompt again anyway, so changing it is
+    /// free. The proxy records them in the store, so that every replica and
+    /// retry passes the same list (see [`first_stub`] and [`aging`] for
+    /// what they release).
+    pub expired: &'a [usize],
 }
 
 /// [`rewrite_reading`] with what the proxy knows besides the body
@@ -285,7 +326,7 @@ pub fn rewrite_reading_for<'b>(
         parsed.model = facts.path_model.map(str::to_string);
     }
     parsed.long_context |= facts.long_context;
-    match rewrite_parsed(text, parsed, policy, protocol, mode, memo) {
+    match rewrite_parsed(text, parsed, policy, protocol, mode, memo, facts.expired) {
         Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
         Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),
     }
@@ -298,10 +339,14 @@ fn rewrite_parsed<'b>(
     protocol: &dyn Protocol,
     mode: Mode,
     memo: &Memo,
+    expired: &[usize],
 ) -> Result<Box<Rewritten<'b>>, Read> {
     // Aging needs the originals stored: without a ref an aged stub would
     // lose what the model already relied on.
     let aging = policy.aging.after_turns > 0 && mode == Mode::WithRefs;
+    // The rule runs, too, to age what an expired cache lets go (or to tell
+    // whether an expiry would).
+    let ages = (aging || policy.aging.after_expiry) && mode == Mode::WithRefs;
     let offers_tools = policy.recall_enabled && mode == Mode::WithRefs;
     // The recall tools are offered from the conversation's first request
     // that declares tools: with the aging rule on (below), and on a model
@@ -317,8 +362,11 @@ fn rewrite_parsed<'b>(
         // below only ever act on outputs), so no recall names to pick,
         // unless the recall tools are offered from the start (below).
         return Err(Read {
+            messages: parsed.messages.len(),
+            tool_outputs: parsed.outputs.len(),
             opening: parsed.opening,
             model: parsed.model,
+            expiry_matters: false,
         });
     }
     let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
@@ -333,6 +381,12 @@ fn rewrite_parsed<'b>(
     // cached prompt again ([`first_stub`]), unless the recall tools are
     // offered from the conversation's first request or not at all.
     let mut weigh = offers_tools && !offered_from_start;
+    // Before the last request at which the provider's cache had expired,
+    // a first stub writes nothing again that the provider would not write
+    // anyway: every group there is stubbed as if it were not the first.
+    let free_until = last_expiry(expired, &parsed).unwrap_or(0);
+    // Whether the gate kept a group that an expiry would release.
+    let mut held_back = false;
     let mut assistant_turns = parsed.messages.iter().filter(|m| m.assistant).peekable();
     let mut turns_before = 0usize;
     let mut start = 0;
@@ -346,13 +400,14 @@ fn rewrite_parsed<'b>(
         while assistant_turns.next_if(|m| m.span.end <= at).is_some() {
             turns_before += 1;
         }
-        let gate = weigh.then_some(Weigh {
+        let gate = (weigh && at >= free_until).then_some(Weigh {
             gate: &policy.first_stub,
             prefix: at,
             turns: turns_before,
         });
         let made_before = outputs.len();
-        held = rewrite_group(
+        let kept;
+        (held, kept) = rewrite_group(
             &parsed.outputs[start..end],
             held,
             policy,
@@ -365,6 +420,7 @@ fn rewrite_parsed<'b>(
             &mut splices,
         );
         weigh &= outputs.len() == made_before;
+        held_back |= kept;
         start = end;
     }
     // On a model that binds its thinking to everything before it, an output
@@ -381,10 +437,13 @@ fn rewrite_parsed<'b>(
         mode,
         protocol,
         memo,
+        expired,
     };
     let mut next_aged = None;
-    if aging && !binds_thinking {
-        next_aged = age(seen, &mut outputs, &mut splices);
+    if ages && !binds_thinking {
+        let (next, kept) = age(seen, &mut outputs, &mut splices);
+        next_aged = next;
+        held_back |= kept && policy.aging.after_expiry;
         // Aged outputs come after the others were chosen: in body order
         // again, as every consumer of the list reads it.
         outputs.sort_by_key(|o| o.at);
@@ -402,8 +461,11 @@ fn rewrite_parsed<'b>(
     let from_start = offered_from_start;
     if outputs.is_empty() && !from_start {
         return Err(Read {
+            messages: parsed.messages.len(),
+            tool_outputs: parsed.outputs.len(),
             opening: parsed.opening,
             model: parsed.model,
+            expiry_matters: held_back,
         });
     }
     let first_stub = if from_start {
@@ -463,7 +525,23 @@ fn rewrite_parsed<'b>(
         turns,
         last_canon,
         cache_anchor,
+        messages: parsed.messages.len(),
+        tool_outputs: parsed.outputs.len(),
+        expiry_matters: held_back,
     }))
+}
+
+/// Where the conversation ends in the last request of it at which the
+/// provider's cache had expired (a byte offset in `body`), if one of
+/// `expired` is a request of this one's history.
+fn last_expiry(expired: &[usize], parsed: &ParsedRequest<'_>) -> Option<usize> {
+    let n = parsed.messages.len();
+    let last = expired
+        .iter()
+        .copied()
+        .filter(|&p| p >= 1 && p <= n)
+        .max()?;
+    Some(parsed.messages[last - 1].span.end)
 }
 
 /// The span of the last of the comma-separated JSON values that fill
@@ -541,7 +619,8 @@ fn turns(
 
 /// Selects and renders the stubs of one assistant-turn group, after
 /// outputs that keep `held` characters inline; returns the conversation's
-/// inline total after the group.
+/// inline total after the group, and whether the first-stub gate kept
+/// outputs it would have stubbed.
 #[allow(clippy::too_many_arguments)]
 fn rewrite_group<'b>(
     group: &[ToolOutput<'b>],
@@ -554,7 +633,7 @@ fn rewrite_group<'b>(
     weigh: Option<Weigh<'_>>,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
-) -> usize {
+) -> (usize, bool) {
     let budget = &policy.budget;
     // Outputs whose text cannot be decoded stay inline, whatever their size;
     // so do errors (unless configured otherwise), the outputs of tools whose
@@ -601,7 +680,8 @@ fn rewrite_group<'b>(
             .sum();
         if !weigh.gate.pays(removed, weigh.prefix, weigh.turns) {
             // Every output of the group stays verbatim, and inline.
-            return held.saturating_add(candidates.iter().map(|c| c.len).sum::<usize>());
+            let inline = candidates.iter().map(|c| c.len).sum::<usize>();
+            return (held.saturating_add(inline), true);
         }
     }
     for (i, reason) in selection.reasons.iter().enumerate() {
@@ -620,7 +700,7 @@ fn rewrite_group<'b>(
             splices,
         );
     }
-    selection.held
+    (selection.held, false)
 }
 
 /// A group that would make a conversation's first stub, and what
@@ -700,16 +780,20 @@ pub(super) struct Seen<'r, 'b> {
     pub mode: Mode,
     pub protocol: &'r dyn Protocol,
     pub memo: &'r Memo,
+    /// [`RequestFacts::expired`].
+    pub expired: &'r [usize],
 }
 
 /// The aging rule over the outputs the other rules kept inline
 /// ([`aging`]): each old enough, over the floor, is measured by what its
 /// stub would save, and those the rule picks become stubs (reason `aged`).
+/// Returns where the first output the next request may age starts, and
+/// whether the rule's gate kept an output old enough to age.
 fn age<'b>(
     seen: Seen<'_, 'b>,
     outputs: &mut Vec<Externalized<'b>>,
     splices: &mut Vec<(Range<usize>, String)>,
-) -> Option<usize> {
+) -> (Option<usize>, bool) {
     let Seen {
         body,
         parsed,
@@ -718,6 +802,7 @@ fn age<'b>(
         mode,
         protocol,
         memo,
+        expired,
     } = seen;
     // The preview the memo holds the synopsis at (only `unknown` uses it).
     let preview = policy.budget.preview_chars;
@@ -745,8 +830,33 @@ fn age<'b>(
         _ => (0, 0),
     };
     // The recall tools are offered from the conversation's first request
-    // when it declares tools of its own (see `rewrite_parsed`).
-    let offered_from_start = policy.recall_enabled && !parsed.client_tool_names.is_empty();
+    // when it declares tools of its own and the rule runs by age (see
+    // `rewrite_parsed`).
+    let regular = policy.aging.after_turns;
+    let offered_from_start =
+        regular > 0 && policy.recall_enabled && !parsed.client_tool_names.is_empty();
+    // The decision points at which the provider's cache had expired: the
+    // newest turn of each such request of this one's history.
+    let n = parsed.messages.len();
+    let expired_turns = expired
+        .iter()
+        .filter(|&&p| p >= 1 && p <= n)
+        .filter_map(|&p| {
+            let end = parsed.messages[p - 1].span.end;
+            ends.iter().filter(|&&e| e <= end).count().checked_sub(1)
+        })
+        .collect::<Vec<usize>>();
+    // Outputs become candidates this many turns after theirs: one at an
+    // expiry, `after_turns` otherwise.
+    let after = if policy.aging.after_expiry {
+        1
+    } else {
+        regular
+    };
+    // Without the rule by age, and no expiry in this request's history,
+    // nothing ages: only whether an expiry would age something is asked,
+    // without preparing any stub.
+    let probe = regular == 0 && expired_turns.is_empty();
     let turns = aging::Turns {
         ends: ends.iter().map(|e| e.saturating_sub(start)).collect(),
         outside: body.len().saturating_sub(conversation),
@@ -755,15 +865,21 @@ fn age<'b>(
         } else {
             first_stub
         },
+        expired: expired_turns,
+        recall_tools: protocol
+            .recall_tools(names)
+            .iter()
+            .map(|t| t.len() + 1)
+            .sum(),
     };
     let newest = turns.ends.len().saturating_sub(1);
     let mut seen = Vec::new();
     let mut prepared = Vec::new();
-    // The first output the next request may age (it comes of age then, or
-    // the gate kept it this time).
+    // The first output the next request may age by the rule by age (it
+    // comes of age then, or the gate kept it this time).
     let mut next = None;
     for (i, o) in parsed.outputs.iter().enumerate() {
-        let of_age = turn_of[i].saturating_add(policy.aging.after_turns);
+        let of_age = turn_of[i].saturating_add(after);
         if stubbed.contains(&o.content_span.start)
             || of_age > newest.saturating_add(1)
             || o.content.char_len() <= policy.aging.floor_chars
@@ -776,9 +892,14 @@ fn age<'b>(
         if !may_externalize(o, &tool, policy, names) {
             continue;
         }
-        if of_age > newest {
+        if regular > 0 && turn_of[i].saturating_add(regular) == newest.saturating_add(1) {
             next = next.or(Some(o.content_span.start));
+        }
+        if of_age > newest {
             continue;
+        }
+        if probe {
+            return (None, true);
         }
         let Some(mut p) = Prepared::new(o, tool.mime, preview, memo) else {
             continue;
@@ -793,11 +914,16 @@ fn age<'b>(
         prepared.push((i, p));
     }
     let picked = aging::aged(&policy.aging, &seen, &turns);
+    let mut kept = false;
     for ((i, mut p), aged) in prepared.into_iter().zip(picked) {
-        // Old enough but kept by the gate: the next request may age it.
+        // Old enough but kept (by the gate, or for want of an expiry): the
+        // next request may age it.
         if !aged {
+            kept = true;
             let start = parsed.outputs[i].content_span.start;
-            next = Some(next.map_or(start, |n: usize| n.min(start)));
+            if regular > 0 && turn_of[i].saturating_add(regular) <= newest {
+                next = Some(next.map_or(start, |n: usize| n.min(start)));
+            }
         }
         if aged {
             externalize(
@@ -813,7 +939,7 @@ fn age<'b>(
             );
         }
     }
-    next
+    (next, kept)
 }
 
 fn reason_text(reason: Reason, mode: Mode) -> String {

@@ -709,6 +709,7 @@ fn aging_policy(after_turns: usize, min_share_permille: u32) -> Policy {
             floor_chars: 4_000,
             min_share_permille,
             horizon_permille: 0,
+            after_expiry: true,
         },
         ..Policy::default()
     }
@@ -1173,6 +1174,7 @@ fn a_model_that_binds_its_thinking_keeps_every_output_it_has_seen() {
         floor_chars: 300,
         min_share_permille: 0,
         horizon_permille: 0,
+        after_expiry: true,
     };
     for (model, changed) in [("claude-sonnet-4-5", true), ("claude-fable-5-1", false)] {
         let mut body = thinking_conversation(model, 0);
@@ -1210,4 +1212,154 @@ fn a_model_that_binds_its_thinking_keeps_every_output_it_has_seen() {
             assert_eq!(stubbed > 0, changed, "{model}");
         }
     }
+}
+
+/// [`rewrite_reading_for`] with the requests at which the provider's cache
+/// had expired.
+fn after_expiry<'b>(
+    body: &'b str,
+    policy: &Policy,
+    expired: &[usize],
+) -> (Outcome<'b>, Option<Read>) {
+    let facts = RequestFacts {
+        expired,
+        ..RequestFacts::default()
+    };
+    rewrite_reading_for(
+        body.as_bytes(),
+        policy,
+        &OpenAiChat,
+        Mode::WithRefs,
+        &Memo::new(0),
+        facts,
+    )
+}
+
+#[test]
+fn an_expired_cache_releases_the_outputs_the_first_stub_gate_kept() {
+    // The gate keeps turn 40's 21,000 characters (see above), and says an
+    // expiry would change that. The conversation: the user, then an
+    // assistant message and a tool message per turn.
+    let mut outputs: Vec<String> = (0..40).map(|i| text_of(i, 3_000)).collect();
+    outputs.push(text_of(40, 21_000));
+    let body = conversation(&outputs);
+    // The gate alone (outputs seen before are aged at an expiry too: the
+    // next test).
+    let mut policy = Policy::default();
+    policy.aging.after_expiry = false;
+    let (outcome, read) = after_expiry(&body, &policy, &[]);
+    assert!(matches!(
+        outcome,
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+    let read = read.expect("read");
+    assert_eq!(read.messages, 83);
+    assert!(read.expiry_matters);
+    // Expired at this request: the whole prompt is written again anyway,
+    // so the first stub is made.
+    let stubbed = |outcome: Outcome<'_>| match outcome {
+        Outcome::Rewritten(r) => r.outputs.iter().map(|o| o.tool_call_id.clone()).collect(),
+        Outcome::Unchanged(_) => Vec::new(),
+    };
+    let (outcome, _) = after_expiry(&body, &policy, &[83]);
+    let Outcome::Rewritten(first) = outcome else {
+        panic!("not rewritten");
+    };
+    assert_eq!(first.outputs.len(), 1);
+    assert_eq!(first.outputs[0].tool_call_id.as_deref(), Some("call_40"));
+    assert!(first.body.contains("tool_result_read"));
+    assert!(!first.expiry_matters);
+    // Every later request reproduces it byte for byte.
+    outputs.push("ok".into());
+    let later = conversation(&outputs);
+    let (outcome, _) = after_expiry(&later, &policy, &[83]);
+    let Outcome::Rewritten(next) = outcome else {
+        panic!("not rewritten");
+    };
+    let kept = messages_of(&first.body);
+    assert_eq!(messages_of(&next.body)[..kept.len()], kept[..]);
+    // An expiry before the output existed (the request that asked for it,
+    // 82 messages) releases nothing; one after this request is not of its
+    // history.
+    assert!(stubbed(after_expiry(&body, &policy, &[82]).0).is_empty());
+    assert!(stubbed(after_expiry(&body, &policy, &[85]).0).is_empty());
+    // A conversation with nothing kept has nothing an expiry would change.
+    let (_, read) = after_expiry(&late_output(3, 100), &policy, &[]);
+    assert!(!read.expect("read").expiry_matters);
+}
+
+#[test]
+fn an_expired_cache_ages_every_output_the_model_has_seen() {
+    // Three outputs of 3,000 characters, under the threshold: verbatim,
+    // and an expiry would age those seen before the newest turn.
+    let outputs: Vec<String> = (0..3).map(|i| text_of(i, 3_000)).collect();
+    let body = conversation(&outputs);
+    let policy = Policy::default();
+    let (outcome, read) = after_expiry(&body, &policy, &[]);
+    assert!(matches!(
+        outcome,
+        Outcome::Unchanged(Unchanged::NothingOverBudget)
+    ));
+    assert!(read.expect("read").expiry_matters);
+    // Expired at this request (7 messages): turns 0 and 1 age, the newest
+    // turn's output, which the model has not seen, stays verbatim.
+    let (outcome, _) = after_expiry(&body, &policy, &[7]);
+    let Outcome::Rewritten(r) = outcome else {
+        panic!("not rewritten");
+    };
+    let aged: Vec<_> = r
+        .outputs
+        .iter()
+        .map(|o| (o.reason.as_str(), o.tool_call_id.as_deref()))
+        .collect();
+    assert_eq!(aged, [("aged", Some("call_0")), ("aged", Some("call_1"))]);
+    assert!(r.body.contains("tool_result_read"));
+    // No cache breakpoint is added: no later request is known to age.
+    assert!(r.cache_anchor.is_none());
+    // Expired at the request before (5 messages): only turn 0 aged there,
+    // and every later request keeps it so.
+    let (outcome, _) = after_expiry(&body, &policy, &[5]);
+    let Outcome::Rewritten(r) = outcome else {
+        panic!("not rewritten");
+    };
+    assert_eq!(r.outputs.len(), 1);
+    assert_eq!(r.outputs[0].tool_call_id.as_deref(), Some("call_0"));
+    // Off, an expiry changes nothing.
+    let mut off = Policy::default();
+    off.aging.after_expiry = false;
+    let (outcome, read) = after_expiry(&body, &off, &[7]);
+    assert!(matches!(outcome, Outcome::Unchanged(_)));
+    assert!(!read.expect("read").expiry_matters);
+}
+
+#[test]
+fn an_expired_cache_ages_what_the_gate_of_the_aging_rule_kept() {
+    let mid = big_json(650);
+    let next = big_json(651);
+    let outputs = ["a ".repeat(1_500), mid, next, "ok".into()];
+    let b = conversation(&outputs);
+    let policy = aging_policy(2, 920);
+    let reasons = |expired: &[usize], policy: &Policy| match after_expiry(&b, policy, expired).0 {
+        Outcome::Rewritten(r) => (
+            r.outputs
+                .iter()
+                .map(|o| format!("{} {}", o.reason, o.tool_call_id.as_deref().unwrap_or("")))
+                .collect::<Vec<_>>(),
+            r.expiry_matters,
+        ),
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    };
+    // Kept by the gate (see above), which an expiry would change.
+    assert_eq!(reasons(&[], &policy), (vec![], true));
+    // Expired at this request (9 messages): both outputs the model has
+    // seen age (turn 0's is under the floor).
+    assert_eq!(reasons(&[9], &policy).0, ["aged call_1", "aged call_2"]);
+    // Expired at the request whose newest turn was 2: turn 1's aged there,
+    // and stays aged.
+    assert_eq!(reasons(&[7], &policy).0, ["aged call_1"]);
+    // With the setting off, an expiry changes nothing and matters not.
+    let mut off = policy.clone();
+    off.aging.after_expiry = false;
+    assert_eq!(reasons(&[], &off), (vec![], false));
+    assert_eq!(reasons(&[9], &off), (vec![], false));
 }

@@ -200,6 +200,7 @@ pub(super) fn rescue<'b>(
         mode,
         protocol,
         memo,
+        ..
     } = seen;
     if mode != Mode::WithRefs || parsed.outputs.is_empty() {
         return;
@@ -795,6 +796,7 @@ mod tests {
                     floor_chars: 300,
                     min_share_permille: 0,
                     horizon_permille: 0,
+                    after_expiry: true,
                 },
                 ..policy()
             };

@@ -12,6 +12,16 @@ use super::{read_block, read_message, span_in};
 use crate::protocol::json_scan::Scanner;
 use std::ops::Range;
 
+/// An hour, in milliseconds, when any of the request's breakpoints asks
+/// for a 1-hour entry (`"ttl": "1h"`); `None` otherwise (the 5-minute
+/// default).
+pub fn longest_lifetime_ms(body: &str) -> Option<u64> {
+    markers(body)?
+        .iter()
+        .any(|m| m.lifetime == Some(Lifetime::OneHour))
+        .then_some(3_600_000)
+}
+
 /// The most `cache_control` breakpoints a request may carry.
 pub const MAX_BREAKPOINTS: usize = 4;
 
@@ -208,6 +218,18 @@ pub fn strip_markers(value: &mut serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_hour_long_breakpoint_makes_the_conversation_cached_an_hour() {
+        let hour = r#","cache_control":{"type":"ephemeral","ttl":"1h"}"#;
+        let five = r#","cache_control":{"type":"ephemeral"}"#;
+        assert_eq!(longest_lifetime_ms(&body(hour, "", five)), Some(3_600_000));
+        assert_eq!(longest_lifetime_ms(&body(five, "", five)), None);
+        // Spelled in a tool output's text, it is no breakpoint.
+        let spelled = r#""x","ttl\":\"1h\""#;
+        let text = body("", "", "").replace(r#""x""#, spelled);
+        assert_eq!(longest_lifetime_ms(&text), None);
+    }
 
     /// A Claude Code-ordered body (model, messages, system, tools), the
     /// assistant message to mark second of `messages`.

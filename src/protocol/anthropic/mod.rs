@@ -348,6 +348,10 @@ impl Protocol for AnthropicMessages {
     fn flavor(&self) -> Flavor {
         Flavor::Anthropic
     }
+
+    fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
+        cache::longest_lifetime_ms(body)
+    }
 }
 
 /// Appends one opening message canonically: its role and its content with

@@ -60,6 +60,10 @@ impl Protocol for OnBedrock {
         AnthropicMessages.append_items(body, items)
     }
 
+    fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
+        AnthropicMessages.cache_lifetime_ms(body)
+    }
+
     fn keeps_recall_tools_in_last_round(&self) -> bool {
         AnthropicMessages.keeps_recall_tools_in_last_round()
     }

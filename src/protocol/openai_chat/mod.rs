@@ -266,6 +266,26 @@ impl Protocol for OpenAiChat {
     fn flavor(&self) -> Flavor {
         Flavor::OpenAi
     }
+
+    fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
+        cache_retention_ms(body)
+    }
+}
+
+/// OpenAI's extended prompt caching: a request whose top-level
+/// `prompt_cache_retention` is `"24h"` keeps its prefix up to 24 hours
+/// (Chat Completions and the Responses API alike).
+pub fn cache_retention_ms(body: &str) -> Option<u64> {
+    let mut retention = None;
+    let mut s = crate::protocol::json_scan::Scanner::new(body);
+    s.object(|s, key| match key {
+        "prompt_cache_retention" => {
+            retention = s.optional_text()?;
+            Some(())
+        }
+        _ => s.value().map(drop),
+    })?;
+    (retention? == "24h").then_some(24 * 3_600_000)
 }
 
 /// The text of a content value: a string (left encoded until needed), or
@@ -388,6 +408,17 @@ fn is_plain_string(raw: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_24_hour_retention_is_read_from_the_top_level_only() {
+        let day = r#"{"model":"gpt-5.1","prompt_cache_retention":"24h","messages":[]}"#;
+        assert_eq!(cache_retention_ms(day), Some(86_400_000));
+        let memory = r#"{"prompt_cache_retention" : "in_memory","messages":[]}"#;
+        assert_eq!(cache_retention_ms(memory), None);
+        let nested = r#"{"messages":[{"role":"user","prompt_cache_retention":"24h"}]}"#;
+        assert_eq!(cache_retention_ms(nested), None);
+        assert_eq!(cache_retention_ms("not json"), None);
+    }
 
     #[test]
     fn a_plain_string_opening_reads_as_its_reserialization() {

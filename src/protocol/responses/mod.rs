@@ -352,6 +352,10 @@ impl Protocol for OpenAiResponses {
     fn flavor(&self) -> Flavor {
         Flavor::OpenAi
     }
+
+    fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
+        crate::protocol::openai_chat::cache_retention_ms(body)
+    }
 }
 
 #[cfg(test)]

@@ -194,6 +194,34 @@ impl AsyncResultStore {
         on_backend!(self, b => b.response_id(tenant, client_id).await)
     }
 
+    /// The requests of one conversation at which the provider's prompt
+    /// cache had expired, as message counts, ascending, up to `messages`;
+    /// deciding this request's first (see below).
+    ///
+    /// A conversation is (`tenant`, `session_id`); a request of it is named
+    /// by its message count. In one write transaction holding the session's
+    /// clock (the writer on SQLite; the row's lock on PostgreSQL, so two
+    /// replicas racing on one session decide once), as of the store clock's
+    /// "now": a first request starts the clock and records nothing; a
+    /// request with more messages than any before, more than `ttl_ms` after
+    /// the clock's last request, records its message count as an expiry
+    /// point; the clock then keeps the latest time and the most messages.
+    /// A request with as many or fewer messages (a retry, a request from
+    /// before a fork) records nothing, so a retry, whenever it comes, gets
+    /// the answer its first attempt got: every replica and every retry send
+    /// the conversation alike. `ttl_ms <= 0`: the cache never expires (the
+    /// clock still moves). The sweep forgets clocks unused for the
+    /// retention period, with their points.
+    pub async fn cache_expiries(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        on_backend!(self, b => b.cache_expiries(tenant, session_id, messages, ttl_ms).await)
+    }
+
     /// Indexes every stored passage for ranked search now; returns how many
     /// this call indexed.
     pub async fn flush_index(&self) -> Result<u64, StoreError> {

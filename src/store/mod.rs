@@ -11,22 +11,25 @@
 //!
 //! Shared by both: `types` (the domain types), `error`, `prepare` (what a put
 //! derives from an output before writing: hash, ref, chunks), `text` (pure
-//! chunking, code-point and query helpers).
+//! chunking, code-point and query helpers), `cache_clock` (the SQL and the
+//! decision of `cache_expiries`).
 //!
-//! Who can read what: every output, exchange, response id and ledger row
-//! belongs to one [`Tenant`], and every query is scoped by it; nothing a
-//! query answers depends on another tenant's rows (another tenant's ref
-//! reads as not found, and a session search keeps, finds, scores and
-//! orders from the tenant's session alone). Client keys (`keys`) belong to
-//! no tenant: the operator makes them, every replica reads them, and the
-//! store keeps their SHA-256, never the keys. The SQLite file toolstub
-//! creates, its `-wal` and `-shm`, are mode 0600 (their owner's alone).
+//! Who can read what: every output, exchange, response id, ledger row and
+//! prompt-cache clock belongs to one [`Tenant`], and every query is scoped
+//! by it; nothing a query answers depends on another tenant's rows
+//! (another tenant's ref reads as not found, and a session search keeps,
+//! finds, scores and orders from the tenant's session alone). Client keys
+//! (`keys`) belong to no tenant: the operator makes them, every replica
+//! reads them, and the store keeps their SHA-256, never the keys. The
+//! SQLite file toolstub creates, its `-wal` and `-shm`, are mode 0600
+//! (their owner's alone).
 //!
 //! Architecture invariant: only this module touches a database, and its API
 //! speaks domain types (`NewOutput`, `ReadWindow`, `SearchHit`, ...), never
 //! rows. It knows nothing of HTTP or of any LLM API.
 
 mod asynchronous;
+mod cache_clock;
 mod error;
 mod keys;
 mod ledger;

@@ -299,6 +299,34 @@ impl Store {
         self.block_on(self.store.response_id(tenant, client_id))
     }
 
+    pub fn cache_expiries(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        self.block_on(
+            self.store
+                .cache_expiries(tenant, session_id, messages, ttl_ms),
+        )
+    }
+
+    /// How many rows `sql` (a count) finds, on either backend.
+    pub fn count(&self, sql: &str) -> i64 {
+        match &*self.place {
+            Place::Dir(dir) => rusqlite::Connection::open(dir.path().join("t.db"))
+                .expect("opening the file to count")
+                .query_row(sql, [], |r| r.get(0))
+                .expect("the count"),
+            Place::Schema(_) => self
+                .postgres_texts(&format!("SELECT ({sql})::text"))
+                .expect("a PostgreSQL store")[0]
+                .parse()
+                .expect("a count"),
+        }
+    }
+
     pub fn flush_index(&self) -> Result<u64, StoreError> {
         self.block_on(self.store.flush_index())
     }

@@ -1681,6 +1681,234 @@ mod answers {
     }
 }
 
+mod cache_clock {
+    //! Prompt-cache expiries: per conversation (tenant, session), the
+    //! requests, named by their message counts, that found the provider's
+    //! prompt cache expired; decided once in the store, so every retry and
+    //! every replica answer alike.
+    use super::*;
+
+    /// The cache's lifetime in these tests (five minutes).
+    const TTL: i64 = 300_000;
+
+    /// No expiry point.
+    const NONE: [u32; 0] = [];
+
+    /// A config whose clock the test moves, to open and reopen stores with.
+    fn clocked() -> (StoreConfig, Arc<AtomicI64>) {
+        let now = Arc::new(AtomicI64::new(1_700_000_000_000));
+        let clock_now = now.clone();
+        let cfg = StoreConfig {
+            clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+            ..config()
+        };
+        (cfg, now)
+    }
+
+    /// Alice's session "s" asked about from one thread per message count
+    /// at once, the threads taking turns on `stores`: each count and its
+    /// answer.
+    fn at_once(stores: &[&Store], messages: &[u32]) -> Vec<(u32, Vec<u32>)> {
+        let start = std::sync::Barrier::new(messages.len());
+        std::thread::scope(|s| {
+            let handles: Vec<_> = messages
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let (store, start) = (stores[i % stores.len()], &start);
+                    s.spawn(move || {
+                        start.wait();
+                        (n, store.cache_expiries(&alice(), "s", n, TTL).unwrap())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    both! {
+        fn a_first_request_records_nothing() {
+            let (_d, store, now) = open_with_clock(config());
+            assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), NONE);
+            // Its retry, however late, is still the first request.
+            now.fetch_add(10 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), NONE);
+            assert_eq!(store.count("SELECT count(*) FROM cache_expiries"), 0);
+        }
+
+        fn a_request_after_the_ttl_records_itself_and_its_retries_answer_alike() {
+            let (cfg, now) = clocked();
+            let store = Store::open(cfg.clone());
+            assert_eq!(store.cache_expiries(&alice(), "s", 2, TTL).unwrap(), NONE);
+            // Exactly the ttl later: not past it.
+            now.fetch_add(TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), NONE);
+            now.fetch_add(TTL + 1, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 6, TTL).unwrap(), [6]);
+            // Its retry at once, and after another ttl, get the same answer.
+            assert_eq!(store.cache_expiries(&alice(), "s", 6, TTL).unwrap(), [6]);
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 6, TTL).unwrap(), [6]);
+            // The next request within the ttl of the last call: no new point.
+            assert_eq!(store.cache_expiries(&alice(), "s", 8, TTL).unwrap(), [6]);
+            now.fetch_add(TTL + 1, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 10, TTL).unwrap(), [6, 10]);
+            // The decision is durable: a reopened store answers the same.
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            let store = store.reopen(cfg);
+            assert_eq!(store.cache_expiries(&alice(), "s", 10, TTL).unwrap(), [6, 10]);
+            assert_eq!(store.cache_expiries(&alice(), "s", 6, TTL).unwrap(), [6]);
+        }
+
+        fn a_request_with_fewer_messages_never_records() {
+            let (_d, store, now) = open_with_clock(config());
+            assert_eq!(store.cache_expiries(&alice(), "s", 10, TTL).unwrap(), NONE);
+            now.fetch_add(3 * TTL, Ordering::SeqCst);
+            // Retries of older requests (or a fork from before): nothing.
+            assert_eq!(store.cache_expiries(&alice(), "s", 5, TTL).unwrap(), NONE);
+            now.fetch_add(3 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 9, TTL).unwrap(), NONE);
+            assert_eq!(store.count("SELECT count(*) FROM cache_expiries"), 0);
+            // They still moved the clock: the next request is within the ttl.
+            assert_eq!(store.cache_expiries(&alice(), "s", 11, TTL).unwrap(), NONE);
+        }
+
+        fn points_are_answered_up_to_the_requests_messages() {
+            let (_d, store, now) = open_with_clock(config());
+            store.cache_expiries(&alice(), "s", 1, TTL).unwrap();
+            for n in [4, 8, 12] {
+                now.fetch_add(TTL + 1, Ordering::SeqCst);
+                assert_eq!(store.cache_expiries(&alice(), "s", n, TTL).unwrap().last(), Some(&n));
+            }
+            assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), NONE);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+            assert_eq!(store.cache_expiries(&alice(), "s", 11, TTL).unwrap(), [4, 8]);
+            assert_eq!(store.cache_expiries(&alice(), "s", 13, TTL).unwrap(), [4, 8, 12]);
+        }
+
+        fn one_session_id_under_two_tenants_is_two_conversations() {
+            let (_d, store, now) = open_with_clock(config());
+            store.cache_expiries(&alice(), "s", 2, TTL).unwrap();
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+            // Bob's "s" is new to the store: alice's clock and point are not his.
+            assert_eq!(store.cache_expiries(&bob(), "s", 4, TTL).unwrap(), NONE);
+            assert_eq!(store.cache_expiries(&bob(), "s", 6, TTL).unwrap(), NONE);
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&bob(), "s", 8, TTL).unwrap(), [8]);
+            // And bob's calls moved neither alice's clock nor her points.
+            assert_eq!(store.cache_expiries(&alice(), "s", 8, TTL).unwrap(), [4, 8]);
+            assert_eq!(store.cache_expiries(&bob(), "s", 8, TTL).unwrap(), [8]);
+            // Another session of one tenant is another conversation too.
+            assert_eq!(store.cache_expiries(&alice(), "t", 8, TTL).unwrap(), NONE);
+        }
+
+        fn no_ttl_never_expires_but_moves_the_clock() {
+            let (_d, store, now) = open_with_clock(config());
+            store.cache_expiries(&alice(), "s", 2, TTL).unwrap();
+            now.fetch_add(100 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, 0).unwrap(), NONE);
+            assert_eq!(store.cache_expiries(&alice(), "s", 5, -1).unwrap(), NONE);
+            // Its retry with a ttl is a retry; the next request is within it.
+            assert_eq!(store.cache_expiries(&alice(), "s", 5, TTL).unwrap(), NONE);
+            assert_eq!(store.cache_expiries(&alice(), "s", 6, TTL).unwrap(), NONE);
+            assert_eq!(store.count("SELECT count(*) FROM cache_expiries"), 0);
+        }
+
+        fn the_sweep_forgets_old_clocks_and_their_points() {
+            const DAY: i64 = 86_400_000;
+            let (_d, store, now) = open_with_clock(StoreConfig {
+                retention_days: 1,
+                ..config()
+            });
+            for tenant in [alice(), bob()] {
+                store.cache_expiries(&tenant, "old", 2, TTL).unwrap();
+            }
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            for tenant in [alice(), bob()] {
+                assert_eq!(store.cache_expiries(&tenant, "old", 4, TTL).unwrap(), [4]);
+            }
+            now.fetch_add(DAY / 2, Ordering::SeqCst);
+            store.cache_expiries(&alice(), "young", 2, TTL).unwrap();
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "young", 4, TTL).unwrap(), [4]);
+            // "old" was last used more than a day ago, "young" not.
+            now.fetch_add(DAY / 2, Ordering::SeqCst);
+            store.sweep().unwrap();
+            assert_eq!(store.count("SELECT count(*) FROM session_clocks"), 1);
+            assert_eq!(store.count("SELECT count(*) FROM cache_expiries"), 1);
+            assert_eq!(store.cache_expiries(&alice(), "young", 4, TTL).unwrap(), [4]);
+            // A forgotten conversation starts again as a first request.
+            assert_eq!(store.cache_expiries(&alice(), "old", 6, TTL).unwrap(), NONE);
+            assert_eq!(store.cache_expiries(&bob(), "old", 4, TTL).unwrap(), NONE);
+        }
+
+        fn without_retention_the_sweep_keeps_every_clock() {
+            let (_d, store, now) = open_with_clock(StoreConfig {
+                retention_days: 0,
+                ..config()
+            });
+            store.cache_expiries(&alice(), "s", 2, TTL).unwrap();
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+            now.fetch_add(10 * 365 * 86_400_000, Ordering::SeqCst);
+            store.sweep().unwrap();
+            assert_eq!(store.count("SELECT count(*) FROM session_clocks"), 1);
+            assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+        }
+
+        fn concurrent_requests_of_one_session_decide_once() {
+            // Eight calls at once, half of them on a second store on the
+            // same data (a second replica on PostgreSQL, a second process's
+            // writer on SQLite).
+            let (cfg, now) = clocked();
+            let a = Store::open(cfg.clone());
+            let b = a.twin(cfg);
+            let stores = [&a, &b];
+            // A new session, eight first requests at once: one clock.
+            assert!(at_once(&stores, &[2; 8]).iter().all(|(_, p)| p.is_empty()));
+            // One new request after the ttl, eight attempts at once: one
+            // point, and every attempt answered with it.
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            for (_, answer) in at_once(&stores, &[5; 8]) {
+                assert_eq!(answer, [5]);
+            }
+            assert_eq!(a.count("SELECT count(*) FROM session_clocks"), 1);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 1);
+            // Eight different new requests at once, after the ttl: the
+            // first to hold the clock records itself; the others find the
+            // clock just moved (and the request with fewer messages than
+            // the point does not see it).
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            let answers = at_once(&stores, &[10, 11, 12, 13, 14, 15, 16, 17]);
+            let points = a.count("SELECT count(*) FROM cache_expiries");
+            assert_eq!(points, 2, "{answers:?}");
+            let first = answers
+                .iter()
+                .find(|(n, p)| p.last() == Some(n))
+                .map(|(n, _)| *n)
+                .expect("one request recorded itself");
+            for (n, answer) in &answers {
+                let expected: Vec<u32> = if *n >= first { vec![5, first] } else { vec![5] };
+                assert_eq!(answer, &expected, "{answers:?}");
+            }
+        }
+    }
+
+    /// The sync API the SQLite layers have answers as the async one does.
+    #[test]
+    fn the_sync_sqlite_store_decides_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, now) = clocked();
+        let store = ResultStore::open(dir.path().join("t.db"), cfg).unwrap();
+        assert_eq!(store.cache_expiries(&alice(), "s", 2, TTL).unwrap(), NONE);
+        now.fetch_add(TTL + 1, Ordering::SeqCst);
+        assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), [3]);
+        assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), [3]);
+        assert_eq!(store.cache_expiries(&bob(), "s", 3, TTL).unwrap(), NONE);
+    }
+}
+
 mod ledger {
     use super::*;
     use toolstub::store::{LedgerBatch, LedgerEntry, OutputTokens, ReportQuery};

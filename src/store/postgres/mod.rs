@@ -325,6 +325,19 @@ impl PostgresBackend {
             .note(write::put_answer(&mut conn, tenant, &answer, now).await)
     }
 
+    pub async fn cache_expiries(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        let now = self.inner.config.clock.now_ms();
+        self.inner
+            .note(write::cache_expiries(&mut conn, tenant, session_id, messages, ttl_ms, now).await)
+    }
+
     pub async fn read(
         &self,
         tenant: &Tenant,

@@ -1,4 +1,5 @@
-//! Writes on PostgreSQL: puts, kept answers, retention.
+//! Writes on PostgreSQL: puts, kept answers, prompt-cache clocks,
+//! retention.
 //!
 //! Several replicas write at once, so every write is safe under
 //! concurrency: an original is claimed with `INSERT ... ON CONFLICT (sha256)
@@ -6,8 +7,11 @@
 //! and then finds its row), an output likewise on `(tenant, ref)`, and the
 //! rows one put touches are locked in one global order (by SHA-256, then
 //! ref), so two puts of the same outputs in different orders cannot
-//! deadlock. Retention takes its victims with `FOR UPDATE SKIP LOCKED` and
-//! one replica sweeps at a time (a transaction advisory lock).
+//! deadlock. A prompt-cache decision locks its session's clock row first
+//! (`SELECT ... FOR UPDATE`), so replicas deciding for one session take
+//! turns, and each sees what the one before recorded. Retention takes its
+//! victims with `FOR UPDATE SKIP LOCKED` and one replica sweeps at a time
+//! (a transaction advisory lock).
 
 use super::{Conn, Inner};
 use crate::store::error::PgContext;
@@ -350,6 +354,136 @@ pub async fn put_answer(
     Ok(new)
 }
 
+/// Decides whether the prompt cache of (tenant, session) expired before
+/// this request ([`crate::store::cache_clock`]) and answers the session's
+/// expiry points up to `messages`, in one transaction holding the clock
+/// row's lock: a new session's row is inserted (`ON CONFLICT DO NOTHING`:
+/// of two replicas inserting at once, the second waits for the first, then
+/// inserts nothing), an existing one is locked `FOR UPDATE`, so replicas
+/// racing on one session decide once, and the later ones see the point
+/// the first recorded.
+pub async fn cache_expiries(
+    conn: &mut Conn,
+    tenant: &Tenant,
+    session_id: &str,
+    messages: u32,
+    ttl_ms: i64,
+    now: i64,
+) -> Result<Vec<u32>, StoreError> {
+    use crate::store::cache_clock as clock;
+    use crate::store::ledger::postgres_sql;
+    let messages = i64::from(messages);
+    let tenant = tenant.as_str();
+    let tx = conn
+        .transaction()
+        .await
+        .pg("starting a prompt-cache clock decision")?;
+    let insert = tx
+        .prepare_cached(&postgres_sql(clock::INSERT_CLOCK))
+        .await
+        .pg("preparing to start a session's prompt-cache clock")?;
+    let lock = tx
+        .prepare_cached(&format!("{} FOR UPDATE", postgres_sql(clock::CLOCK)))
+        .await
+        .pg("preparing to lock a session's prompt-cache clock")?;
+    // The row found by the insert's conflict can be deleted by a sweep
+    // before the lock is taken: then it is a new session again.
+    let mut last = None;
+    for _ in 0..3 {
+        let inserted = tx
+            .execute(&insert, &[&tenant, &session_id, &now, &messages])
+            .await
+            .pg("starting a session's prompt-cache clock")?;
+        if inserted == 1 {
+            last = Some(None);
+            break;
+        }
+        if let Some(row) = tx
+            .query_opt(&lock, &[&tenant, &session_id])
+            .await
+            .pg("locking a session's prompt-cache clock")?
+        {
+            last = Some(Some((row.get::<_, i64>(0), row.get::<_, i64>(1))));
+            break;
+        }
+    }
+    let Some(last) = last else {
+        return Err(StoreError::CommitFailed(
+            "a session's prompt-cache clock kept being deleted while it was read; try again"
+                .to_string(),
+        ));
+    };
+    if let Some((last_at, last_messages)) = last {
+        let d = clock::decide(last_at, last_messages, now, messages, ttl_ms);
+        if d.record {
+            tx.execute(
+                &postgres_sql(clock::INSERT_POINT),
+                &[&tenant, &session_id, &messages],
+            )
+            .await
+            .pg("recording a prompt-cache expiry")?;
+        }
+        if (d.last_at, d.last_messages) != (last_at, last_messages) {
+            tx.execute(
+                &postgres_sql(clock::SET_CLOCK),
+                &[&tenant, &session_id, &d.last_at, &d.last_messages],
+            )
+            .await
+            .pg("moving a session's prompt-cache clock")?;
+        }
+    }
+    let rows = tx
+        .query(
+            &postgres_sql(clock::POINTS),
+            &[&tenant, &session_id, &messages],
+        )
+        .await
+        .pg("reading a session's prompt-cache expiries")?;
+    tx.commit()
+        .await
+        .pg("committing a prompt-cache clock decision")?;
+    rows.iter().map(|r| clock::point(r.get(0))).collect()
+}
+
+/// Deletes up to [`SWEEP_BATCH`] session clocks last used before `cutoff`,
+/// and their expiry points; returns how many clocks. The clocks are locked
+/// (`SKIP LOCKED`: one being decided on right now is in use, not old), so
+/// no point is recorded for them between the two deletes.
+async fn forget_session_clocks(
+    tx: &deadpool_postgres::Transaction<'_>,
+    cutoff: i64,
+) -> Result<u64, StoreError> {
+    use crate::store::cache_clock as clock;
+    let sql = format!(
+        "{} FOR UPDATE SKIP LOCKED",
+        crate::store::ledger::postgres_sql(clock::OLD_CLOCKS)
+    );
+    let rows = tx
+        .query(&sql, &[&cutoff, &SWEEP_BATCH])
+        .await
+        .pg("finding old session clocks")?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let tenants: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let sessions: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+    for (sql, what) in [
+        (
+            "DELETE FROM cache_expiries WHERE (tenant, session_id) IN \
+             (SELECT * FROM unnest($1::text[], $2::text[]))",
+            "deleting old sessions' prompt-cache expiries",
+        ),
+        (
+            "DELETE FROM session_clocks WHERE (tenant, session_id) IN \
+             (SELECT * FROM unnest($1::text[], $2::text[]))",
+            "deleting old session clocks",
+        ),
+    ] {
+        tx.execute(sql, &[&tenants, &sessions]).await.pg(what)?;
+    }
+    Ok(rows.len() as u64)
+}
+
 /// Records a new active key in one statement; the unique indexes settle
 /// two replicas recording one name at once (one wins, the other is told
 /// the name is taken), and nothing is written when one refuses it.
@@ -457,6 +591,8 @@ async fn sweep(
             let gone = tx.execute(sql, &[&cutoff, &SWEEP_BATCH]).await.pg(what)?;
             report.more |= gone as i64 == SWEEP_BATCH;
         }
+        let gone = forget_session_clocks(&tx, cutoff).await?;
+        report.more |= gone as i64 == SWEEP_BATCH;
         let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH).await?;
         report.more |= victims.len() as i64 == SWEEP_BATCH;
         for (id, blob, _) in victims {

@@ -258,6 +258,25 @@ impl SqliteBackend {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// [`ResultStore::cache_expiries`]: resolves once committed.
+    pub async fn cache_expiries(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        let (tenant, session_id) = (tenant.clone(), session_id.to_string());
+        self.ask(|reply| Job::CacheExpiries {
+            tenant,
+            session_id,
+            messages,
+            ttl_ms,
+            reply,
+        })
+        .await
+    }
+
     /// [`ResultStore::create_key`]: resolves once committed.
     pub async fn create_key(
         &self,

@@ -336,6 +336,27 @@ impl ResultStore {
             .with(|c| reader::list(c, tenant, session_id, tool_name, limit))
     }
 
+    /// The requests of one conversation at which the provider's prompt
+    /// cache had expired, as message counts, ascending, up to `messages`;
+    /// deciding this request's first, through the writer (see
+    /// [`crate::store::AsyncResultStore::cache_expiries`]).
+    pub fn cache_expiries(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        let (tenant, session_id) = (tenant.clone(), session_id.to_string());
+        self.ask_writer(|reply| writer::Job::CacheExpiries {
+            tenant,
+            session_id,
+            messages,
+            ttl_ms,
+            reply,
+        })
+    }
+
     /// Waits until every stored chunk is in the FTS index; returns how many
     /// chunks were indexed by this call.
     pub fn flush_index(&self) -> Result<u64, StoreError> {

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_ledger_write_cost.sql"),
     include_str!("migrations/0008_client_keys.sql"),
     include_str!("migrations/0009_write_probe.sql"),
+    include_str!("migrations/0010_cache_clocks.sql"),
 ];
 
 /// The schema version this build writes.

@@ -8,6 +8,8 @@
 //!   (derived data: it may lag and is rebuilt from `chunks` after a crash,
 //!   so it never sits on the put path; searches flush it first);
 //! - runs retention sweeps in bounded batches;
+//! - decides and records prompt-cache expiries (`cache_clock.rs`), one
+//!   session's read, decision and write in one transaction;
 //! - records and revokes client keys (committed at `synchronous=FULL`
 //!   whatever `store.durability` says: a revocation must survive a power
 //!   loss);
@@ -89,6 +91,13 @@ pub(crate) enum Job {
         name: String,
         at: i64,
         reply: Reply<bool>,
+    },
+    CacheExpiries {
+        tenant: Tenant,
+        session_id: String,
+        messages: u32,
+        ttl_ms: i64,
+        reply: Reply<Vec<u32>>,
     },
     /// A small durable write, to learn whether the file can be written.
     Probe {
@@ -240,6 +249,19 @@ impl Writer {
                 Job::CreateKey { record, reply } => self.write(reply, |w| w.create_key(record)),
                 Job::RevokeKey { name, at, reply } => {
                     self.write(reply, |w| w.revoke_key(&name, at))
+                }
+                Job::CacheExpiries {
+                    tenant,
+                    session_id,
+                    messages,
+                    ttl_ms,
+                    reply,
+                } => {
+                    self.write(reply, |w| {
+                        w.cache_expiries(&tenant, &session_id, messages, ttl_ms)
+                    });
+                    // On a request's path, as a put is: background work waits.
+                    self.last_put = std::time::Instant::now();
                 }
                 Job::Probe { reply } => self.write(reply, Writer::probe),
             }
@@ -481,6 +503,79 @@ impl Writer {
         Ok(new)
     }
 
+    /// Decides whether the prompt cache of (tenant, session) expired
+    /// before this request ([`crate::store::cache_clock`]) and answers the
+    /// session's expiry points up to `messages`, in one transaction: the
+    /// one writer makes the read, the decision and the write one step, so
+    /// concurrent calls on one session decide once. Committed at the
+    /// durability puts use: a retry after a crash must find the decision.
+    fn cache_expiries(
+        &mut self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        use crate::store::cache_clock as clock;
+        self.set_synchronous(self.durable_level())?;
+        let now = self.config.clock.now_ms();
+        let messages = i64::from(messages);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting a prompt-cache clock decision")?;
+        let key = params![tenant.as_str(), session_id];
+        let last: Option<(i64, i64)> = tx
+            .prepare_cached(clock::CLOCK)
+            .and_then(|mut s| s.query_row(key, |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .ctx("reading a session's prompt-cache clock")?;
+        match last {
+            None => {
+                tx.prepare_cached(clock::INSERT_CLOCK)
+                    .and_then(|mut s| {
+                        s.execute(params![tenant.as_str(), session_id, now, messages])
+                    })
+                    .ctx("starting a session's prompt-cache clock")?;
+            }
+            Some((last_at, last_messages)) => {
+                let d = clock::decide(last_at, last_messages, now, messages, ttl_ms);
+                if d.record {
+                    tx.prepare_cached(clock::INSERT_POINT)
+                        .and_then(|mut s| s.execute(params![tenant.as_str(), session_id, messages]))
+                        .ctx("recording a prompt-cache expiry")?;
+                }
+                if (d.last_at, d.last_messages) != (last_at, last_messages) {
+                    tx.prepare_cached(clock::SET_CLOCK)
+                        .and_then(|mut s| {
+                            s.execute(params![
+                                tenant.as_str(),
+                                session_id,
+                                d.last_at,
+                                d.last_messages
+                            ])
+                        })
+                        .ctx("moving a session's prompt-cache clock")?;
+                }
+            }
+        }
+        let points = {
+            let mut stmt = tx
+                .prepare_cached(clock::POINTS)
+                .ctx("preparing the prompt-cache expiry lookup")?;
+            let rows = stmt
+                .query_map(params![tenant.as_str(), session_id, messages], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .ctx("reading a session's prompt-cache expiries")?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .ctx("reading a session's prompt-cache expiries")?
+        };
+        tx.commit()
+            .ctx("committing a prompt-cache clock decision")?;
+        self.wal_dirty += 1;
+        points.into_iter().map(clock::point).collect()
+    }
+
     /// Records a new active key: refused, with nothing written, when an
     /// active key has its name or its hash was ever recorded. The one
     /// writer makes the check and the insert one step.
@@ -628,6 +723,8 @@ impl Writer {
                     params![cutoff, SWEEP_BATCH],
                 )
                 .ctx("deleting old response ids")?;
+            report.more |= gone as i64 == SWEEP_BATCH;
+            let gone = forget_session_clocks(&tx, cutoff)?;
             report.more |= gone as i64 == SWEEP_BATCH;
             let victims = oldest_live(&tx, Some(cutoff), SWEEP_BATCH)?;
             report.more |= victims.len() as i64 == SWEEP_BATCH;
@@ -786,6 +883,38 @@ fn sum_detail_over_cap(
         .ctx("deleting summed ledger rows")?;
     report.ledger_rolled_up += gone as u64;
     Ok((count - gone as i64, more && gone > 0))
+}
+
+/// Deletes up to [`SWEEP_BATCH`] session clocks last used before `cutoff`,
+/// and their expiry points (a conversation resumed after that starts a new
+/// clock, as a first request); returns how many clocks.
+fn forget_session_clocks(tx: &Transaction<'_>, cutoff: i64) -> Result<usize, StoreError> {
+    use crate::store::cache_clock as clock;
+    let old: Vec<(String, String)> = {
+        let mut stmt = tx
+            .prepare_cached(clock::OLD_CLOCKS)
+            .ctx("preparing the session clock scan")?;
+        let rows = stmt
+            .query_map(params![cutoff, SWEEP_BATCH], |r| Ok((r.get(0)?, r.get(1)?)))
+            .ctx("finding old session clocks")?;
+        rows.collect::<Result<_, _>>()
+            .ctx("reading old session clocks")?
+    };
+    let mut points = tx
+        .prepare_cached("DELETE FROM cache_expiries WHERE tenant = ?1 AND session_id = ?2")
+        .ctx("preparing to delete prompt-cache expiries")?;
+    let mut clocks = tx
+        .prepare_cached("DELETE FROM session_clocks WHERE tenant = ?1 AND session_id = ?2")
+        .ctx("preparing to delete session clocks")?;
+    for (tenant, session_id) in &old {
+        points
+            .execute(params![tenant, session_id])
+            .ctx("deleting an old session's prompt-cache expiries")?;
+        clocks
+            .execute(params![tenant, session_id])
+            .ctx("deleting an old session clock")?;
+    }
+    Ok(old.len())
 }
 
 /// One request's outputs, inside a savepoint of the group transaction.

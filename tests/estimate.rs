@@ -771,3 +771,49 @@ fn requests_over_the_models_window_are_counted_direct_and_through_toolstub() {
     assert_eq!(s["over_window"]["direct"], direct);
     assert_eq!(s["over_window"]["toolstub"], direct);
 }
+
+/// A pause longer than the cache's lifetime, replayed from the file's
+/// timestamps: at the next request the outputs the model saw before become
+/// stubs (the provider writes the whole prompt again there anyway), and
+/// the session costs less than with expiries not considered.
+#[test]
+fn after_a_pause_longer_than_the_cache_lives_seen_outputs_age() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let listing = |i: usize| {
+        format!(
+            "<returncode>0</returncode>\n<output>\n{}</output>",
+            format!("src/part{i}/file.rs: 120 lines, last changed by the parser work\n").repeat(50)
+        )
+    };
+    let big: Vec<(usize, String)> = (0..12).map(|i| (i, listing(i))).collect();
+    let mut t = trajectory(12, &big, None);
+    // Answers 10 s apart; from the eighth on, 20 minutes later.
+    for m in t["messages"].as_array_mut().into_iter().flatten() {
+        if let Some(created) = m.pointer_mut("/extra/response/created") {
+            let at = created.as_i64().unwrap_or(0);
+            if at >= 1_700_000_070 {
+                *created = json!(at + 1_200);
+            }
+        }
+    }
+    write(dir.path(), "a.traj.json", &t);
+    let report = estimate(dir.path(), &[]);
+    let s = &report["per_session"][0];
+    assert_eq!(s["after_expiry"], 1, "{s}");
+    assert!(s["outputs_externalized"].as_u64() > Some(5), "{s}");
+    let config = dir.path().join("no-expiry.toml");
+    std::fs::write(&config, "[externalization]\nprompt_cache_ttl_ms = 0\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let off = estimate(
+        dir.path(),
+        &["--config", config.to_str().unwrap_or_default()],
+    );
+    let o = &off["per_session"][0];
+    assert_eq!(o["after_expiry"], 0);
+    assert_eq!(o["outputs_externalized"], 0);
+    for name in ["openai", "anthropic"] {
+        let with = model(s, name)["toolstub_usd"].as_f64().unwrap_or(f64::MAX);
+        let without = model(o, name)["toolstub_usd"].as_f64().unwrap_or(0.0);
+        assert!(with < without, "{name}: {with} >= {without}");
+    }
+}

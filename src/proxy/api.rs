@@ -272,7 +272,7 @@ pub(super) async fn handle(
     let plan = if small && app.config.policy.enabled && api.protocol().surely_untouched(&original) {
         Plan::Unchanged("no_tools", None)
     } else {
-        plan(
+        let first = plan(
             app,
             api,
             original.clone(),
@@ -280,7 +280,18 @@ pub(super) async fn handle(
             true,
             path_model.clone(),
             asks_long_context(&parts.headers),
+            Vec::new(),
         )
+        .await?;
+        Box::pin(after_expiries(
+            app,
+            api,
+            &tenant,
+            session_header.as_deref(),
+            &parts,
+            &original,
+            first,
+        ))
         .await?
     };
     match plan {
@@ -355,6 +366,7 @@ async fn rewritten_request(
     } = request;
     let path_model = api.model_in_path(parts.uri.path());
     let long_context = asks_long_context(&parts.headers);
+    let expired = rewritten.expired.clone();
     let plan_of = |mode| {
         plan(
             app,
@@ -364,6 +376,7 @@ async fn rewritten_request(
             true,
             path_model.clone(),
             long_context,
+            expired.clone(),
         )
     };
     let session =
@@ -480,6 +493,7 @@ async fn rewritten_request(
             session,
             names: rewritten.recall_names,
             last_canon: rewritten.last_canon,
+            expired: rewritten.expired,
             body: rewritten.body,
             original,
             restorations,
@@ -661,6 +675,15 @@ pub(super) struct OwnedRewrite {
     /// The end of the prefix the next request keeps (the aging rule's
     /// cache breakpoint), an offset in `body`.
     cache_anchor: Option<usize>,
+    /// The messages of its conversation, the tool outputs it carries, and
+    /// whether an expired cache would change it ([`crate::rewrite::Read`]).
+    messages: usize,
+    tool_outputs: usize,
+    expiry_matters: bool,
+    /// The requests after which the provider's cache had expired that it
+    /// was planned with ([`RequestFacts::expired`]): every re-plan of the
+    /// request takes them too.
+    pub expired: Vec<usize>,
 }
 
 impl OwnedRewrite {
@@ -833,6 +856,7 @@ async fn bedrock_count_tokens(
             .and_then(|rest| rest.rsplit_once("/model/"))
             .and_then(|(_, model)| crate::percent::decode(model, false)),
         asks_long_context(&parts.headers),
+        Vec::new(),
     )
     .await?
     {
@@ -861,6 +885,72 @@ async fn bedrock_count_tokens(
     Ok(stream_back(response))
 }
 
+/// The prompt-cache clock: a request that carries tool outputs is noted on
+/// its conversation's clock in the store, which answers at which of the
+/// conversation's requests the provider's cache had expired (more than its
+/// lifetime since the request before: `externalization.prompt_cache_ttl_ms`,
+/// or longer where the request asks, [`Protocol::cache_lifetime_ms`]). The
+/// store decides each once, so every replica and retry rewrites alike.
+/// Where an expiry changes the request (what the first plan says), it is
+/// planned again with them. A store that fails leaves the first plan: the
+/// request goes as if no cache had expired.
+async fn after_expiries(
+    app: &Arc<App>,
+    api: Api,
+    tenant: &Tenant,
+    session_header: Option<&str>,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    first: Plan,
+) -> Result<Plan, ProxyError> {
+    let default_ttl = app.config.policy.prompt_cache_ttl_ms;
+    let (opening, messages, tool_outputs, matters) = match &first {
+        Plan::Rewritten(r) => (&r.opening, r.messages, r.tool_outputs, r.expiry_matters),
+        Plan::Unchanged(_, Some(read)) => (
+            &read.opening,
+            read.messages,
+            read.tool_outputs,
+            read.expiry_matters,
+        ),
+        Plan::Unchanged(_, None) => return Ok(first),
+    };
+    if default_ttl == 0 || tool_outputs == 0 {
+        return Ok(first);
+    }
+    let session = session_header
+        .map(str::to_string)
+        .unwrap_or_else(|| derive_session(tenant.as_str(), opening));
+    let ttl = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| api.protocol().cache_lifetime_ms(text))
+        .unwrap_or(default_ttl);
+    let count = u32::try_from(messages).unwrap_or(u32::MAX);
+    let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
+    let points = match app.store.cache_expiries(tenant, &session, count, ttl).await {
+        Ok(points) => points,
+        Err(e) => {
+            app.metrics.store_error("cache_expiries");
+            tracing::warn!(error = %e, "reading the prompt-cache clock failed");
+            return Ok(first);
+        }
+    };
+    if !matters || points.is_empty() {
+        return Ok(first);
+    }
+    let expired = points.into_iter().map(|p| p as usize).collect();
+    plan(
+        app,
+        api,
+        body.clone(),
+        Mode::WithRefs,
+        true,
+        api.model_in_path(parts.uri.path()),
+        asks_long_context(&parts.headers),
+        expired,
+    )
+    .await
+}
+
 /// Whether the client asked for the long context window with Anthropic's
 /// `anthropic-beta` header (`context-1m-*`, among comma-separated betas,
 /// in any of the header's values): the context-window rescue then goes by
@@ -879,6 +969,7 @@ pub(super) fn asks_long_context(headers: &http::HeaderMap) -> bool {
 /// of a recall loop that drops the tools). `path_model`: the model the path
 /// names, for a body that names none; `long_context`: the client's
 /// `anthropic-beta` header asks for the long context window.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn plan(
     app: &Arc<App>,
     api: Api,
@@ -887,6 +978,7 @@ pub(super) async fn plan(
     recall: bool,
     path_model: Option<String>,
     long_context: bool,
+    expired: Vec<usize>,
 ) -> Result<Plan, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
         return Ok(plan_now(
@@ -897,6 +989,7 @@ pub(super) async fn plan(
             recall,
             path_model.as_deref(),
             long_context,
+            expired,
         ));
     }
     let app = app.clone();
@@ -909,12 +1002,14 @@ pub(super) async fn plan(
             recall,
             path_model.as_deref(),
             long_context,
+            expired,
         )
     })
     .await
     .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan_now(
     app: &App,
     api: Api,
@@ -923,6 +1018,7 @@ fn plan_now(
     recall: bool,
     path_model: Option<&str>,
     long_context: bool,
+    expired: Vec<usize>,
 ) -> Plan {
     let policy;
     let policy = if recall {
@@ -937,7 +1033,7 @@ fn plan_now(
     let facts = RequestFacts {
         path_model,
         long_context,
-        expired: &[],
+        expired: &expired,
     };
     match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, facts) {
         (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),
@@ -952,6 +1048,10 @@ fn plan_now(
             turns: r.turns,
             last_canon: r.last_canon,
             cache_anchor: r.cache_anchor,
+            messages: r.messages,
+            tool_outputs: r.tool_outputs,
+            expiry_matters: r.expiry_matters,
+            expired,
             outputs: r
                 .outputs
                 .into_iter()

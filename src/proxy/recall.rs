@@ -74,6 +74,9 @@ pub(super) struct RecallRequest {
     pub original: Bytes,
     /// The hidden exchanges restored into `body`, by identity.
     pub restorations: BTreeMap<String, String>,
+    /// The requests after which the provider's cache had expired that
+    /// `body` was planned with: the last round's is planned with them too.
+    pub expired: Vec<usize>,
     /// Response headers to add (`x-toolstub-*`).
     pub extra_headers: Vec<(&'static str, HeaderValue)>,
     /// The tokens saved, once counted (`x-toolstub-saved-tokens`).
@@ -110,6 +113,7 @@ impl RecallRequest {
                 false,
                 self.api.model_in_path(self.parts.uri.path()),
                 super::api::asks_long_context(&self.parts.headers),
+                self.expired.clone(),
             )
             .await?
             {

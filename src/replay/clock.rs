@@ -5,11 +5,14 @@
 //!
 //! Architecture invariant: pure; the time is the recorded request's.
 
+use crate::store::cache_clock::decide;
+
 /// One conversation's clock.
 #[derive(Clone, Debug, Default)]
 pub struct CacheClock {
-    /// The latest request seen: when (seconds), and its message count.
-    last: Option<(f64, usize)>,
+    /// The clock's row: the latest request's time (Unix ms) and the most
+    /// messages seen.
+    last: Option<(i64, i64)>,
     /// The message counts of the requests that came after an expiry.
     points: Vec<usize>,
 }
@@ -22,18 +25,17 @@ impl CacheClock {
     /// `ttl_ms` came since the latest of them; the first request of a
     /// conversation is never one (nothing is known of what came before).
     pub fn observe(&mut self, messages: usize, at: f64, ttl_ms: u64) -> Vec<usize> {
+        let now = (at * 1000.0) as i64;
+        let count = i64::try_from(messages).unwrap_or(i64::MAX);
         match self.last {
-            None => self.last = Some((at, messages)),
+            None => self.last = Some((now, count)),
             Some((last_at, last_messages)) => {
-                let idle_ms = (at - last_at) * 1000.0;
-                if ttl_ms > 0
-                    && messages > last_messages
-                    && idle_ms > ttl_ms as f64
-                    && !self.points.contains(&messages)
-                {
+                let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+                let d = decide(last_at, last_messages, now, count, ttl);
+                if d.record && !self.points.contains(&messages) {
                     self.points.push(messages);
                 }
-                self.last = Some((last_at.max(at), last_messages.max(messages)));
+                self.last = Some((d.last_at, d.last_messages));
             }
         }
         let mut points: Vec<usize> = self

@@ -29,7 +29,7 @@
 //! rows. It knows nothing of HTTP or of any LLM API.
 
 mod asynchronous;
-mod cache_clock;
+pub mod cache_clock;
 mod error;
 mod keys;
 mod ledger;

@@ -5,6 +5,7 @@ use super::mock::{client, completion, send, Recorded, Reply, Script};
 use super::{setup_with, Setup, KEY};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The three routes, with what their requests and answers look like.
 #[derive(Clone, Copy, Debug)]
@@ -657,4 +658,75 @@ async fn send_beta(
     let (status, headers, body) =
         send(&client(), "POST", s.url(route.path()), &headers, body).await;
     (status, headers, body.to_vec())
+}
+
+/// After the provider's cache expired (a pause longer than
+/// `prompt_cache_ttl_ms`, here 1 s), the outputs the model saw in earlier
+/// requests become stubs there, on every route; every retry of that
+/// request, however late, sends the same bytes, and so does every later
+/// request before the new turn. Within the lifetime, requests go byte for
+/// byte.
+#[tokio::test]
+async fn after_the_cache_expired_seen_outputs_become_stubs_and_retries_agree() {
+    for route in ROUTES {
+        let s = setup_with(
+            answers(),
+            &[("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")],
+        )
+        .await;
+        let mut messages = Vec::new();
+        for turn in 0..2 {
+            messages.extend(route.turn(turn, &[("Read", text_of(turn, 3_000), false)]));
+            let body = route.body(&messages);
+            let (status, _) = post(&s, route, body.clone()).await;
+            assert_eq!(status, 200);
+            assert_eq!(s.mock.last().body, body.as_bytes(), "{route:?} turn {turn}");
+        }
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        messages.extend(route.turn(2, &[("Read", text_of(2, 3_000), false)]));
+        let body = route.body(&messages);
+        let (status, headers) = post(&s, route, body.clone()).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            headers
+                .get("x-toolstub-externalized")
+                .and_then(|v| v.to_str().ok()),
+            Some("2"),
+            "{route:?}"
+        );
+        let sent = s.mock.last().body.to_vec();
+        let got = route.outputs(&sent);
+        for (id, text) in &got[..2] {
+            assert!(
+                text.starts_with("[toolstub: tool output shown in full earlier]")
+                    && text.contains(&format!("ref: tr_{id}_")),
+                "{route:?}: {text}"
+            );
+        }
+        assert_eq!(
+            got[2].1,
+            text_of(2, 3_000),
+            "{route:?}: the new output verbatim"
+        );
+        assert!(String::from_utf8_lossy(&sent).contains("tool_result_read"));
+        // Retries, at once and after another pause: the same bytes.
+        for pause in [0, 1_300] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let (status, _) = post(&s, route, body.clone()).await;
+            assert_eq!(status, 200);
+            assert_eq!(
+                s.mock.last().body,
+                sent,
+                "{route:?}: retry after {pause} ms"
+            );
+        }
+        // The next turn keeps every message sent before.
+        messages.extend(route.turn(3, &[("Read", text_of(3, 3_000), false)]));
+        let (status, _) = post(&s, route, route.body(&messages)).await;
+        assert_eq!(status, 200);
+        let before = conversation_of(&sent);
+        let now = conversation_of(&s.mock.last().body);
+        assert_eq!(before[..], now[..before.len()], "{route:?}");
+        s.proxy.shutdown().await;
+    }
 }

@@ -490,3 +490,66 @@ async fn every_replica_knows_every_key() {
     a.proxy.shutdown().await;
     b.proxy.shutdown().await;
 }
+
+/// A chat conversation of one `fetch` call a turn, output `i` answering
+/// turn `i`.
+fn turns_body(outputs: &[String]) -> String {
+    let mut messages = vec![json!({"role": "user", "content": "replicas"})];
+    for (i, o) in outputs.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}"), "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+        ]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": o}));
+    }
+    json!({"model": "gpt-test", "messages": messages, "tools": [
+        {"type": "function", "function": {"name": "fetch", "parameters": {}}}
+    ]})
+    .to_string()
+}
+
+/// Two replicas on one store decide alike when a conversation's prompt
+/// cache expired: the request that found it expired through one, retried
+/// through the other after another pause, goes upstream as the same bytes.
+#[tokio::test]
+async fn replicas_agree_on_when_the_prompt_cache_expired() {
+    let schema = pg::Schema::create().await;
+    let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
+    let env = [("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")];
+    let a = replica_with(&mock, &schema.store_url(), &env).await;
+    let b = replica_with(&mock, &schema.store_url(), &env).await;
+    let outputs: Vec<String> = (0..3)
+        .map(|i| format!("line {i} of a log\n").repeat(200))
+        .collect();
+    let c = client();
+    let ask = |s: &Setup, body: String| {
+        let c = c.clone();
+        let url = s.url("/v1/chat/completions");
+        async move {
+            let (status, _, _) = send(&c, "POST", url, &[("authorization", KEY)], body).await;
+            assert_eq!(status.as_u16(), 200);
+        }
+    };
+    for n in 1..=2 {
+        let body = turns_body(&outputs[..n]);
+        ask(&a, body.clone()).await;
+        assert_eq!(mock.last().body, body.as_bytes(), "within the lifetime");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    let body = turns_body(&outputs);
+    ask(&b, body.clone()).await;
+    let sent = mock.last().body.to_vec();
+    assert_ne!(sent, body.as_bytes(), "expired: the outputs seen age");
+    assert_eq!(
+        String::from_utf8_lossy(&sent)
+            .matches("shown in full earlier")
+            .count(),
+        2
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    ask(&a, body).await;
+    assert_eq!(
+        mock.last().body,
+        sent,
+        "the retry through the other replica"
+    );
+}

@@ -507,8 +507,13 @@ impl Writer {
     /// before this request ([`crate::store::cache_clock`]) and answers the
     /// session's expiry points up to `messages`, in one transaction: the
     /// one writer makes the read, the decision and the write one step, so
-    /// concurrent calls on one session decide once. Committed at the
-    /// durability puts use: a retry after a crash must find the decision.
+    /// concurrent calls on one session decide once. Committed at
+    /// `synchronous=NORMAL`, as the ledger: it is on the path of every
+    /// request that carries tool outputs, and only an OS crash or a power
+    /// loss (not a process kill) can lose the last moments of it; a lost
+    /// point then makes one later request of its conversation go as if the
+    /// cache had not expired (one cache write more), a lost clock move
+    /// makes one pause look shorter.
     fn cache_expiries(
         &mut self,
         tenant: &Tenant,
@@ -517,7 +522,7 @@ impl Writer {
         ttl_ms: i64,
     ) -> Result<Vec<u32>, StoreError> {
         use crate::store::cache_clock as clock;
-        self.set_synchronous(self.durable_level())?;
+        self.set_synchronous("NORMAL")?;
         let now = self.config.clock.now_ms();
         let messages = i64::from(messages);
         let tx = self

@@ -21,6 +21,14 @@
 //! default is no gate, the setting the replay of real sessions found best
 //! (BENCHMARKS.md, "Savings on real sessions"); the rule itself is off.
 //!
+//! Where the provider's cache had expired before a request (a pause
+//! longer than its lifetime, [`Turns::expired`]), the provider writes the
+//! whole prompt again whatever is sent, so with [`Aging::after_expiry`]
+//! (on by default, the rule by age off or not) every output over the
+//! floor the model saw in an earlier request ages at that decision point,
+//! when together they remove more than the recall tools add where they
+//! come with the change.
+//!
 //! Determinism: a decision point is the request whose newest turn is turn
 //! `d` of this conversation; the rule replays every decision point from the
 //! request's own content, oldest first, so each request reproduces the

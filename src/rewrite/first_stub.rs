@@ -28,6 +28,11 @@
 //! decision depends only on what precedes them), and the next group over
 //! budget is weighed in its turn, against its own prefix.
 //!
+//! Before a request that came after the provider's cache had expired
+//! ([`super::RequestFacts::expired`]) nothing is weighed: the provider
+//! writes the whole prompt again there anyway, so from that request on
+//! every group before it that the rule kept is a stub.
+//!
 //! Only the first stub is weighed: later ones add nothing before them, and
 //! when the recall tools are offered from the conversation's first request
 //! (the aging rule) or not at all (`recall.enabled = false`, or no store

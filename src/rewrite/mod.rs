@@ -7,11 +7,13 @@
 //! keep inline (the conversation budget), and on the [`Policy`], so turn
 //! N+1 of a conversation reproduces turn N's rewritten messages byte for byte
 //! and the provider's prompt cache keeps hitting. The one exception is the
-//! aging rule ([`aging`], off by default), which replaces an output already
-//! sent once it is old, at the request where the price model says the
-//! change pays, and the same way on every later request; so does the
-//! context-window rescue ([`window`]), where a request would not fit its
-//! model's context window. The body is spliced, never
+//! aging rule ([`aging`]), which replaces an output already sent once it
+//! is old (off by default), at the request where the price model says the
+//! change pays, or at a request that came after the provider's cache
+//! expired ([`RequestFacts::expired`], a fact the proxy's store records),
+//! and the same way on every later request; so does the context-window
+//! rescue ([`window`]), where a request would not fit its model's context
+//! window. The body is spliced, never
 //! re-serialized: every byte outside the replaced contents and the appended
 //! recall tools stays as the client sent it.
 //!

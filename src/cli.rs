@@ -851,7 +851,7 @@ mod results {
 
     /// Unix milliseconds as RFC 3339 in UTC (`2023-11-14T22:13:20Z`).
     fn rfc3339(ms: i64) -> String {
-        format!("{}Z", utc(ms).replacen(' ', "T", 1))
+        utc_as(ms, "%Y-%m-%dT%H:%M:%SZ")
     }
 
     fn print_json<T: serde::Serialize>(out: &mut impl Write, value: &T) -> Result<()> {
@@ -930,31 +930,28 @@ mod results {
         Ok(())
     }
 
-    /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC), without a date crate.
+    /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC).
     fn utc(ms: i64) -> String {
-        let secs = ms.div_euclid(1000);
-        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        // Howard Hinnant's civil_from_days.
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        format!(
-            "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
+        utc_as(ms, "%Y-%m-%d %H:%M:%S")
+    }
+
+    /// Unix milliseconds in UTC, in `format` (`?` out of chrono's range).
+    fn utc_as(ms: i64, format: &str) -> String {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map_or_else(|| "?".to_string(), |t| t.format(format).to_string())
     }
 
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn times_print_in_utc() {
+            assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20");
+            assert_eq!(rfc3339(1_700_000_000_999), "2023-11-14T22:13:20Z");
+            assert_eq!(utc(-1), "1969-12-31 23:59:59");
+            assert_eq!(utc(i64::MAX), "?");
+        }
 
         #[test]
         fn snippets_stay_on_one_line_and_keep_unicode() {

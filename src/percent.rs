@@ -3,32 +3,32 @@
 //! SigV4 signature's canonical query.
 
 /// `s` with every `%XX` decoded (and `+` as a space when `plus_is_space`,
-/// as in a form-encoded query); `None` on a malformed escape or when the
-/// bytes are not UTF-8.
+/// as in a form-encoded query); `None` on a malformed escape (a `%` not
+/// followed by two hex digits, which the crate would keep as it is: a
+/// query or path with one is refused rather than read another way) or
+/// when the bytes are not UTF-8.
 pub fn decode(s: &str, plus_is_space: bool) -> Option<String> {
     let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'%' => {
-                let hex = |j: usize| bytes.get(j).and_then(|&c| char::from(c).to_digit(16));
-                let (hi, lo) = (hex(i + 1)?, hex(i + 2)?);
-                // Two hex digits: at most 0xff.
-                out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
+    let malformed = bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'%'
+            && !bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    let spaced;
+    let s = if plus_is_space {
+        spaced = s.replace('+', " ");
+        spaced.as_str()
+    } else {
+        s
+    };
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|d| d.into_owned())
 }
 
 #[cfg(test)]

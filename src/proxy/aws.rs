@@ -570,24 +570,10 @@ fn hex_of(bytes: &[u8]) -> String {
 
 /// `20261202T140453Z` as a time.
 fn parse_amz_date(value: &str) -> Option<SystemTime> {
-    let b = value.as_bytes();
-    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+    if value.len() != 16 {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| value.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
-    let (hh, mm, ss) = (num(9..11)?, num(11..13)?, num(13..15)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = u64::try_from(days * 86_400 + hh * 3_600 + mm * 60 + ss).ok()?;
+    let t = chrono::NaiveDateTime::parse_from_str(value, "%Y%m%dT%H%M%SZ").ok()?;
+    let secs = u64::try_from(t.and_utc().timestamp()).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }

@@ -270,33 +270,14 @@ pub fn canonical(value: &Value) -> String {
 }
 
 /// Seconds since the epoch of an RFC 3339 UTC time
-/// (`2026-12-02T07:09:39.944Z`); `None` for anything else.
+/// (`2026-12-02T07:09:39.944Z`); `None` for anything else (another
+/// offset included: the files this reads write UTC).
 pub fn epoch_seconds(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+    let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+    if t.offset().local_minus_utc() != 0 {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute) = (num(11..13)?, num(14..16)?);
-    let rest = s.get(17..)?;
-    let end = rest.find(['Z', '+', '-'])?;
-    if &rest[end..] != "Z" && &rest[end..] != "+00:00" {
-        return None;
-    }
-    let seconds: f64 = rest[..end].parse().ok()?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + hour * 3_600 + minute * 60) as f64 + seconds)
+    Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //!   exchange for restoration.
 //!
 //! The rewrite core ([`crate::rewrite`]) and the recall driver
-//! (`proxy::recall`) are written against the trait only; each protocol
+//! (`proxy::recall_rounds`) are written against the trait only; each protocol
 //! lives in its own directory (`openai_chat/`, `anthropic/`, `responses/`).
 //!
 //! Architecture invariant: adapters are synchronous and wire-only. They do no

@@ -12,7 +12,7 @@
 use super::body::{boxed, Collected};
 use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
-use super::recall::{self, RecallRequest};
+use super::recall_rounds::{self, RecallRequest};
 use super::usage_tap::{Sink, Tap};
 use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
@@ -503,9 +503,9 @@ async fn rewritten_request(
             _held: held,
         };
         return if streaming {
-            Box::pin(recall::streaming(app, req)).await
+            Box::pin(recall_rounds::streaming(app, req)).await
         } else {
-            Box::pin(recall::non_streaming(app, req)).await
+            Box::pin(recall_rounds::non_streaming(app, req)).await
         };
     }
     let length = rewritten.body.len();

@@ -29,7 +29,7 @@ mod limits;
 pub mod memory;
 mod operator;
 mod pool;
-mod recall;
+mod recall_rounds;
 mod responses;
 mod timeouts;
 mod upstream;

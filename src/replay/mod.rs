@@ -28,7 +28,7 @@ pub mod clock;
 pub mod estimate;
 pub mod price;
 pub mod prompt;
-pub mod recall;
+pub mod read_back;
 pub mod report;
 pub mod sources;
 
@@ -360,15 +360,15 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             }
         }
         // The recall the model's real answer would have needed.
-        let answer = recall::identifiers(&request.answer);
-        let facts = |p: &Prompt| -> Vec<&recall::Identifiers> {
+        let answer = read_back::identifiers(&request.answer);
+        let facts = |p: &Prompt| -> Vec<&read_back::Identifiers> {
             p.blocks
                 .iter()
                 .filter_map(|b| counter.facts(b.key).map(|f| &f.ids))
                 .collect()
         };
         let (direct_ids, toolstub_ids) = (facts(&direct), facts(&toolstub));
-        let missing = recall::missing(
+        let missing = read_back::missing(
             &answer,
             direct_ids.iter().copied(),
             toolstub_ids.iter().copied(),
@@ -381,7 +381,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             let Some(text) = o.text.clone().or_else(|| o.content.decode()) else {
                 continue;
             };
-            let ids = recall::identifiers(&text);
+            let ids = read_back::identifiers(&text);
             let hits: Vec<u64> = missing
                 .iter()
                 .copied()
@@ -390,7 +390,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             if !hits.is_empty() {
                 let reference = o.result_ref.as_deref().unwrap_or("");
                 read.push_str(&format!("{{\"ref\":\"{reference}\",\"content\":"));
-                read.push_str(recall::read_for(&text, &hits));
+                read.push_str(read_back::read_for(&text, &hits));
                 read.push_str("}\n");
             }
         }
@@ -405,7 +405,7 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         report.recall_read_chars += read.chars().count() as u64;
         report.recalls.push(report::Recall {
             request: index,
-            quoted: recall::named(&request.answer, &missing, 5),
+            quoted: read_back::named(&request.answer, &missing, 5),
         });
         report.input_tokens.toolstub += toolstub.tokens() + exchange.tokens;
         for side in &mut sides {

@@ -14,7 +14,7 @@
 //! the provider's cache sees it.
 
 use super::cache::Block;
-use super::recall::{identifiers, Identifiers};
+use super::read_back::{identifiers, Identifiers};
 use super::Shape;
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -387,7 +387,7 @@ mod tests {
             {"type": "tool_use", "id": "t", "name": "Edit",
              "input": {"old_string": "a\nfield_name = 1", "new_string": "b"}}]});
         let text = answer_text(&m);
-        let ids = crate::replay::recall::identifiers(&text);
+        let ids = crate::replay::read_back::identifiers(&text);
         let has = |t: &str| ids.contains(xxhash_rust::xxh3::xxh3_64(t.as_bytes()));
         assert!(has("field_name"), "{text}");
         assert!(!has("secret_plan"));

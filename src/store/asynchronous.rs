@@ -199,10 +199,10 @@ impl AsyncResultStore {
     /// deciding this request's first (see below).
     ///
     /// A conversation is (`tenant`, `session_id`); a request of it is named
-    /// by its message count. In one write transaction holding the session's
-    /// clock (the writer on SQLite; the row's lock on PostgreSQL, so two
-    /// replicas racing on one session decide once), as of the store clock's
-    /// "now": a first request starts the clock and records nothing; a
+    /// by its message count. As if in one write transaction holding the
+    /// session's clock (the writer on SQLite; the row's lock on PostgreSQL,
+    /// so two replicas racing on one session decide once), as of the store
+    /// clock's "now": a first request starts the clock and records nothing; a
     /// request with more messages than any before, more than `ttl_ms` after
     /// the clock's last request, records its message count as an expiry
     /// point; the clock then keeps the latest time and the most messages.
@@ -212,6 +212,14 @@ impl AsyncResultStore {
     /// the conversation alike. `ttl_ms <= 0`: the cache never expires (the
     /// clock still moves). The sweep forgets clocks unused for the
     /// retention period, with their points.
+    ///
+    /// The common call only reads: the clock and the points are read on a
+    /// read connection, and unless the clock says this is a new request
+    /// that found the cache expired, they answer the call and the clock is
+    /// moved without waiting for the move (the writer's queue on SQLite, a
+    /// task of its own on PostgreSQL); only a request that may record a
+    /// point takes the write transaction above, which decides again under
+    /// the lock. The answers are the same (`cache_clock.rs` says why).
     pub async fn cache_expiries(
         &self,
         tenant: &Tenant,

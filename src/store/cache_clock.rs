@@ -1,7 +1,6 @@
 //! Prompt-cache clocks, shared by both backends: the SQL (SQLite's `?N`
 //! placeholders; PostgreSQL gets `$N` through
-//! [`super::ledger::postgres_sql`]) and the decision. A backend only runs
-//! them, in one write transaction holding the session's clock row.
+//! [`super::ledger::postgres_sql`]), the decision, and the read fast path.
 //!
 //! Why the store decides: whether the provider's prompt cache expired since
 //! a conversation's previous request changes what the proxy sends, and a
@@ -13,13 +12,55 @@
 //! recorded points up to its own message count, so a retry gets the first
 //! attempt's answer whenever it comes.
 //!
+//! Why most calls only read: the call is on the path of every request that
+//! carries tool outputs, and a write there queues behind everything else
+//! that writes (on SQLite, the one writer thread with its puts and its
+//! background indexing). Yet only a request that finds the cache expired
+//! records anything; every other call answers from the points already
+//! recorded and merely moves the clock. So a call reads the clock and the
+//! points on a read connection ([`answer`]); only when the clock looks
+//! expired for a new request does it take the atomic write transaction,
+//! which decides again under the lock. Otherwise it answers what it read
+//! and moves the clock without waiting for the move to land (a "touch",
+//! [`TOUCH`]: the later time and the more messages, never a point).
+//!
+//! Why that is still decided once:
+//! - A read can only be older than the truth, and a clock only moves
+//!   forward, so an older clock can make a request look expired when it
+//!   is not, never the reverse ([`decide`] is monotonic: a later
+//!   `last_at` or more `last_messages` never turns "not expired" into
+//!   "expired"). A request that looks expired takes the atomic path,
+//!   which sees the committed clock and answers the committed decision.
+//! - A retry racing the request that found the cache expired either reads
+//!   the clock before that decision committed (the clock is then stale,
+//!   the retry looks expired too and takes the atomic path, which finds the
+//!   decision and its point) or after it (the point is visible, and the
+//!   clock it moved says not expired): the point and the clock move commit
+//!   together.
+//! - A touch never records, so it cannot create a point a request did not
+//!   use; it only makes a later request look less expired, which is what
+//!   the request it stands for would have done in the atomic path.
+//! - This process never reads past its own touches: until a touch lands,
+//!   its clock is kept in memory ([`Touches`]) and merged into every read
+//!   of its session, and the atomic path waits for it (SQLite's writer runs
+//!   jobs in order, so there the touch has landed before the atomic job
+//!   runs). Another replica may read a clock without a touch still in
+//!   flight, but requests of one conversation come seconds apart (a retry
+//!   comes after its first attempt went upstream), longer than a touch
+//!   takes to land.
+//! - A touch that does not land (the writer's queue full, the database
+//!   failing) leaves the clock behind, as a clock move lost in a crash
+//!   does: one later request may then find the cache expired when it was
+//!   not (one cache write more).
+//!
 //! Who can read what: every row is keyed by tenant, and every statement
 //! here is scoped by it; one session id under two tenants is two clocks.
 //!
 //! Bounded: the sweep deletes a clock whose last request is older than the
 //! retention period, with its points (a conversation resumed after that is
 //! a new one: its next request records nothing). Without a retention
-//! period they are kept, as exchanges are.
+//! period they are kept, as exchanges are. [`Touches`] holds only touches
+//! in flight.
 
 use super::StoreError;
 
@@ -45,6 +86,29 @@ pub const INSERT_POINT: &str = "INSERT INTO cache_expiries (tenant, session_id, 
 /// The session's expiry points up to `?3` messages, ascending.
 pub const POINTS: &str = "SELECT messages FROM cache_expiries \
      WHERE tenant = ?1 AND session_id = ?2 AND messages <= ?3 ORDER BY messages";
+
+/// Moves the clock without deciding (`?3` now, `?4` messages), starting it
+/// if new: the later time and the more messages, never back. Records no
+/// point. SQLite's form (`max`); [`TOUCH_POSTGRES`] is PostgreSQL's.
+pub const TOUCH: &str = "INSERT INTO session_clocks (tenant, session_id, last_at, \
+     last_messages) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant, session_id) DO UPDATE SET \
+     last_at = max(session_clocks.last_at, excluded.last_at), \
+     last_messages = max(session_clocks.last_messages, excluded.last_messages)";
+
+/// [`TOUCH`] for PostgreSQL (`GREATEST`; placeholders still `?N`, for
+/// [`super::ledger::postgres_sql`]).
+pub const TOUCH_POSTGRES: &str = "INSERT INTO session_clocks (tenant, session_id, last_at, \
+     last_messages) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant, session_id) DO UPDATE SET \
+     last_at = GREATEST(session_clocks.last_at, excluded.last_at), \
+     last_messages = GREATEST(session_clocks.last_messages, excluded.last_messages)";
+
+/// PostgreSQL's read of the fast path in one statement (one snapshot):
+/// always one row, the clock's (last_at, last_messages) or NULLs, and the
+/// points up to `?3`, ascending, as an array.
+pub const READ_POSTGRES: &str = "SELECT c.last_at, c.last_messages, \
+     ARRAY(SELECT p.messages FROM cache_expiries p \
+     WHERE p.tenant = ?1 AND p.session_id = ?2 AND p.messages <= ?3 ORDER BY p.messages) \
+     FROM (SELECT 1) AS one LEFT JOIN session_clocks c ON c.tenant = ?1 AND c.session_id = ?2";
 
 /// Clocks the sweep forgets (last used before `?1`), `?2` at most, with
 /// their points. PostgreSQL appends `FOR UPDATE SKIP LOCKED`.
@@ -87,6 +151,166 @@ pub fn point(stored: i64) -> Result<u32, StoreError> {
     })
 }
 
+/// What a read of a session found: its clock (last_at, last_messages), if
+/// it has one, and its stored points up to the request's messages,
+/// ascending, read in one snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub clock: Option<(i64, i64)>,
+    pub points: Vec<i64>,
+}
+
+/// The fast path's answer: `Some(points)` when the read answers the call
+/// (the caller then touches the clock), `None` when the clock looks expired
+/// for a new request, so the atomic path must decide. `pending` is this
+/// process's clock not yet landed ([`Touches::pending`]), taken before the
+/// read; it counts as if it had landed. A session without a clock is a
+/// first request: nothing to record.
+pub fn answer(
+    seen: Seen,
+    pending: Option<(i64, i64)>,
+    now: i64,
+    messages: i64,
+    ttl_ms: i64,
+) -> Result<Option<Vec<u32>>, StoreError> {
+    let clock = match (seen.clock, pending) {
+        (Some((at, m)), Some((p_at, p_m))) => Some((at.max(p_at), m.max(p_m))),
+        (clock, None) | (None, clock) => clock,
+    };
+    if let Some((last_at, last_messages)) = clock {
+        if decide(last_at, last_messages, now, messages, ttl_ms).record {
+            return Ok(None);
+        }
+    }
+    seen.points
+        .into_iter()
+        .map(point)
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// This process's touches not yet landed, per session: the clock each
+/// would leave (merged), and how many are in flight. Reads merge it
+/// ([`answer`]), so a call never decides on a clock older than what an
+/// earlier call of this process left, even when the two come closer
+/// together than a touch takes to land; the atomic path waits for it
+/// ([`Touches::landed`]). An entry lives while its touches are in flight:
+/// each [`Touch`] is dropped once its statement committed or failed, or
+/// with the job that was not queued.
+#[derive(Clone, Debug, Default)]
+pub struct Touches {
+    inner: std::sync::Arc<TouchesInner>,
+}
+
+#[derive(Debug, Default)]
+struct TouchesInner {
+    pending: std::sync::Mutex<std::collections::HashMap<(String, String), Pending>>,
+    /// Told whenever a session's last touch in flight landed.
+    landed: tokio::sync::Notify,
+}
+
+#[derive(Debug)]
+struct Pending {
+    last_at: i64,
+    last_messages: i64,
+    in_flight: usize,
+}
+
+type Key = (String, String);
+
+fn key(tenant: &super::Tenant, session_id: &str) -> Key {
+    (tenant.as_str().to_string(), session_id.to_string())
+}
+
+impl TouchesInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Key, Pending>> {
+        // The map is consistent between statements: a panic elsewhere
+        // while holding the lock leaves it usable.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Touches {
+    /// Notes a touch of (tenant, session) to `now` and `messages` about to
+    /// be sent; it stays pending until the returned [`Touch`] is dropped.
+    pub fn begin(
+        &self,
+        tenant: &super::Tenant,
+        session_id: &str,
+        now: i64,
+        messages: i64,
+    ) -> Touch {
+        let key = key(tenant, session_id);
+        let mut pending = self.inner.lock();
+        let entry = pending.entry(key.clone()).or_insert(Pending {
+            last_at: now,
+            last_messages: messages,
+            in_flight: 0,
+        });
+        entry.last_at = entry.last_at.max(now);
+        entry.last_messages = entry.last_messages.max(messages);
+        entry.in_flight += 1;
+        Touch {
+            touches: self.inner.clone(),
+            key,
+        }
+    }
+
+    /// The clock this process's touches in flight on the session would
+    /// leave: (last_at, last_messages).
+    pub fn pending(&self, tenant: &super::Tenant, session_id: &str) -> Option<(i64, i64)> {
+        self.inner
+            .lock()
+            .get(&key(tenant, session_id))
+            .map(|p| (p.last_at, p.last_messages))
+    }
+
+    /// Resolves once no touch of this process on the session is in flight.
+    pub async fn landed(&self, tenant: &super::Tenant, session_id: &str) {
+        let key = key(tenant, session_id);
+        loop {
+            let notified = self.inner.landed.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a landing between the check
+            // and the wait still wakes it.
+            notified.as_mut().enable();
+            if !self.inner.lock().contains_key(&key) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A touch in flight; dropping it says it landed (or never will).
+#[derive(Debug)]
+pub struct Touch {
+    touches: std::sync::Arc<TouchesInner>,
+    key: Key,
+}
+
+impl Drop for Touch {
+    fn drop(&mut self) {
+        let last = {
+            let mut pending = self.touches.lock();
+            match pending.get_mut(&self.key) {
+                Some(p) if p.in_flight > 1 => {
+                    p.in_flight -= 1;
+                    false
+                }
+                Some(_) => {
+                    pending.remove(&self.key);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            self.touches.landed.notify_waiters();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +347,96 @@ mod tests {
         // Extremes do not overflow.
         assert!(decide(i64::MAX, 0, i64::MIN, 1, 1).last_at == i64::MAX);
         assert!(decide(i64::MIN, 0, i64::MAX, 1, 1).record);
+    }
+
+    fn seen(clock: Option<(i64, i64)>, points: &[i64]) -> Seen {
+        Seen {
+            clock,
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_read_answers_unless_the_clock_looks_expired() {
+        let ans = |s: Seen, pending, now, messages| answer(s, pending, now, messages, 300).unwrap();
+        // No clock: a first request, answered (its points, if any).
+        assert_eq!(ans(seen(None, &[]), None, 9_000, 4), Some(vec![]));
+        // Within the ttl, or not a new request: what was read.
+        assert_eq!(
+            ans(seen(Some((1_000, 4)), &[2]), None, 1_300, 6),
+            Some(vec![2])
+        );
+        assert_eq!(
+            ans(seen(Some((1_000, 6)), &[2, 6]), None, 9_000, 6),
+            Some(vec![2, 6])
+        );
+        // A new request past the ttl: the atomic path decides.
+        assert_eq!(ans(seen(Some((1_000, 4)), &[2]), None, 1_301, 6), None);
+        // The ttl off: never.
+        assert_eq!(
+            answer(seen(Some((1_000, 4)), &[]), None, 9_000, 6, 0).unwrap(),
+            Some(vec![])
+        );
+        // A touch in flight counts as landed: a later time or more
+        // messages make the request not expired ...
+        assert_eq!(
+            ans(seen(Some((1_000, 4)), &[]), Some((1_200, 4)), 1_301, 6),
+            Some(vec![])
+        );
+        assert_eq!(
+            ans(seen(Some((1_000, 4)), &[]), Some((500, 6)), 1_301, 6),
+            Some(vec![])
+        );
+        // ... an older one changes nothing ...
+        assert_eq!(
+            ans(seen(Some((1_000, 4)), &[]), Some((900, 3)), 1_301, 6),
+            None
+        );
+        // ... and without a row yet it is the clock.
+        assert_eq!(ans(seen(None, &[]), Some((1_000, 4)), 1_301, 6), None);
+        assert_eq!(
+            ans(seen(None, &[]), Some((1_000, 4)), 1_300, 6),
+            Some(vec![])
+        );
+        // A stored value no count can be is corruption.
+        assert!(matches!(
+            answer(seen(None, &[-1]), None, 0, 1, 300),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn touches_stay_pending_until_the_last_one_landed() {
+        let touches = Touches::default();
+        let alice = super::super::Tenant::anonymous();
+        let bob = super::super::Tenant::new("bob").expect("a tenant");
+        assert_eq!(touches.pending(&alice, "s"), None);
+        let first = touches.begin(&alice, "s", 1_000, 6);
+        let second = touches.begin(&alice, "s", 900, 8);
+        // Merged: the later time, the more messages; keyed by tenant too.
+        assert_eq!(touches.pending(&alice, "s"), Some((1_000, 8)));
+        assert_eq!(touches.pending(&bob, "s"), None);
+        assert_eq!(touches.pending(&alice, "t"), None);
+        // Nothing in flight on another session: no wait.
+        touches.landed(&alice, "t").await;
+        drop(first);
+        assert_eq!(touches.pending(&alice, "s"), Some((1_000, 8)));
+        let waiter = {
+            let touches = touches.clone();
+            let alice = alice.clone();
+            tokio::spawn(async move { touches.landed(&alice, "s").await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(second);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the wait ends once the last touch landed")
+            .expect("the waiter");
+        assert_eq!(touches.pending(&alice, "s"), None);
+        // A new touch starts from its own clock, not the forgotten one.
+        let _third = touches.begin(&alice, "s", 500, 2);
+        assert_eq!(touches.pending(&alice, "s"), Some((500, 2)));
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //!
 //! Shared by both: `types` (the domain types), `error`, `prepare` (what a put
 //! derives from an output before writing: hash, ref, chunks), `text` (pure
-//! chunking, code-point and query helpers), `cache_clock` (the SQL and the
-//! decision of `cache_expiries`).
+//! chunking, code-point and query helpers), `cache_clock` (the SQL, the
+//! decision and the read fast path of `cache_expiries`).
 //!
 //! Who can read what: every output, exchange, response id, ledger row and
 //! prompt-cache clock belongs to one [`Tenant`], and every query is scoped

@@ -1726,6 +1726,30 @@ mod cache_clock {
         })
     }
 
+    /// Waits until `store`'s clock moves on (tenant, session) landed and
+    /// left the clock at (`at`, `messages`): a call that records nothing
+    /// moves the clock without waiting for it. SQLite's writer runs its
+    /// jobs in order, so an index flush (a job queued after them) is all
+    /// the wait; on PostgreSQL the row is polled, for ten seconds at most.
+    fn lands(store: &Store, tenant: &Tenant, session: &str, at: i64, messages: i64) {
+        if harness::db() == harness::Db::Sqlite {
+            store.flush_index().unwrap();
+        }
+        let sql = format!(
+            "SELECT count(*) FROM session_clocks WHERE tenant = '{}' AND session_id = '{session}' \
+             AND last_at = {at} AND last_messages = {messages}",
+            tenant.as_str()
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.count(&sql) != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the clock of {session} never became ({at}, {messages})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     both! {
         fn a_first_request_records_nothing() {
             let (_d, store, now) = open_with_clock(config());
@@ -1892,6 +1916,88 @@ mod cache_clock {
                 let expected: Vec<u32> = if *n >= first { vec![5, first] } else { vec![5] };
                 assert_eq!(answer, &expected, "{answers:?}");
             }
+        }
+    }
+
+    both! {
+        fn a_call_that_records_nothing_moves_the_clock_without_waiting() {
+            let (cfg, now) = clocked();
+            let a = Store::open(cfg.clone());
+            let t0 = now.load(Ordering::SeqCst);
+            // A first request: answered from the read, its clock started
+            // by a move nobody waits for, which lands.
+            assert_eq!(a.cache_expiries(&alice(), "s", 2, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0, 2);
+            now.fetch_add(TTL / 2, Ordering::SeqCst);
+            assert_eq!(a.cache_expiries(&alice(), "s", 4, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0 + TTL / 2, 4);
+            // Another replica (which knows nothing of a's moves in flight)
+            // finds the clock moved: more than the ttl after the first
+            // request, within it of the second, so not expired.
+            let b = a.twin(cfg);
+            now.fetch_add(TTL / 2 + 1, Ordering::SeqCst);
+            assert_eq!(b.cache_expiries(&alice(), "s", 6, TTL).unwrap(), NONE);
+            lands(&b, &alice(), "s", t0 + TTL + 1, 6);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 0);
+            // Past the ttl of the last request, the next one records
+            // itself, once, whichever replica asks.
+            now.fetch_add(TTL + 1, Ordering::SeqCst);
+            assert_eq!(a.cache_expiries(&alice(), "s", 8, TTL).unwrap(), [8]);
+            assert_eq!(b.cache_expiries(&alice(), "s", 8, TTL).unwrap(), [8]);
+            assert_eq!(b.cache_expiries(&alice(), "s", 9, TTL).unwrap(), [8]);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 1);
+        }
+
+        fn a_clock_move_goes_forward_only_and_never_records() {
+            let (cfg, now) = clocked();
+            let a = Store::open(cfg);
+            // A replica whose clock the test sets apart from a's.
+            let b_now = Arc::new(AtomicI64::new(0));
+            let b = a.twin(StoreConfig {
+                clock: {
+                    let b_now = b_now.clone();
+                    Clock::from_fn(move || b_now.load(Ordering::SeqCst))
+                },
+                ..config()
+            });
+            let t0 = now.load(Ordering::SeqCst);
+            assert_eq!(a.cache_expiries(&alice(), "s", 4, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0, 4);
+            // From a replica behind: more messages, an older time. The
+            // clock takes the messages and keeps its time.
+            b_now.store(t0 - 2 * TTL, Ordering::SeqCst);
+            assert_eq!(b.cache_expiries(&alice(), "s", 9, TTL).unwrap(), NONE);
+            lands(&b, &alice(), "s", t0, 9);
+            // Fewer messages (a retry of an older request, or a fork) long
+            // after the ttl: not a new request, so no point; the clock
+            // takes the time and keeps its messages.
+            now.fetch_add(3 * TTL, Ordering::SeqCst);
+            assert_eq!(a.cache_expiries(&alice(), "s", 3, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0 + 3 * TTL, 9);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 0);
+            // So the next request, from either replica, is within the ttl.
+            now.fetch_add(TTL / 2, Ordering::SeqCst);
+            b_now.store(now.load(Ordering::SeqCst), Ordering::SeqCst);
+            assert_eq!(b.cache_expiries(&alice(), "s", 10, TTL).unwrap(), NONE);
+            assert_eq!(a.cache_expiries(&alice(), "s", 11, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0 + 3 * TTL + TTL / 2, 11);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 0);
+        }
+
+        fn a_first_requests_clock_is_what_another_replica_decides_on() {
+            let (cfg, now) = clocked();
+            let a = Store::open(cfg.clone());
+            let b = a.twin(cfg);
+            let t0 = now.load(Ordering::SeqCst);
+            assert_eq!(a.cache_expiries(&alice(), "s", 2, TTL).unwrap(), NONE);
+            lands(&a, &alice(), "s", t0, 2);
+            // The next request, past the ttl, on the other replica: the
+            // clock a's first request started makes it a new request that
+            // found the cache expired; its retry on a answers alike.
+            now.fetch_add(TTL + 1, Ordering::SeqCst);
+            assert_eq!(b.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+            assert_eq!(a.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
+            assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 1);
         }
     }
 

@@ -20,6 +20,7 @@ mod schema;
 mod write;
 
 use super::asynchronous::Health;
+use super::cache_clock::{self, Touches};
 use super::error::PgContext;
 use super::{
     Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
@@ -75,6 +76,15 @@ struct Inner {
     /// Until when operations fail fast (the database was unreachable).
     down_until: Mutex<Option<(Instant, String)>>,
     indexer: index::Indexer,
+    /// Prompt-cache clock moves this replica started, not yet landed.
+    touches: Touches,
+    /// Connections clock moves may use at once (half the pool, at least
+    /// one), so that a burst of them never takes every connection from the
+    /// requests' own store calls.
+    touch_permits: Arc<tokio::sync::Semaphore>,
+    /// Longest wait for this replica's clock moves before a decision (the
+    /// pool's connect timeout: a move waits at most that for a connection).
+    touch_wait: Duration,
     /// The background indexer and retention timer (they hold a weak handle
     /// and stop once the store is dropped; aborted then as well).
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -257,6 +267,9 @@ impl PostgresBackend {
             migrated: tokio::sync::OnceCell::new(),
             down_until: Mutex::new(None),
             indexer: index::Indexer::new(),
+            touches: Touches::default(),
+            touch_permits: Arc::new(tokio::sync::Semaphore::new(options.pool_size.div_ceil(2))),
+            touch_wait: options.connect_timeout,
             tasks: Mutex::new(Vec::new()),
         });
         let mut tasks = vec![index::spawn(Arc::downgrade(&inner))];
@@ -325,6 +338,13 @@ impl PostgresBackend {
             .note(write::put_answer(&mut conn, tenant, &answer, now).await)
     }
 
+    /// [`crate::store::AsyncResultStore::cache_expiries`]: the clock and
+    /// the points read in one plain query (no lock, no transaction); only
+    /// a request the clock says found the cache expired takes the row's
+    /// lock ([`write::cache_expiries`]), after this replica's clock moves
+    /// in flight on the session landed. Any other call answers what it
+    /// read and moves the clock in a task of its own, without waiting for
+    /// it (`cache_clock.rs` says why that decides alike).
     pub async fn cache_expiries(
         &self,
         tenant: &Tenant,
@@ -332,10 +352,58 @@ impl PostgresBackend {
         messages: u32,
         ttl_ms: i64,
     ) -> Result<Vec<u32>, StoreError> {
+        let count = i64::from(messages);
+        // Before the read: a touch that lands meanwhile is then either
+        // merged in here or committed before the read's snapshot.
+        let now = self.inner.config.clock.now_ms();
+        let pending = self.inner.touches.pending(tenant, session_id);
+        let seen = {
+            let conn = self.inner.conn().await?;
+            self.inner
+                .note(read::cache_clock(&conn, tenant, session_id, count).await)?
+        };
+        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms)? {
+            self.touch(tenant, session_id, now, count);
+            return Ok(points);
+        }
+        // Waited for without a connection (the touches need one); bounded,
+        // as a touch is: one still not landed then is as if lost.
+        let landed = self.inner.touches.landed(tenant, session_id);
+        if tokio::time::timeout(self.inner.touch_wait, landed)
+            .await
+            .is_err()
+        {
+            tracing::debug!("a prompt-cache clock move did not land in time; deciding without it");
+        }
         let mut conn = self.inner.conn().await?;
         let now = self.inner.config.clock.now_ms();
         self.inner
             .note(write::cache_expiries(&mut conn, tenant, session_id, messages, ttl_ms, now).await)
+    }
+
+    /// Moves the clock in a task of its own; a failure is logged (debug)
+    /// and dropped (the clock then lags: at worst one cache write more).
+    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
+        let touch = self.inner.touches.begin(tenant, session_id, at, messages);
+        let inner = self.inner.clone();
+        let (tenant, session_id) = (tenant.clone(), session_id.to_string());
+        tokio::spawn(async move {
+            let result = async {
+                let _permit = inner
+                    .touch_permits
+                    .acquire()
+                    .await
+                    .map_err(|_| StoreError::Closed)?;
+                let conn = inner.conn().await?;
+                inner.note(write::touch_clock(&conn, &tenant, &session_id, at, messages).await)
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "moving a prompt-cache clock failed; dropped");
+            }
+            // Committed (or failed): reads stop merging it in.
+            drop(touch);
+        });
     }
 
     pub async fn read(

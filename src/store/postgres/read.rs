@@ -128,6 +128,32 @@ pub async fn held(conn: &Conn, tenant: &Tenant, refs: &[String]) -> Result<Vec<b
     Ok(refs.iter().map(|r| live.contains(r.as_str())).collect())
 }
 
+/// A session's prompt-cache clock and its expiry points up to `messages`,
+/// in one statement (one snapshot), without a lock (the fast path of
+/// [`crate::store::AsyncResultStore::cache_expiries`]).
+pub async fn cache_clock(
+    conn: &Conn,
+    tenant: &Tenant,
+    session_id: &str,
+    messages: i64,
+) -> Result<crate::store::cache_clock::Seen, StoreError> {
+    use crate::store::cache_clock as clock;
+    let stmt = conn
+        .prepare_cached(&crate::store::ledger::postgres_sql(clock::READ_POSTGRES))
+        .await
+        .pg("preparing the prompt-cache clock read")?;
+    let row = conn
+        .query_one(&stmt, &[&tenant.as_str(), &session_id, &messages])
+        .await
+        .pg("reading a session's prompt-cache clock")?;
+    let last_at: Option<i64> = row.get(0);
+    let last_messages: Option<i64> = row.get(1);
+    Ok(clock::Seen {
+        clock: last_at.zip(last_messages),
+        points: row.get(2),
+    })
+}
+
 pub async fn exchanges(
     conn: &Conn,
     tenant: &Tenant,

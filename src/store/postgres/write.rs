@@ -445,6 +445,30 @@ pub async fn cache_expiries(
     rows.iter().map(|r| clock::point(r.get(0))).collect()
 }
 
+/// Moves a session's prompt-cache clock to `at` and `messages` if they are
+/// later and more, starting it if new, in one statement; records no point
+/// (the fast path of [`crate::store::AsyncResultStore::cache_expiries`]).
+/// Takes the row's lock only for the statement, so a decision holding it
+/// waits for it, or it for the decision, and neither loses the other's
+/// move.
+pub async fn touch_clock(
+    conn: &Conn,
+    tenant: &Tenant,
+    session_id: &str,
+    at: i64,
+    messages: i64,
+) -> Result<(), StoreError> {
+    use crate::store::cache_clock as clock;
+    let stmt = conn
+        .prepare_cached(&crate::store::ledger::postgres_sql(clock::TOUCH_POSTGRES))
+        .await
+        .pg("preparing to move a session's prompt-cache clock")?;
+    conn.execute(&stmt, &[&tenant.as_str(), &session_id, &at, &messages])
+        .await
+        .pg("moving a session's prompt-cache clock")?;
+    Ok(())
+}
+
 /// Deletes up to [`SWEEP_BATCH`] session clocks last used before `cutoff`,
 /// and their expiry points; returns how many clocks. The clocks are locked
 /// (`SKIP LOCKED`: one being decided on right now is in use, not old), so

@@ -9,6 +9,7 @@ use super::{
     prepare, Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
     ResponseId, ResultStore, SearchHit, StoreError, StoreStats, Stored, SweepReport, Tenant,
 };
+use crate::store::cache_clock::{self, Touches};
 use crate::store::Health;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +23,18 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) struct SqliteBackend {
     store: ResultStore,
     permits: Arc<Semaphore>,
+    /// Prompt-cache clock moves queued for the writer, not yet landed.
+    touches: Touches,
 }
 
 impl SqliteBackend {
     pub fn new(store: ResultStore) -> SqliteBackend {
         let permits = Arc::new(Semaphore::new(store.readers().size()));
-        SqliteBackend { store, permits }
+        SqliteBackend {
+            store,
+            permits,
+            touches: Touches::default(),
+        }
     }
 
     /// The sync store underneath (for code that already runs off the runtime).
@@ -258,7 +265,14 @@ impl SqliteBackend {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// [`ResultStore::cache_expiries`]: resolves once committed.
+    /// [`crate::store::AsyncResultStore::cache_expiries`]: the clock and
+    /// the points read on a read connection (beside the writer, whatever
+    /// it is busy with); only a request the clock says found the cache
+    /// expired waits for the writer, whose decision
+    /// ([`ResultStore::cache_expiries`]) is queued after every touch this
+    /// handle queued before, so it sees them. Any other call answers what
+    /// it read and queues a touch without waiting for it
+    /// (`cache_clock.rs` says why that decides alike).
     pub async fn cache_expiries(
         &self,
         tenant: &Tenant,
@@ -266,6 +280,20 @@ impl SqliteBackend {
         messages: u32,
         ttl_ms: i64,
     ) -> Result<Vec<u32>, StoreError> {
+        let count = i64::from(messages);
+        // Before the read: a touch that lands meanwhile is then either
+        // merged in here or committed before the read's snapshot.
+        let now = self.store.config().clock.now_ms();
+        let pending = self.touches.pending(tenant, session_id);
+        let seen = {
+            let (tenant, session_id) = (tenant.clone(), session_id.to_string());
+            self.blocking(move |s| s.cache_clock(&tenant, &session_id, count))
+                .await?
+        };
+        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms)? {
+            self.touch(tenant, session_id, now, count);
+            return Ok(points);
+        }
         let (tenant, session_id) = (tenant.clone(), session_id.to_string());
         self.ask(|reply| Job::CacheExpiries {
             tenant,
@@ -275,6 +303,26 @@ impl SqliteBackend {
             reply,
         })
         .await
+    }
+
+    /// Queues a clock move for the writer and returns at once; a full or
+    /// closed queue drops it (the clock then lags: at worst one cache write
+    /// more, `cache_clock.rs`).
+    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
+        let touch = self.touches.begin(tenant, session_id, at, messages);
+        let job = Job::TouchClock {
+            tenant: tenant.clone(),
+            session_id: session_id.to_string(),
+            at,
+            messages,
+            touch,
+        };
+        // A job not queued is dropped with its touch, which forgets it.
+        if !self.store.try_job(job) {
+            tracing::debug!(
+                "the store's writer queue is full; a prompt-cache clock move is dropped"
+            );
+        }
     }
 
     /// [`ResultStore::create_key`]: resolves once committed.

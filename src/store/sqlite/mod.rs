@@ -357,6 +357,30 @@ impl ResultStore {
         })
     }
 
+    /// A session's prompt-cache clock and its expiry points up to
+    /// `messages`, from a read connection (the fast path of
+    /// [`crate::store::AsyncResultStore::cache_expiries`]).
+    pub(crate) fn cache_clock(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: i64,
+    ) -> Result<super::cache_clock::Seen, StoreError> {
+        self.inner
+            .readers
+            .with(|c| reader::cache_clock(c, tenant, session_id, messages))
+    }
+
+    /// Queues a job for the writer without waiting for room or for its
+    /// answer; `false` when the queue was full or closed (the job is
+    /// dropped).
+    pub(crate) fn try_job(&self, job: writer::Job) -> bool {
+        self.inner
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.try_send(job).is_ok())
+    }
+
     /// Waits until every stored chunk is in the FTS index; returns how many
     /// chunks were indexed by this call.
     pub fn flush_index(&self) -> Result<u64, StoreError> {

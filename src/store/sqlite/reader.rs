@@ -149,6 +149,44 @@ pub(crate) fn exchanges(
     Ok(found)
 }
 
+/// A session's prompt-cache clock and its expiry points up to `messages`,
+/// in one snapshot (the fast path of
+/// [`crate::store::AsyncResultStore::cache_expiries`]).
+pub(crate) fn cache_clock(
+    conn: &mut Connection,
+    tenant: &Tenant,
+    session_id: &str,
+    messages: i64,
+) -> Result<crate::store::cache_clock::Seen, StoreError> {
+    use crate::store::cache_clock as clock;
+    let tx = conn.transaction().ctx("starting a read")?;
+    let found: Option<(i64, i64)> = tx
+        .prepare_cached(clock::CLOCK)
+        .and_then(|mut s| {
+            s.query_row(params![tenant.as_str(), session_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .ctx("reading a session's prompt-cache clock")?;
+    let points = {
+        let mut stmt = tx
+            .prepare_cached(clock::POINTS)
+            .ctx("preparing the prompt-cache expiry lookup")?;
+        let rows = stmt
+            .query_map(params![tenant.as_str(), session_id, messages], |r| {
+                r.get::<_, i64>(0)
+            })
+            .ctx("reading a session's prompt-cache expiries")?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .ctx("reading a session's prompt-cache expiries")?
+    };
+    Ok(clock::Seen {
+        clock: found,
+        points,
+    })
+}
+
 /// The upstream response a client's response id stands for.
 pub(crate) fn response_id(
     conn: &mut Connection,

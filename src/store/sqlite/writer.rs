@@ -9,7 +9,9 @@
 //!   so it never sits on the put path; searches flush it first);
 //! - runs retention sweeps in bounded batches;
 //! - decides and records prompt-cache expiries (`cache_clock.rs`), one
-//!   session's read, decision and write in one transaction;
+//!   session's read, decision and write in one transaction, and moves
+//!   prompt-cache clocks nobody waits for (touches; jobs run in the order
+//!   they were queued, so a decision queued after a touch sees it);
 //! - records and revokes client keys (committed at `synchronous=FULL`
 //!   whatever `store.durability` says: a revocation must survive a power
 //!   loss);
@@ -98,6 +100,15 @@ pub(crate) enum Job {
         messages: u32,
         ttl_ms: i64,
         reply: Reply<Vec<u32>>,
+    },
+    /// Moves a session's prompt-cache clock ([`crate::store::cache_clock::TOUCH`]);
+    /// nobody waits for it. `touch` is dropped once it committed or failed.
+    TouchClock {
+        tenant: Tenant,
+        session_id: String,
+        at: i64,
+        messages: i64,
+        touch: crate::store::cache_clock::Touch,
     },
     /// A small durable write, to learn whether the file can be written.
     Probe {
@@ -262,6 +273,25 @@ impl Writer {
                     });
                     // On a request's path, as a put is: background work waits.
                     self.last_put = std::time::Instant::now();
+                }
+                Job::TouchClock {
+                    tenant,
+                    session_id,
+                    at,
+                    messages,
+                    touch,
+                } => {
+                    // No reply and no quiet period: nobody waits for it,
+                    // so background work need not make way.
+                    let before = self.conn.total_changes();
+                    let result = self.touch_clock(&tenant, &session_id, at, messages);
+                    self.note(result.as_ref().map(drop), before);
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "moving a prompt-cache clock failed; dropped");
+                    }
+                    // Committed (or failed): this process's reads stop
+                    // merging it in.
+                    drop(touch);
                 }
                 Job::Probe { reply } => self.write(reply, Writer::probe),
             }
@@ -579,6 +609,28 @@ impl Writer {
             .ctx("committing a prompt-cache clock decision")?;
         self.wal_dirty += 1;
         points.into_iter().map(clock::point).collect()
+    }
+
+    /// Moves a session's prompt-cache clock to `at` and `messages` if they
+    /// are later and more, starting it if new; records no point (the fast
+    /// path of [`crate::store::AsyncResultStore::cache_expiries`]). One
+    /// statement, committed at `synchronous=NORMAL` as the decision is: a
+    /// lost move makes one pause look longer, at worst one cache write more.
+    fn touch_clock(
+        &mut self,
+        tenant: &Tenant,
+        session_id: &str,
+        at: i64,
+        messages: i64,
+    ) -> Result<(), StoreError> {
+        use crate::store::cache_clock as clock;
+        self.set_synchronous("NORMAL")?;
+        self.conn
+            .prepare_cached(clock::TOUCH)
+            .and_then(|mut s| s.execute(params![tenant.as_str(), session_id, at, messages]))
+            .ctx("moving a session's prompt-cache clock")?;
+        self.wal_dirty += 1;
+        Ok(())
     }
 
     /// Records a new active key: refused, with nothing written, when an

@@ -16,6 +16,10 @@ use std::ops::Range;
 /// for a 1-hour entry (`"ttl": "1h"`); `None` otherwise (the 5-minute
 /// default).
 pub fn longest_lifetime_ms(body: &str) -> Option<u64> {
+    // Most requests ask for no lifetime at all: a byte search (a few µs a
+    // megabyte) spares them the walk of the request's structure (about
+    // 130 µs a megabyte).
+    memchr::memmem::find(body.as_bytes(), b"\"ttl\"")?;
     markers(body)?
         .iter()
         .any(|m| m.lifetime == Some(Lifetime::OneHour))

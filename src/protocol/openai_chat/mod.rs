@@ -276,6 +276,9 @@ impl Protocol for OpenAiChat {
 /// `prompt_cache_retention` is `"24h"` keeps its prefix up to 24 hours
 /// (Chat Completions and the Responses API alike).
 pub fn cache_retention_ms(body: &str) -> Option<u64> {
+    // A byte search first: most requests carry no such member, and walking
+    // a large body's members costs about 100 µs a megabyte.
+    memchr::memmem::find(body.as_bytes(), b"prompt_cache_retention")?;
     let mut retention = None;
     let mut s = crate::protocol::json_scan::Scanner::new(body);
     s.object(|s, key| match key {

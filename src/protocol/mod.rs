@@ -24,6 +24,8 @@
 pub mod anthropic;
 pub mod bedrock;
 mod body;
+#[cfg(test)]
+mod conformance;
 pub(crate) use body::is_long_context_beta;
 pub mod gemini;
 pub mod json_edit;

@@ -1,0 +1,356 @@
+//! The conformance suite every protocol adapter must pass, as the store's
+//! suite runs on both backends: what the rewrite, the recall rounds and
+//! the proxy rely on of a [`Protocol`], checked on each adapter from a
+//! conversation in its own wire form. A new adapter adds one [`Case`] to
+//! [`CASES`] and must pass every test here before its own.
+
+use super::anthropic::AnthropicMessages;
+use super::bedrock::OnBedrock;
+use super::gemini::Gemini;
+use super::openai_chat::OpenAiChat;
+use super::responses::OpenAiResponses;
+use super::{ContentShape, Flavor, Protocol};
+use crate::rewrite::{rewrite, Mode, Outcome, Policy, Unchanged};
+use crate::stub::RecallToolNames;
+use serde_json::{json, Value};
+
+/// One adapter and a conversation in its wire form.
+struct Case {
+    name: &'static str,
+    protocol: &'static dyn Protocol,
+    /// The member holding the conversation.
+    key: &'static str,
+    /// A request whose conversation is a user message, then per output a
+    /// model turn calling `Read` and that output.
+    body: fn(&[&str]) -> String,
+}
+
+fn chat(outputs: &[&str]) -> String {
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    for (i, o) in outputs.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}"), "type": "function", "function": {"name": "Read", "arguments": "{}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": o}));
+    }
+    json!({"model": "m", "tools": [{"type": "function", "function": {"name": "Read", "parameters": {}}}],
+           "messages": messages})
+    .to_string()
+}
+
+fn anthropic_messages(outputs: &[&str]) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    for (i, o) in outputs.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read", "input": {}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": o}]}));
+    }
+    messages
+}
+
+fn messages(outputs: &[&str]) -> String {
+    json!({"model": "m", "max_tokens": 10, "tools": [{"name": "Read", "input_schema": {}}],
+           "messages": anthropic_messages(outputs)})
+    .to_string()
+}
+
+fn bedrock(outputs: &[&str]) -> String {
+    json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
+           "tools": [{"name": "Read", "input_schema": {}}], "messages": anthropic_messages(outputs)})
+    .to_string()
+}
+
+fn responses(outputs: &[&str]) -> String {
+    let mut input = vec![json!({"role": "user", "content": "go"})];
+    for (i, o) in outputs.iter().enumerate() {
+        input.push(json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "Read", "arguments": "{}"}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": o}),
+        );
+    }
+    json!({"model": "m", "tools": [{"type": "function", "name": "Read", "parameters": {}}], "input": input})
+        .to_string()
+}
+
+fn gemini(outputs: &[&str]) -> String {
+    let mut contents = vec![json!({"role": "user", "parts": [{"text": "go"}]})];
+    for o in outputs {
+        contents.push(
+            json!({"role": "model", "parts": [{"functionCall": {"name": "Read", "args": {}}}]}),
+        );
+        contents.push(json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "Read", "response": {"output": o}}}]}));
+    }
+    json!({"tools": [{"functionDeclarations": [{"name": "Read"}]}], "contents": contents})
+        .to_string()
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "chat",
+        protocol: &OpenAiChat,
+        key: "messages",
+        body: chat,
+    },
+    Case {
+        name: "messages",
+        protocol: &AnthropicMessages,
+        key: "messages",
+        body: messages,
+    },
+    Case {
+        name: "bedrock",
+        protocol: &OnBedrock::INVOKE,
+        key: "messages",
+        body: bedrock,
+    },
+    Case {
+        name: "responses",
+        protocol: &OpenAiResponses,
+        key: "input",
+        body: responses,
+    },
+    Case {
+        name: "gemini",
+        protocol: &Gemini::GENERATE,
+        key: "contents",
+        body: gemini,
+    },
+];
+
+/// Text of `chars` characters, distinct per seed, with characters JSON
+/// escapes (a quote, a backslash, a newline, a non-ASCII letter).
+fn text(seed: usize, chars: usize) -> String {
+    let mut s = format!("output {seed}: \"quoted\" \\ é\n");
+    while s.chars().count() < chars {
+        s.push_str(&format!("line {} of output {seed}\n", s.len()));
+    }
+    s.chars().take(chars).collect()
+}
+
+fn json_of(body: &str, case: &Case) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {body}", case.name))
+}
+
+#[test]
+fn every_output_is_read_in_body_order_with_its_text_and_tool() {
+    for case in CASES {
+        let texts = [text(0, 50), text(1, 3_000), String::new()];
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let body = (case.body)(&refs);
+        let parsed = case
+            .protocol
+            .parse(&body)
+            .unwrap_or_else(|| panic!("{}: unparsed", case.name));
+        assert_eq!(parsed.outputs.len(), texts.len(), "{}", case.name);
+        let mut at = 0;
+        for (o, t) in parsed.outputs.iter().zip(&texts) {
+            assert_eq!(
+                o.content.decode().as_deref(),
+                Some(t.as_str()),
+                "{}",
+                case.name
+            );
+            assert_eq!(o.tool_name.as_deref(), Some("Read"), "{}", case.name);
+            assert!(o.content_span.start >= at, "{}: out of order", case.name);
+            assert!(body.get(o.content_span.clone()).is_some(), "{}", case.name);
+            at = o.content_span.end;
+        }
+        assert!(
+            parsed.client_tool_names.iter().any(|n| n == "Read"),
+            "{}",
+            case.name
+        );
+        // One message per element of the conversation.
+        let n = json_of(&body, case)[case.key]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert_eq!(parsed.messages.len(), n, "{}", case.name);
+        assert!(
+            !case.protocol.surely_untouched(body.as_bytes()),
+            "{}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn what_is_not_a_request_is_refused_without_a_panic() {
+    for case in CASES {
+        for junk in [
+            "",
+            "null",
+            "[]",
+            "not json",
+            "{\"",
+            "{\"messages\":",
+            "\u{0}",
+        ] {
+            let parsed = case.protocol.parse(junk);
+            assert!(
+                parsed.as_ref().is_none_or(|p| p.outputs.is_empty()),
+                "{}: {junk:?}",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stub_spliced_in_reads_back_as_the_output_and_the_body_stays_json() {
+    for case in CASES {
+        let big = text(7, 40_000);
+        let body = (case.body)(&["small", &big]);
+        let Outcome::Rewritten(r) = rewrite(
+            body.as_bytes(),
+            &Policy::default(),
+            case.protocol,
+            Mode::WithRefs,
+        ) else {
+            panic!("{}: unchanged", case.name);
+        };
+        assert_eq!(r.outputs.len(), 1, "{}", case.name);
+        let after = json_of(&r.body, case);
+        let before = json_of(&body, case);
+        assert_eq!(
+            after[case.key].as_array().map(Vec::len),
+            before[case.key].as_array().map(Vec::len),
+            "{}",
+            case.name
+        );
+        assert!(
+            r.body.contains("tool_result_read"),
+            "{}: recall tools offered",
+            case.name
+        );
+        let again = case
+            .protocol
+            .parse(&r.body)
+            .unwrap_or_else(|| panic!("{}: unparsed after", case.name));
+        let contents: Vec<String> = again
+            .outputs
+            .iter()
+            .filter_map(|o| o.content.decode().map(|c| c.into_owned()))
+            .collect();
+        assert!(
+            contents.iter().any(|c| c == &r.outputs[0].stub),
+            "{}: {contents:?}",
+            case.name
+        );
+        assert!(contents.iter().any(|c| c == "small"), "{}", case.name);
+        // The same bytes every time, in a fresh process's memo too.
+        let Outcome::Rewritten(twice) = rewrite(
+            body.as_bytes(),
+            &Policy::default(),
+            case.protocol,
+            Mode::WithRefs,
+        ) else {
+            panic!("{}: unchanged the second time", case.name);
+        };
+        assert_eq!(twice.body, r.body, "{}", case.name);
+    }
+}
+
+#[test]
+fn nothing_over_budget_is_left_as_it_came() {
+    for case in CASES {
+        let body = (case.body)(&["a", "b"]);
+        assert!(
+            matches!(
+                rewrite(
+                    body.as_bytes(),
+                    &Policy::default(),
+                    case.protocol,
+                    Mode::WithRefs
+                ),
+                Outcome::Unchanged(Unchanged::NothingOverBudget)
+            ),
+            "{}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn the_pieces_the_rounds_add_are_json() {
+    let names = RecallToolNames::default();
+    for case in CASES {
+        for tool in case.protocol.recall_tools(&names) {
+            let v: Value = serde_json::from_str(&tool)
+                .unwrap_or_else(|e| panic!("{}: {e}: {tool}", case.name));
+            assert!(v.is_object(), "{}", case.name);
+        }
+        let body = (case.body)(&["x"]);
+        let parsed = case
+            .protocol
+            .parse(&body)
+            .unwrap_or_else(|| panic!("{}", case.name));
+        for m in &parsed.messages {
+            let canon = case.protocol.message_canon(&body[m.span.clone()]);
+            assert!(
+                canon.is_some(),
+                "{}: a message without a canonical form",
+                case.name
+            );
+            assert_eq!(
+                canon,
+                case.protocol.message_canon(&body[m.span.clone()]),
+                "{}",
+                case.name
+            );
+        }
+        let shape = parsed.outputs[0].shape;
+        let encoded = case.protocol.encode_content(shape, "a \"stub\"\n");
+        let v: Value = serde_json::from_str(&encoded)
+            .unwrap_or_else(|e| panic!("{}: {e}: {encoded}", case.name));
+        assert!(!v.is_null(), "{}", case.name);
+        // A message appended to the conversation keeps the body JSON, one
+        // element longer.
+        let item = json_of(&body, case)[case.key][0].to_string();
+        if let Some(longer) = case.protocol.append_items(&body, &[item]) {
+            let n = json_of(&longer, case)[case.key]
+                .as_array()
+                .map_or(0, Vec::len);
+            assert_eq!(n, parsed.messages.len() + 1, "{}", case.name);
+        }
+        // Its errors are JSON in its own format.
+        let error = case
+            .protocol
+            .flavor()
+            .error_body(400, "invalid_request", "bad \"input\"");
+        let v: Value =
+            serde_json::from_str(&error).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        match case.protocol.flavor() {
+            Flavor::Anthropic => assert_eq!(v["type"], "error", "{}", case.name),
+            _ => assert!(v["error"].is_object(), "{}", case.name),
+        }
+    }
+}
+
+/// An output's span in the body is the JSON value its text came from: what
+/// the rewrite replaces is exactly what it read.
+#[test]
+fn an_outputs_span_holds_the_value_its_text_came_from() {
+    for case in CASES {
+        let t = text(3, 500);
+        let body = (case.body)(&[&t]);
+        let parsed = case
+            .protocol
+            .parse(&body)
+            .unwrap_or_else(|| panic!("{}", case.name));
+        let o = &parsed.outputs[0];
+        let v: Value = serde_json::from_str(&body[o.content_span.clone()])
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let read = match o.shape {
+            ContentShape::String => v.as_str().map(str::to_string),
+            ContentShape::OutputObject => v["output"].as_str().map(str::to_string),
+            ContentShape::TextParts => v.as_array().map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<String>()
+            }),
+        };
+        assert_eq!(read.as_deref(), Some(t.as_str()), "{}", case.name);
+    }
+}

@@ -914,7 +914,10 @@ async fn after_expiries(
         ),
         Plan::Unchanged(_, None) => return Ok(first),
     };
-    if default_ttl == 0 || tool_outputs == 0 {
+    // A count of tokens never touches the provider's cache: it neither
+    // moves the clock nor may find the cache expired.
+    let counts = matches!(api, Api::CountTokens | Api::GeminiCountTokens);
+    if default_ttl == 0 || tool_outputs == 0 || counts {
         return Ok(first);
     }
     let session = session_header

@@ -356,6 +356,8 @@ mod tests {
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_220_293))
         );
         assert_eq!(parse_amz_date("2026-12-02"), None);
+        assert_eq!(parse_amz_date("20261202T 4 453Z"), None);
+        assert_eq!(parse_amz_date("20261302T140453Z"), None);
     }
 
     #[test]
@@ -570,7 +572,12 @@ fn hex_of(bytes: &[u8]) -> String {
 
 /// `20261202T140453Z` as a time.
 fn parse_amz_date(value: &str) -> Option<SystemTime> {
-    if value.len() != 16 {
+    // Exactly eight digits, `T`, six digits, `Z` (chrono alone would take
+    // spaces and one-digit fields).
+    let b = value.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' || !digits(0..8) || !digits(9..15) {
         return None;
     }
     let t = chrono::NaiveDateTime::parse_from_str(value, "%Y%m%dT%H%M%SZ").ok()?;

@@ -82,7 +82,7 @@ pub const DEFAULT_MIN_SHARE_PERMILLE: u32 = 0;
 pub const DEFAULT_HORIZON_PERMILLE: u32 = 0;
 /// On by default: replayed on the Claude Code sessions, whose people pause
 /// longer than the cache lives 43 times in 19 of 52 sessions, it took the
-/// saving from +0.5% to +4.6% at Anthropic's prices (BENCHMARKS.md, "After
+/// saving from +0.2% to +3.6% at Anthropic's prices (BENCHMARKS.md, "After
 /// the cache expired").
 pub const DEFAULT_AFTER_EXPIRY: bool = true;
 
@@ -124,9 +124,21 @@ pub struct Turns {
     /// had expired: there it writes the whole prompt again anyway, so the
     /// change is free, and every output old enough ages if together they
     /// remove more than the recall tools add when offered there first.
-    pub expired: Vec<usize>,
+    pub expired: Vec<Expiry>,
     /// Bytes the recall tools add to the tool definitions.
     pub recall_tools: usize,
+}
+
+/// A decision point whose request came after the provider's cache had
+/// expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expiry {
+    /// The request's newest turn.
+    pub turn: usize,
+    /// Whether the model answered after that turn's outputs in the request
+    /// (a person's message after a pause follows the model's answer): then
+    /// it has seen them, and they age too.
+    pub newest_seen: bool,
 }
 
 /// Which of `seen` (in body order) the rule externalizes.
@@ -137,12 +149,19 @@ pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
         return aged;
     }
     let mut offered_from = turns.first_stub;
-    for d in 1..turns.ends.len() {
-        let expired = aging.after_expiry && turns.expired.contains(&d);
-        let after = match (expired, aging.after_turns) {
-            (true, _) => 1,
-            (false, 0) => continue,
-            (false, n) => n,
+    for d in 0..turns.ends.len() {
+        let expiry = turns
+            .expired
+            .iter()
+            .find(|e| e.turn == d)
+            .filter(|_| aging.after_expiry);
+        let expired = expiry.is_some();
+        // At an expiry, the outputs the model saw: those of earlier turns,
+        // and the newest turn's too where it answered after them.
+        let after = match (expiry, aging.after_turns) {
+            (Some(e), _) => usize::from(!e.newest_seen),
+            (None, 0) => continue,
+            (None, n) => n,
         };
         let pending: Vec<usize> = (0..seen.len())
             .filter(|&i| !aged[i] && seen[i].turn.saturating_add(after) <= d)
@@ -151,7 +170,7 @@ pub fn aged(aging: &Aging, seen: &[Seen], turns: &Turns) -> Vec<bool> {
             continue;
         };
         let removed: usize = pending.iter().map(|&i| seen[i].saving).sum();
-        let previous_end = turns.ends[d - 1];
+        let previous_end = d.checked_sub(1).map_or(0, |p| turns.ends[p]);
         let rewritten = if offered_from.is_some_and(|t| t < d) {
             previous_end.saturating_sub(seen[first].start)
         } else {
@@ -313,7 +332,10 @@ mod tests {
         // the expiry (turn 3) ages, and everything seen before it.
         let s = [seen(0, 100), seen(1, 100), seen(2, 100), seen(3, 900)];
         let mut t = turns(5, None);
-        t.expired = vec![3];
+        t.expired = vec![Expiry {
+            turn: 3,
+            newest_seen: false,
+        }];
         assert_eq!(aged(&aging(0, 0), &s, &t), [true, true, true, false]);
         assert_eq!(aged(&aging(4, 1000), &s, &t), [true, true, true, false]);
         // Without an expiry, or with the setting off, nothing.
@@ -328,6 +350,18 @@ mod tests {
         assert_eq!(aged(&aging(0, 0), &s, &t), [false; 4]);
         t.first_stub = Some(2);
         assert_eq!(aged(&aging(0, 0), &s, &t), [true, true, true, false]);
+        // Where the model answered after the newest turn's outputs, it saw
+        // them too.
+        t.expired[0].newest_seen = true;
+        assert_eq!(aged(&aging(0, 0), &s, &t), [true; 4]);
+        // The first turn itself, seen and answered (the tools offered
+        // there for nothing more).
+        t.recall_tools = 0;
+        t.expired = vec![Expiry {
+            turn: 0,
+            newest_seen: true,
+        }];
+        assert_eq!(aged(&aging(0, 0), &s, &t), [true, false, false, false]);
     }
 
     #[test]

@@ -845,13 +845,18 @@ fn age<'b>(
         .filter(|&&p| p >= 1 && p <= n)
         .filter_map(|&p| {
             let end = parsed.messages[p - 1].span.end;
-            ends.iter().filter(|&&e| e <= end).count().checked_sub(1)
+            let turn = ends.iter().filter(|&&e| e <= end).count().checked_sub(1)?;
+            let newest_seen = parsed.messages[..p]
+                .iter()
+                .any(|m| m.assistant && m.span.start >= ends[turn]);
+            Some(aging::Expiry { turn, newest_seen })
         })
-        .collect::<Vec<usize>>();
-    // Outputs become candidates this many turns after theirs: one at an
-    // expiry, `after_turns` otherwise.
+        .collect::<Vec<_>>();
+    // Outputs become candidates this many turns after theirs: at once at an
+    // expiry (the newest turn's where the model answered after them),
+    // `after_turns` otherwise.
     let after = if policy.aging.after_expiry {
-        1
+        0
     } else {
         regular
     };
@@ -868,11 +873,17 @@ fn age<'b>(
             first_stub
         },
         expired: expired_turns,
-        recall_tools: protocol
-            .recall_tools(names)
-            .iter()
-            .map(|t| t.len() + 1)
-            .sum(),
+        // What the recall tools add where they come with the change (none
+        // when they are not offered at all).
+        recall_tools: if policy.recall_enabled {
+            protocol
+                .recall_tools(names)
+                .iter()
+                .map(|t| t.len() + 1)
+                .sum()
+        } else {
+            0
+        },
     };
     let newest = turns.ends.len().saturating_sub(1);
     let mut seen = Vec::new();

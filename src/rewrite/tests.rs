@@ -1363,3 +1363,39 @@ fn an_expired_cache_ages_what_the_gate_of_the_aging_rule_kept() {
     assert_eq!(reasons(&[], &off), (vec![], false));
     assert_eq!(reasons(&[9], &off), (vec![], false));
 }
+
+#[test]
+fn after_a_pause_the_newest_outputs_age_too_where_the_model_answered_them() {
+    // Two turns of 3,000 characters, the model's answer, then the person's
+    // next message after a pause: the model saw both outputs.
+    let outputs: Vec<String> = (0..2).map(|i| text_of(i, 3_000)).collect();
+    let mut v: Value = serde_json::from_str(&conversation(&outputs)).expect("json");
+    if let Some(m) = v["messages"].as_array_mut() {
+        m.push(serde_json::json!({"role": "assistant", "content": "Both read."}));
+        m.push(serde_json::json!({"role": "user", "content": "Now fix it."}));
+    }
+    let body = v.to_string();
+    let (outcome, _) = after_expiry(&body, &Policy::default(), &[7]);
+    let Outcome::Rewritten(r) = outcome else {
+        panic!("not rewritten");
+    };
+    let ids: Vec<_> = r
+        .outputs
+        .iter()
+        .map(|o| o.tool_call_id.as_deref())
+        .collect();
+    assert_eq!(ids, [Some("call_0"), Some("call_1")]);
+    // Without the answer after them, the newest turn's output is new to
+    // the model and stays.
+    let body = conversation(&outputs);
+    let (outcome, _) = after_expiry(&body, &Policy::default(), &[5]);
+    let Outcome::Rewritten(r) = outcome else {
+        panic!("not rewritten");
+    };
+    let ids: Vec<_> = r
+        .outputs
+        .iter()
+        .map(|o| o.tool_call_id.as_deref())
+        .collect();
+    assert_eq!(ids, [Some("call_0")]);
+}

@@ -169,22 +169,31 @@ pub(crate) fn cache_clock(
             .optional()
         })
         .ctx("reading a session's prompt-cache clock")?;
-    let points = {
-        let mut stmt = tx
-            .prepare_cached(clock::POINTS)
-            .ctx("preparing the prompt-cache expiry lookup")?;
-        let rows = stmt
-            .query_map(params![tenant.as_str(), session_id, messages], |r| {
-                r.get::<_, i64>(0)
-            })
-            .ctx("reading a session's prompt-cache expiries")?;
-        rows.collect::<Result<Vec<_>, _>>()
-            .ctx("reading a session's prompt-cache expiries")?
-    };
+    let points = expiry_points(&tx, tenant, session_id, messages)?;
     Ok(clock::Seen {
         clock: found,
         points,
     })
+}
+
+/// A session's expiry points up to `messages`, ascending, as stored (the
+/// fast path's read and the writer's decision both answer with them).
+pub(crate) fn expiry_points(
+    conn: &Connection,
+    tenant: &Tenant,
+    session_id: &str,
+    messages: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(crate::store::cache_clock::POINTS)
+        .ctx("preparing the prompt-cache expiry lookup")?;
+    let rows = stmt
+        .query_map(params![tenant.as_str(), session_id, messages], |r| {
+            r.get::<_, i64>(0)
+        })
+        .ctx("reading a session's prompt-cache expiries")?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .ctx("reading a session's prompt-cache expiries")
 }
 
 /// The upstream response a client's response id stands for.

@@ -593,18 +593,7 @@ impl Writer {
                 }
             }
         }
-        let points = {
-            let mut stmt = tx
-                .prepare_cached(clock::POINTS)
-                .ctx("preparing the prompt-cache expiry lookup")?;
-            let rows = stmt
-                .query_map(params![tenant.as_str(), session_id, messages], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .ctx("reading a session's prompt-cache expiries")?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .ctx("reading a session's prompt-cache expiries")?
-        };
+        let points = super::reader::expiry_points(&tx, tenant, session_id, messages)?;
         tx.commit()
             .ctx("committing a prompt-cache clock decision")?;
         self.wal_dirty += 1;

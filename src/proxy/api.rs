@@ -675,11 +675,8 @@ pub(super) struct OwnedRewrite {
     /// The end of the prefix the next request keeps (the aging rule's
     /// cache breakpoint), an offset in `body`.
     cache_anchor: Option<usize>,
-    /// The messages of its conversation, the tool outputs it carries, and
-    /// whether an expired cache would change it ([`crate::rewrite::Read`]).
-    messages: usize,
-    tool_outputs: usize,
-    expiry_matters: bool,
+    /// What the prompt-cache clock needs of it.
+    clock: crate::rewrite::ClockFacts,
     /// The requests after which the provider's cache had expired that it
     /// was planned with ([`RequestFacts::expired`]): every re-plan of the
     /// request takes them too.
@@ -904,20 +901,15 @@ async fn after_expiries(
     first: Plan,
 ) -> Result<Plan, ProxyError> {
     let default_ttl = app.config.policy.prompt_cache_ttl_ms;
-    let (opening, messages, tool_outputs, matters) = match &first {
-        Plan::Rewritten(r) => (&r.opening, r.messages, r.tool_outputs, r.expiry_matters),
-        Plan::Unchanged(_, Some(read)) => (
-            &read.opening,
-            read.messages,
-            read.tool_outputs,
-            read.expiry_matters,
-        ),
+    let (opening, clock) = match &first {
+        Plan::Rewritten(r) => (&r.opening, r.clock),
+        Plan::Unchanged(_, Some(read)) => (&read.opening, read.clock),
         Plan::Unchanged(_, None) => return Ok(first),
     };
     // A count of tokens never touches the provider's cache: it neither
     // moves the clock nor may find the cache expired.
     let counts = matches!(api, Api::CountTokens | Api::GeminiCountTokens);
-    if default_ttl == 0 || tool_outputs == 0 || counts {
+    if default_ttl == 0 || clock.tool_outputs == 0 || counts {
         return Ok(first);
     }
     let session = session_header
@@ -927,7 +919,7 @@ async fn after_expiries(
         .ok()
         .and_then(|text| api.protocol().cache_lifetime_ms(text))
         .unwrap_or(default_ttl);
-    let count = u32::try_from(messages).unwrap_or(u32::MAX);
+    let count = u32::try_from(clock.messages).unwrap_or(u32::MAX);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
     let points = match app.store.cache_expiries(tenant, &session, count, ttl).await {
         Ok(points) => points,
@@ -937,7 +929,7 @@ async fn after_expiries(
             return Ok(first);
         }
     };
-    if !matters || points.is_empty() {
+    if !clock.expiry_matters || points.is_empty() {
         return Ok(first);
     }
     let expired = points.into_iter().map(|p| p as usize).collect();
@@ -1051,9 +1043,7 @@ fn plan_now(
             turns: r.turns,
             last_canon: r.last_canon,
             cache_anchor: r.cache_anchor,
-            messages: r.messages,
-            tool_outputs: r.tool_outputs,
-            expiry_matters: r.expiry_matters,
+            clock: r.clock,
             expired,
             outputs: r
                 .outputs

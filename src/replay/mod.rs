@@ -256,26 +256,22 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
         // came after an expiry; where that would change the request, the
         // rewrite runs again with them.
         let noted = match (&outcome, &read) {
-            (Outcome::Rewritten(r), _) => {
-                Some((&r.opening, r.messages, r.tool_outputs, r.expiry_matters))
-            }
-            (Outcome::Unchanged(_), Some(r)) => {
-                Some((&r.opening, r.messages, r.tool_outputs, r.expiry_matters))
-            }
+            (Outcome::Rewritten(r), _) => Some((&r.opening, r.clock)),
+            (Outcome::Unchanged(_), Some(r)) => Some((&r.opening, r.clock)),
             (Outcome::Unchanged(_), None) => None,
         };
-        let noted =
-            noted.filter(|&(_, _, outputs, _)| outputs > 0 && policy.prompt_cache_ttl_ms > 0);
-        if let (Some((opening, messages, _, matters)), Some(at)) = (noted, request.at) {
+        let noted = noted.filter(|(_, c)| c.tool_outputs > 0 && policy.prompt_cache_ttl_ms > 0);
+        if let (Some((opening, clock)), Some(at)) = (noted, request.at) {
             let ttl = protocol
                 .cache_lifetime_ms(&request.body)
                 .unwrap_or(policy.prompt_cache_ttl_ms);
-            let points = clocks
-                .entry(opening.clone())
-                .or_default()
-                .observe(messages, at, ttl);
-            if matters && !points.is_empty() {
-                report.after_expiry += usize::from(points.contains(&messages));
+            let points =
+                clocks
+                    .entry(opening.clone())
+                    .or_default()
+                    .observe(clock.messages, at, ttl);
+            if clock.expiry_matters && !points.is_empty() {
+                report.after_expiry += usize::from(points.contains(&clock.messages));
                 let facts = RequestFacts {
                     expired: &points,
                     ..RequestFacts::default()

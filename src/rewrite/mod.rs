@@ -203,10 +203,18 @@ pub struct Rewritten<'b> {
     /// cache breakpoint there on APIs with explicit ones (Anthropic), and
     /// the replay bills it so on every provider.
     pub cache_anchor: Option<usize>,
+    /// What the conversation's prompt-cache clock needs of it.
+    pub clock: ClockFacts,
+}
+
+/// What the proxy's prompt-cache clock (and the replay's) needs of a
+/// request the rewrite read, rewritten or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockFacts {
     /// The messages (or items) of its conversation.
     pub messages: usize,
     /// The tool outputs it carries: a request with any is one the
-    /// conversation's prompt-cache clock notes.
+    /// conversation's clock notes.
     pub tool_outputs: usize,
     /// Whether the request would be rewritten differently had the
     /// provider's prompt cache expired before it, or before an earlier
@@ -261,15 +269,8 @@ pub struct Read {
     pub opening: String,
     /// The model the request names.
     pub model: Option<String>,
-    /// The messages (or items) of its conversation.
-    pub messages: usize,
-    /// The tool outputs it carries: a request with any is one the
-    /// conversation's prompt-cache clock notes.
-    pub tool_outputs: usize,
-    /// Whether the request would be rewritten differently had the
-    /// provider's prompt cache expired before it, or before an earlier
-    /// request of its conversation ([`RequestFacts::expired`]).
-    pub expiry_matters: bool,
+    /// What the conversation's prompt-cache clock needs of it.
+    pub clock: ClockFacts,
 }
 
 /// [`rewrite_with`], and for a body it read and found nothing to do in,
@@ -364,11 +365,9 @@ fn rewrite_parsed<'b>(
         // below only ever act on outputs), so no recall names to pick,
         // unless the recall tools are offered from the start (below).
         return Err(Read {
-            messages: parsed.messages.len(),
-            tool_outputs: parsed.outputs.len(),
+            clock: clock_facts(&parsed, false),
             opening: parsed.opening,
             model: parsed.model,
-            expiry_matters: false,
         });
     }
     let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
@@ -463,11 +462,9 @@ fn rewrite_parsed<'b>(
     let from_start = offered_from_start;
     if outputs.is_empty() && !from_start {
         return Err(Read {
-            messages: parsed.messages.len(),
-            tool_outputs: parsed.outputs.len(),
+            clock: clock_facts(&parsed, held_back),
             opening: parsed.opening,
             model: parsed.model,
-            expiry_matters: held_back,
         });
     }
     let first_stub = if from_start {
@@ -516,6 +513,7 @@ fn rewrite_parsed<'b>(
         .messages
         .last()
         .and_then(|m| protocol.message_canon(&body[m.span.clone()]));
+    let clock = clock_facts(&parsed, held_back);
     Ok(Box::new(Rewritten {
         body: splice(body, splices),
         outputs,
@@ -527,10 +525,16 @@ fn rewrite_parsed<'b>(
         turns,
         last_canon,
         cache_anchor,
+        clock,
+    }))
+}
+
+fn clock_facts(parsed: &ParsedRequest<'_>, expiry_matters: bool) -> ClockFacts {
+    ClockFacts {
         messages: parsed.messages.len(),
         tool_outputs: parsed.outputs.len(),
-        expiry_matters: held_back,
-    }))
+        expiry_matters,
+    }
 }
 
 /// Where the conversation ends in the last request of it at which the

@@ -1235,6 +1235,19 @@ fn after_expiry<'b>(
     )
 }
 
+/// The call ids of the outputs stubbed at the defaults after the cache
+/// expired at `expired`.
+fn stubbed_after(body: &str, expired: &[usize]) -> Vec<String> {
+    match after_expiry(body, &Policy::default(), expired).0 {
+        Outcome::Rewritten(r) => r
+            .outputs
+            .iter()
+            .filter_map(|o| o.tool_call_id.clone())
+            .collect(),
+        Outcome::Unchanged(_) => Vec::new(),
+    }
+}
+
 #[test]
 fn an_expired_cache_releases_the_outputs_the_first_stub_gate_kept() {
     // The gate keeps turn 40's 21,000 characters (see above), and says an
@@ -1253,8 +1266,8 @@ fn an_expired_cache_releases_the_outputs_the_first_stub_gate_kept() {
         Outcome::Unchanged(Unchanged::NothingOverBudget)
     ));
     let read = read.expect("read");
-    assert_eq!(read.messages, 83);
-    assert!(read.expiry_matters);
+    assert_eq!(read.clock.messages, 83);
+    assert!(read.clock.expiry_matters);
     // Expired at this request: the whole prompt is written again anyway,
     // so the first stub is made.
     let stubbed = |outcome: Outcome<'_>| match outcome {
@@ -1268,7 +1281,7 @@ fn an_expired_cache_releases_the_outputs_the_first_stub_gate_kept() {
     assert_eq!(first.outputs.len(), 1);
     assert_eq!(first.outputs[0].tool_call_id.as_deref(), Some("call_40"));
     assert!(first.body.contains("tool_result_read"));
-    assert!(!first.expiry_matters);
+    assert!(!first.clock.expiry_matters);
     // Every later request reproduces it byte for byte.
     outputs.push("ok".into());
     let later = conversation(&outputs);
@@ -1285,7 +1298,7 @@ fn an_expired_cache_releases_the_outputs_the_first_stub_gate_kept() {
     assert!(stubbed(after_expiry(&body, &policy, &[85]).0).is_empty());
     // A conversation with nothing kept has nothing an expiry would change.
     let (_, read) = after_expiry(&late_output(3, 100), &policy, &[]);
-    assert!(!read.expect("read").expiry_matters);
+    assert!(!read.expect("read").clock.expiry_matters);
 }
 
 #[test]
@@ -1300,7 +1313,7 @@ fn an_expired_cache_ages_every_output_the_model_has_seen() {
         outcome,
         Outcome::Unchanged(Unchanged::NothingOverBudget)
     ));
-    assert!(read.expect("read").expiry_matters);
+    assert!(read.expect("read").clock.expiry_matters);
     // Expired at this request (7 messages): turns 0 and 1 age, the newest
     // turn's output, which the model has not seen, stays verbatim.
     let (outcome, _) = after_expiry(&body, &policy, &[7]);
@@ -1329,7 +1342,7 @@ fn an_expired_cache_ages_every_output_the_model_has_seen() {
     off.aging.after_expiry = false;
     let (outcome, read) = after_expiry(&body, &off, &[7]);
     assert!(matches!(outcome, Outcome::Unchanged(_)));
-    assert!(!read.expect("read").expiry_matters);
+    assert!(!read.expect("read").clock.expiry_matters);
 }
 
 #[test]
@@ -1345,7 +1358,7 @@ fn an_expired_cache_ages_what_the_gate_of_the_aging_rule_kept() {
                 .iter()
                 .map(|o| format!("{} {}", o.reason, o.tool_call_id.as_deref().unwrap_or("")))
                 .collect::<Vec<_>>(),
-            r.expiry_matters,
+            r.clock.expiry_matters,
         ),
         Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
     };
@@ -1375,27 +1388,8 @@ fn after_a_pause_the_newest_outputs_age_too_where_the_model_answered_them() {
         m.push(serde_json::json!({"role": "user", "content": "Now fix it."}));
     }
     let body = v.to_string();
-    let (outcome, _) = after_expiry(&body, &Policy::default(), &[7]);
-    let Outcome::Rewritten(r) = outcome else {
-        panic!("not rewritten");
-    };
-    let ids: Vec<_> = r
-        .outputs
-        .iter()
-        .map(|o| o.tool_call_id.as_deref())
-        .collect();
-    assert_eq!(ids, [Some("call_0"), Some("call_1")]);
+    assert_eq!(stubbed_after(&body, &[7]), ["call_0", "call_1"]);
     // Without the answer after them, the newest turn's output is new to
     // the model and stays.
-    let body = conversation(&outputs);
-    let (outcome, _) = after_expiry(&body, &Policy::default(), &[5]);
-    let Outcome::Rewritten(r) = outcome else {
-        panic!("not rewritten");
-    };
-    let ids: Vec<_> = r
-        .outputs
-        .iter()
-        .map(|o| o.tool_call_id.as_deref())
-        .collect();
-    assert_eq!(ids, [Some("call_0")]);
+    assert_eq!(stubbed_after(&conversation(&outputs), &[5]), ["call_0"]);
 }

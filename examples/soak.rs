@@ -249,8 +249,8 @@ struct Sample {
     db: u64,
     wal: u64,
     /// The proxy's memory gauges (`toolstub_memory_bytes`), in bytes:
-    /// heap in use, heap held free, large buffers kept, SQLite, memo.
-    parts: [u64; 5],
+    /// heap in use, heap held free, SQLite, memo.
+    parts: [u64; 4],
 }
 
 /// The proxy's `/metrics` text (empty if it does not answer in time).
@@ -270,18 +270,12 @@ async fn metrics_text(client: &support::HttpClient, addr: std::net::SocketAddr) 
 
 /// The proxy's `toolstub_memory_bytes` gauges, in `Sample::parts` order
 /// (0 for a part it does not report).
-async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) -> [u64; 5] {
+async fn memory_parts(client: &support::HttpClient, addr: std::net::SocketAddr) -> [u64; 4] {
     let metrics = metrics_text(client, addr).await;
-    let mut parts = [0; 5];
-    for (i, part) in [
-        "heap_in_use",
-        "heap_free",
-        "large_buffers",
-        "sqlite",
-        "memo",
-    ]
-    .iter()
-    .enumerate()
+    let mut parts = [0; 4];
+    for (i, part) in ["heap_in_use", "heap_free", "sqlite", "memo"]
+        .iter()
+        .enumerate()
     {
         let prefix = format!("toolstub_memory_bytes{{part=\"{part}\"}} ");
         parts[i] = metrics
@@ -489,7 +483,7 @@ fn main() {
         while started.elapsed() < duration {
             let s = take_sample(started.elapsed()).await;
             eprintln!(
-                "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB heap={:>5.1}+{:>5.1} free large={:>5.1} sqlite={:>5.1} memo={:>5.1} MiB errors={}",
+                "t={:>5.0}s requests={:>8} rss={:>6.1} MiB db={:>6.1} MiB wal={:>6.1} MiB heap={:>5.1}+{:>5.1} free sqlite={:>5.1} memo={:>5.1} MiB errors={}",
                 s.at,
                 s.requests,
                 s.rss_kib as f64 / 1024.0,
@@ -499,7 +493,6 @@ fn main() {
                 support::mib(s.parts[1]),
                 support::mib(s.parts[2]),
                 support::mib(s.parts[3]),
-                support::mib(s.parts[4]),
                 errors.load(Ordering::Relaxed)
             );
             samples.push(s);
@@ -650,14 +643,14 @@ fn main() {
         idle.rss_kib as f64 / 1024.0
     );
     println!();
-    println!("Memory parts are the proxy's `toolstub_memory_bytes` gauges (heap in use and held free by malloc, freed large buffers kept for reuse, SQLite's allocations, the memo).\n");
-    println!("| t (s) | requests | RSS (MiB) | heap in use | heap free | large buffers | SQLite | memo | DB (MiB) | WAL (MiB) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("Memory parts are the proxy's `toolstub_memory_bytes` gauges (heap in use and held free by malloc, SQLite's allocations, the memo).\n");
+    println!("| t (s) | requests | RSS (MiB) | heap in use | heap free | SQLite | memo | DB (MiB) | WAL (MiB) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let step = (samples.len() / 20).max(1);
     for (i, s) in samples.iter().chain([&idle]).enumerate() {
         if i % step == 0 || i >= samples.len() {
             println!(
-                "| {:.0}{} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {:.0}{} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 s.at,
                 if i >= samples.len() { " (stopped)" } else { "" },
                 s.requests,
@@ -666,7 +659,6 @@ fn main() {
                 support::mib(s.parts[1]),
                 support::mib(s.parts[2]),
                 support::mib(s.parts[3]),
-                support::mib(s.parts[4]),
                 support::mib(s.db),
                 support::mib(s.wal)
             );

@@ -326,7 +326,7 @@ fn read_stdin() -> Result<Vec<u8>> {
 /// `toolstub results list|read|search`, `stats` and `keys`: the store seen
 /// by an operator.
 mod results {
-    use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
+    use crate::store::{AsyncResultStore, Backend, StoreConfig, Tenant};
     use anyhow::{bail, Context, Result};
     use clap::{Args, Subcommand};
     use std::io::Write;
@@ -559,19 +559,21 @@ mod results {
     }
 
     fn open_store(db: Option<&PathBuf>, store_url: Option<&str>) -> Result<Opened> {
-        let backend = match (store_url, db) {
-            (Some(url), _) => Backend::Postgres(PostgresOptions {
-                url: url.to_string(),
-                pool_size: 1,
-                connect_timeout: std::time::Duration::from_secs(5),
-                ca_file: None,
-            }),
-            (None, Some(db)) if db.exists() => Backend::Sqlite(db.clone()),
-            (None, db) => bail!(
-                "no store at {} (pass --db FILE or --store-url URL)",
-                db.map_or_else(|| "./toolstub.db".to_string(), |d| d.display().to_string())
-            ),
+        let overrides = crate::config::Overrides {
+            db: db.cloned(),
+            store_url: store_url.map(str::to_string),
+            ..crate::config::Overrides::default()
         };
+        let config = crate::config::load(None, Vec::new(), &overrides)?;
+        let backend = Backend::of(&config);
+        if let Backend::Sqlite(path) = &backend {
+            if !path.exists() {
+                bail!(
+                    "no store at {} (pass --db FILE or --store-url URL)",
+                    path.display()
+                );
+            }
+        }
         open_backend(backend)
     }
 
@@ -768,7 +770,7 @@ mod results {
 
     /// `toolstub keys`: the store is the one `serve` would open with the
     /// same flags, configuration and environment (the backend chosen by
-    /// [`crate::proxy::store_backend`]). Only `create` makes a new SQLite
+    /// [`Backend::of`]). Only `create` makes a new SQLite
     /// file; `list` and `revoke` need the store to be there.
     pub fn keys(args: KeysArgs) -> Result<()> {
         let overrides = crate::config::Overrides {
@@ -777,7 +779,7 @@ mod results {
             ..crate::config::Overrides::default()
         };
         let config = crate::config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
-        let backend = crate::proxy::store_backend(&config);
+        let backend = Backend::of(&config);
         if let (Backend::Sqlite(path), false) =
             (&backend, matches!(args.action, KeysAction::Create { .. }))
         {

@@ -13,7 +13,7 @@ use super::body::{boxed, Collected};
 use super::error::ProxyError;
 use super::ledger::{Counting, RequestNote, SessionOf, Tally, TextToCount, ToCount};
 use super::recall_rounds::{self, RecallRequest};
-use super::usage_tap::{Sink, Tap};
+use super::usage_tap::{FiledRequest, UsageReport};
 use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::anthropic::AnthropicMessages;
@@ -167,7 +167,7 @@ impl Accounting {
         session: SessionOf,
         tallies: Vec<Tally>,
         counting: Option<Counting>,
-    ) -> Tap {
+    ) -> FiledRequest {
         let note = RequestNote::new(self.tenant.clone(), self.api.label(), self.at);
         app.ledger.turn(crate::proxy::ledger::Turn {
             note: note.clone(),
@@ -175,7 +175,7 @@ impl Accounting {
             tallies,
             counting,
         });
-        Tap {
+        FiledRequest {
             ledger: app.ledger.clone(),
             note,
             protocol: self.api.protocol(),
@@ -185,12 +185,12 @@ impl Accounting {
 
 /// An unread or unchanged request, for the ledger: filed with its
 /// response's usage when the response ends (or alone, if none comes).
-fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<Sink> {
+fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<UsageReport> {
     accounting.as_ref().map(|a| {
         let unread = app
             .ledger
             .unread(a.tenant.clone(), a.api.label(), a.at, session);
-        Sink::Unread(unread, a.api.protocol())
+        UsageReport::Unfiled(unread, a.api.protocol())
     })
 }
 
@@ -270,7 +270,7 @@ pub(super) async fn handle(
     let path_model = api.model_in_path(parts.uri.path());
     let small = original.len() <= DEFER_MAX;
     let plan = if small && app.config.policy.enabled && api.protocol().surely_untouched(&original) {
-        Plan::Unchanged("no_tools", None)
+        RewriteOutcome::Unchanged("no_tools", None)
     } else {
         let first = plan(
             app,
@@ -295,7 +295,7 @@ pub(super) async fn handle(
         .await?
     };
     match plan {
-        Plan::Rewritten(mut rewritten) => {
+        RewriteOutcome::Rewritten(mut rewritten) => {
             if rewritten.model.is_none() {
                 rewritten.model = path_model;
             }
@@ -315,7 +315,7 @@ pub(super) async fn handle(
             // common case) would otherwise carry and move on every request.
             Box::pin(rewritten_request(app, request, rewritten)).await
         }
-        Plan::Unchanged(why, read) => {
+        RewriteOutcome::Unchanged(why, read) => {
             app.metrics.unchanged(why);
             let derive = match (session_header, read) {
                 (Some(s), read) => SessionOf::Known(s, read.and_then(|r| r.model).or(path_model)),
@@ -426,14 +426,14 @@ async fn rewritten_request(
                 FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
                 FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
                     // No recall tools, so no restored recall calls either.
-                    Plan::Rewritten(preview_only) => {
+                    RewriteOutcome::Rewritten(preview_only) => {
                         rewritten = preview_only;
                         restorations.clear();
                         counting = accounting
                             .as_ref()
                             .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
                     }
-                    Plan::Unchanged(..) => {
+                    RewriteOutcome::Unchanged(..) => {
                         let known = SessionOf::Known(session, rewritten.model.clone());
                         let tap = unread(&accounting, app, known);
                         return forward_whole(app, &parts, original, tap).await;
@@ -512,7 +512,7 @@ async fn rewritten_request(
     let request = whole_request(app, &parts, rewritten.body, Some(length)).await?;
     let (response, latency) = app.upstream.send(request).await?;
     app.metrics.upstream_latency(latency);
-    let mut response = stream_back(super::tapped(response, tap.map(Sink::Tap)));
+    let mut response = stream_back(super::tapped(response, tap.map(UsageReport::FiledRequest)));
     for (name, value) in extra_headers {
         response.headers_mut().insert(name, value);
     }
@@ -651,7 +651,7 @@ fn skip_reason(headers: &HeaderMap, max_body_bytes: u64) -> Option<&'static str>
 }
 
 /// The rewrite's outcome, owned, so it can cross from the blocking pool.
-pub(super) enum Plan {
+pub(super) enum RewriteOutcome {
     /// Why, and what the rewrite read of the body (when it read it).
     Unchanged(&'static str, Option<crate::rewrite::Read>),
     Rewritten(Box<OwnedRewrite>),
@@ -857,8 +857,8 @@ async fn bedrock_count_tokens(
     )
     .await?
     {
-        Plan::Rewritten(r) => r,
-        Plan::Unchanged(why, _) => {
+        RewriteOutcome::Rewritten(r) => r,
+        RewriteOutcome::Unchanged(why, _) => {
             app.metrics.unchanged(why);
             return forward_whole(app, parts, original, None).await;
         }
@@ -898,13 +898,13 @@ async fn after_expiries(
     session_header: Option<&str>,
     parts: &http::request::Parts,
     body: &Bytes,
-    first: Plan,
-) -> Result<Plan, ProxyError> {
+    first: RewriteOutcome,
+) -> Result<RewriteOutcome, ProxyError> {
     let default_ttl = app.config.policy.prompt_cache_ttl_ms;
     let (opening, clock) = match &first {
-        Plan::Rewritten(r) => (&r.opening, r.clock),
-        Plan::Unchanged(_, Some(read)) => (&read.opening, read.clock),
-        Plan::Unchanged(_, None) => return Ok(first),
+        RewriteOutcome::Rewritten(r) => (&r.opening, r.clock),
+        RewriteOutcome::Unchanged(_, Some(read)) => (&read.opening, read.clock),
+        RewriteOutcome::Unchanged(_, None) => return Ok(first),
     };
     // A count of tokens never touches the provider's cache: it neither
     // moves the clock nor may find the cache expired.
@@ -974,7 +974,7 @@ pub(super) async fn plan(
     path_model: Option<String>,
     long_context: bool,
     expired: Vec<usize>,
-) -> Result<Plan, ProxyError> {
+) -> Result<RewriteOutcome, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
         return Ok(plan_now(
             app,
@@ -1014,7 +1014,7 @@ fn plan_now(
     path_model: Option<&str>,
     long_context: bool,
     expired: Vec<usize>,
-) -> Plan {
+) -> RewriteOutcome {
     let policy;
     let policy = if recall {
         &app.config.policy
@@ -1031,8 +1031,8 @@ fn plan_now(
         expired: &expired,
     };
     match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, facts) {
-        (Outcome::Unchanged(why), read) => Plan::Unchanged(why.as_str(), read),
-        (Outcome::Rewritten(r), _) => Plan::Rewritten(Box::new(OwnedRewrite {
+        (Outcome::Unchanged(why), read) => RewriteOutcome::Unchanged(why.as_str(), read),
+        (Outcome::Rewritten(r), _) => RewriteOutcome::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),
             saved_chars: r.saved_chars,
             opening: r.opening,

@@ -189,7 +189,7 @@ enum Job {
     Turn(Turn),
     /// A request the proxy forwarded unread or unchanged, with the usage
     /// its response reported: one hand-off per request.
-    Unread(UnreadTurn, Option<Reading>),
+    Unfiled(PendingTurn, Option<Reading>),
     /// A response's usage, read by the ledger task when not yet read.
     Usage(Arc<RequestNote>, Reading),
     Recall(Arc<RequestNote>, u64),
@@ -346,12 +346,18 @@ impl Ledger {
     }
 
     /// A request forwarded unread or unchanged: filed with its response's
-    /// usage when that response ends ([`Unread::report`]), or alone if it
+    /// usage when that response ends ([`Unfiled::report`]), or alone if it
     /// never comes (the upstream failed, the client went away first).
-    pub fn unread(&self, tenant: Tenant, api: &'static str, at: i64, session: SessionOf) -> Unread {
-        Unread {
+    pub fn unread(
+        &self,
+        tenant: Tenant,
+        api: &'static str,
+        at: i64,
+        session: SessionOf,
+    ) -> Unfiled {
+        Unfiled {
             ledger: self.clone(),
-            turn: Some(UnreadTurn {
+            turn: Some(PendingTurn {
                 tenant,
                 api,
                 at,
@@ -390,7 +396,7 @@ impl Ledger {
 }
 
 /// What the ledger files of a request it did not see rewritten.
-pub struct UnreadTurn {
+pub struct PendingTurn {
     tenant: Tenant,
     api: &'static str,
     at: i64,
@@ -401,25 +407,25 @@ pub struct UnreadTurn {
 /// usage goes with it, in one hand-off to the ledger task rather than
 /// two. Dropped without a report, it is filed alone: every request is
 /// counted.
-pub struct Unread {
+pub struct Unfiled {
     ledger: Ledger,
-    turn: Option<UnreadTurn>,
+    turn: Option<PendingTurn>,
 }
 
-impl Unread {
+impl Unfiled {
     /// Files the request with the usage its response reported (if any).
     pub fn report(mut self, reading: Reading) {
         if let Some(turn) = self.turn.take() {
             let usage = (!reading.is_empty()).then_some(reading);
-            self.ledger.submit(Job::Unread(turn, usage));
+            self.ledger.submit(Job::Unfiled(turn, usage));
         }
     }
 }
 
-impl Drop for Unread {
+impl Drop for Unfiled {
     fn drop(&mut self) {
         if let Some(turn) = self.turn.take() {
-            self.ledger.submit(Job::Unread(turn, None));
+            self.ledger.submit(Job::Unfiled(turn, None));
         }
     }
 }
@@ -582,7 +588,7 @@ async fn flush(store: &AsyncResultStore, metrics: &Metrics, batch: &mut LedgerBa
 async fn file(job: Job, metrics: &Metrics, batch: &mut LedgerBatch, late: &mut JoinSet<Late>) {
     match job {
         Job::Turn(turn) => file_turn(turn, metrics, batch, late).await,
-        Job::Unread(turn, usage) => file_unread(turn, usage, metrics, batch).await,
+        Job::Unfiled(turn, usage) => file_unread(turn, usage, metrics, batch).await,
         Job::Usage(note, reading) => {
             let observed = reading.read();
             if observed.seen {
@@ -640,12 +646,12 @@ fn file_usage(
 /// A request forwarded unread or unchanged: one turn of its session, and
 /// its response's usage.
 async fn file_unread(
-    turn: UnreadTurn,
+    turn: PendingTurn,
     usage: Option<Reading>,
     metrics: &Metrics,
     batch: &mut LedgerBatch,
 ) {
-    let UnreadTurn {
+    let PendingTurn {
         tenant,
         api,
         at,
@@ -932,7 +938,7 @@ mod tests {
         let mut scanner =
             crate::usage::UsageScanner::for_protocol(Some("application/json"), protocol);
         scanner.push(response);
-        let turn = UnreadTurn {
+        let turn = PendingTurn {
             tenant: tenant.clone(),
             api: "chat",
             at: 5,
@@ -957,7 +963,7 @@ mod tests {
             (5, 4, 2)
         );
         // Without usage, the request's own model.
-        let turn = UnreadTurn {
+        let turn = PendingTurn {
             tenant: tenant.clone(),
             api: "chat",
             at: 6,

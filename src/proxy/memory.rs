@@ -23,9 +23,14 @@
 //!   every whole free page of every arena back.
 //!
 //! Elsewhere than glibc all three are no-ops. The price of the fixed
-//! threshold, a fresh mapping (page faults) for every large buffer, is taken
-//! back by the binary's allocator, which recycles freed large buffers
-//! (`large_buffers.rs`); the trim also gives back those unused for a period.
+//! threshold is a fresh mapping, faulted in page by page, for every large
+//! buffer: about 2 ms on a request carrying a 1 MB tool output, against a
+//! model call of seconds (BENCHMARKS.md, "Memory").
+//!
+//! Why the system's malloc, tuned, rather than a maintained allocator of
+//! its own: mimalloc 3, in the same 30-minute soak, kept its resident
+//! memory 60% higher and let it climb 13.9% (RELIABILITY.md, "Soak"); the
+//! soak's goal is 10%.
 
 use std::time::Duration;
 
@@ -58,9 +63,8 @@ pub fn configure_malloc() {
     }
 }
 
-/// Starts the periodic trim on the current runtime: large buffers unused
-/// for a whole period leave the cache ([`super::large_buffers`]), then
-/// glibc hands back its arenas' free pages.
+/// Starts the periodic trim on the current runtime: glibc hands back its
+/// arenas' free pages.
 pub fn spawn_trimmer() {
     tokio::spawn(async {
         let mut ticks = tokio::time::interval(TRIM_EVERY);
@@ -70,13 +74,11 @@ pub fn spawn_trimmer() {
             ticks.tick().await;
             let trimmed = tokio::task::spawn_blocking(|| {
                 let started = std::time::Instant::now();
-                let cached = super::large_buffers::GLOBAL.release_idle();
-                (cached, trim_arenas(), started.elapsed())
+                (trim_arenas(), started.elapsed())
             })
             .await;
-            if let Ok((cached, trimmed, took)) = trimmed {
+            if let Ok((trimmed, took)) = trimmed {
                 tracing::debug!(
-                    cached_bytes_released = cached,
                     arenas_trimmed = trimmed,
                     took_us = took.as_micros() as u64,
                     "returned freed heap memory"
@@ -120,7 +122,7 @@ pub fn render_gauges(out: &mut String, memo_bytes: usize) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
-        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), large_buffers (freed, kept for reuse; also counted in heap_in_use), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
+        "# HELP toolstub_memory_bytes Memory by part: heap_in_use and heap_free (glibc malloc), sqlite (page caches, statements), memo (digests and synopses).\n# TYPE toolstub_memory_bytes gauge"
     );
     let mut gauge = |part: &str, value: u64| {
         let _ = writeln!(out, "toolstub_memory_bytes{{part=\"{part}\"}} {value}");
@@ -129,10 +131,6 @@ pub fn render_gauges(out: &mut String, memo_bytes: usize) {
         gauge("heap_in_use", in_use);
         gauge("heap_free", free);
     }
-    gauge(
-        "large_buffers",
-        super::large_buffers::GLOBAL.cached_bytes() as u64,
-    );
     gauge("sqlite", crate::store::sqlite_memory_in_use());
     gauge("memo", memo_bytes as u64);
 }

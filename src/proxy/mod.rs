@@ -23,12 +23,10 @@ mod decode;
 mod error;
 mod framing;
 mod gcp;
-pub mod large_buffers;
 mod ledger;
 mod limits;
 pub mod memory;
 mod operator;
-mod pool;
 mod recall_rounds;
 mod responses;
 mod timeouts;
@@ -43,7 +41,7 @@ pub use error::ProxyError;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::Flavor;
-use crate::store::{AsyncResultStore, Backend, PostgresOptions, StoreConfig, Tenant};
+use crate::store::{AsyncResultStore, Backend, StoreConfig, Tenant};
 use anyhow::{Context, Result};
 use body::{boxed, full};
 use futures_util::FutureExt;
@@ -96,26 +94,11 @@ fn store_config(config: &Config) -> StoreConfig {
     }
 }
 
-/// Which database the configuration asks for.
-pub(crate) fn store_backend(config: &Config) -> Backend {
-    match &config.store.url {
-        Some(url) => Backend::Postgres(PostgresOptions {
-            url: url.0.clone(),
-            pool_size: config.store.pool_size,
-            connect_timeout: std::time::Duration::from_millis(
-                config.store.connect_timeout_ms.max(1),
-            ),
-            ca_file: config.upstream.ca_file.clone(),
-        }),
-        None => Backend::Sqlite(config.store.path.clone()),
-    }
-}
-
 impl App {
     /// Opens the store and builds the upstream client.
     pub async fn new(config: Config) -> Result<App> {
         let upstream = Upstream::new(&config.upstream)?;
-        let store = AsyncResultStore::open(store_backend(&config), store_config(&config))
+        let store = AsyncResultStore::open(Backend::of(&config), store_config(&config))
             .await
             .with_context(|| match &config.store.url {
                 Some(_) => "cannot open the store (store.url)".to_string(),
@@ -687,7 +670,7 @@ async fn forward(
     app: &App,
     parts: &http::request::Parts,
     body: BoxBody,
-    tap: Option<usage_tap::Sink>,
+    tap: Option<usage_tap::UsageReport>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let body = if http_body::Body::is_end_stream(&body) {
         body
@@ -710,7 +693,7 @@ async fn forward(
 /// filed).
 fn tapped<B>(
     response: Response<B>,
-    tap: Option<usage_tap::Sink>,
+    tap: Option<usage_tap::UsageReport>,
 ) -> Response<usage_tap::Tapped<B>> {
     let content_type = response
         .headers()
@@ -808,7 +791,7 @@ async fn forward_whole(
     app: &App,
     parts: &http::request::Parts,
     body: bytes::Bytes,
-    tap: Option<usage_tap::Sink>,
+    tap: Option<usage_tap::UsageReport>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let upstream_request = whole_request(app, parts, body, None).await?;
     let (response, latency) = app.upstream.send(upstream_request).await?;
@@ -974,7 +957,6 @@ pub async fn serve(config: Config) -> Result<()> {
     let db = app.store.describe();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = listeners.spawn(&app, &rx);
-    memory::spawn_trimmer();
     app.access.announce();
     match operator {
         Some(operator) => {

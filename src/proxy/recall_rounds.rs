@@ -24,14 +24,14 @@
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
-use super::api::{exchange_key, plan, Api, Plan};
+use super::api::{exchange_key, plan, Api, RewriteOutcome};
 use super::body::{collect_reserving, full, BoxBody, ChannelBody, Collected};
 use super::decode::Decoded;
 use super::error::ProxyError;
 use super::framing::Framing;
 use super::timeouts::{find, UpstreamIdle};
 use super::upstream::UpstreamBody;
-use super::usage_tap::{Tap, Tapped};
+use super::usage_tap::{FiledRequest, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::{Protocol, RoundsContext};
 use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
@@ -83,7 +83,7 @@ pub(super) struct RecallRequest {
     pub saved_tokens: Option<Arc<std::sync::OnceLock<u64>>>,
     /// Where each round's usage, and the recall calls, go (the request's
     /// note in the ledger).
-    pub tap: Option<Tap>,
+    pub tap: Option<FiledRequest>,
     /// The request body's part of the buffered-bytes bound: `body` and
     /// `original` are held as long as the rounds run.
     pub _held: super::limits::Held,
@@ -117,11 +117,11 @@ impl RecallRequest {
             )
             .await?
             {
-                Plan::Rewritten(mut r) => {
+                RewriteOutcome::Rewritten(mut r) => {
                     r.restore(&self.restorations, self.protocol);
                     r.body
                 }
-                Plan::Unchanged(..) => self.original.clone(),
+                RewriteOutcome::Unchanged(..) => self.original.clone(),
             },
         )
     }
@@ -198,7 +198,7 @@ impl RecallRequest {
     /// the client got for it, if the upstream knows it under another, in
     /// one commit (best effort: without them the next turn is sent as the
     /// client has it).
-    async fn keep(&self, app: &App, rounds: &dyn Rounds) {
+    async fn store_exchange(&self, app: &App, rounds: &dyn Rounds) {
         let answer = crate::store::Answer {
             exchange: rounds
                 .restoration()
@@ -272,7 +272,7 @@ pub(super) async fn non_streaming(
         match rounds.response(&bytes, offered) {
             Step::Final(answer) => {
                 app.metrics.recall_rounds(done);
-                req.keep(app, rounds.as_ref()).await;
+                req.store_exchange(app, rounds.as_ref()).await;
                 let mut response = Response::from_parts(head, full(answer.unwrap_or(bytes)));
                 req.decorate(&mut response);
                 return Ok(response);
@@ -481,7 +481,7 @@ async fn drive(
             RoundEnd::Done => {
                 app.metrics.recall_rounds(done);
                 if client
-                    .wait(req.keep(app, rounds.as_ref()), &keepalive)
+                    .wait(req.store_exchange(app, rounds.as_ref()), &keepalive)
                     .await
                     .is_none()
                 {

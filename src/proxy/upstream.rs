@@ -1,8 +1,12 @@
-//! The upstream client: kept HTTP/1 connections ([`super::pool`]) over HTTP
-//! or HTTPS (rustls, Mozilla's roots plus an optional CA file), the
-//! upstream URL for a request,
-//! and the header rules (hop-by-hop headers, `Host` and
+//! The upstream client: hyper-util's pooled HTTP/1 client over HTTP or
+//! HTTPS (rustls, Mozilla's roots plus an optional CA file), the upstream
+//! URL for a request, and the header rules (hop-by-hop headers, `Host` and
 //! `x-toolstub-*` never go upstream).
+//!
+//! The client keeps connections per origin (`pool_max_idle_per_host` idle
+//! at most, closed after `pool_idle_timeout`), sends a request again on
+//! another connection when a kept one turns out closed before any of it
+//! went out, and adds the `Host` header a request lacks.
 
 use super::body::BoxBody;
 use super::error::ProxyError;
@@ -12,7 +16,10 @@ use anyhow::{Context, Result};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::time::{Duration, Instant};
 
 /// Headers that describe one connection, not the request (RFC 9110 7.6.1).
@@ -29,7 +36,7 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 pub struct Upstream {
-    pool: super::pool::Pool,
+    client: Client<HttpsConnector<HttpConnector>, BoxBody>,
     base: Uri,
     /// The `Host` header of a request to `base`, as the client would
     /// write it (built once, not per request).
@@ -86,15 +93,15 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let pool = super::pool::Pool::new(
-            connector,
-            config.pool_max_idle_per_host,
-            config.pool_idle_timeout,
-        );
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .build(connector);
         Ok(Upstream {
-            pool,
+            client,
             base: config.base_url.clone(),
-            base_host: super::pool::host_value(&config.base_url),
+            base_host: host_value(&config.base_url),
             anthropic_base: config.anthropic_base.clone(),
             gemini_base: config.gemini_base.clone(),
             bedrock_base: config
@@ -224,16 +231,23 @@ impl Upstream {
         request: Request<BoxBody>,
     ) -> Result<(Response<UpstreamBody>, Duration), ProxyError> {
         let started = Instant::now();
-        // The pool's errors name the upstream's host and port, so an
-        // operator sees which upstream failed.
-        match tokio::time::timeout(self.first_byte_timeout, self.pool.send(request)).await {
+        // An error names the upstream's host and port (never the userinfo
+        // a base URL may hold), so an operator sees which upstream failed.
+        let origin = match (request.uri().host(), request.uri().port_u16()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            _ => String::new(),
+        };
+        match tokio::time::timeout(self.first_byte_timeout, self.client.request(request)).await {
             Err(_) => Err(ProxyError::UpstreamTimeout(
                 self.first_byte_timeout.as_millis(),
             )),
-            Ok(Err(e)) => Err(match e.body_deadline() {
-                Some(ms) => ProxyError::BodyTimeout(ms),
-                None => ProxyError::UpstreamUnreachable(e.to_string()),
-            }),
+            Ok(Err(e)) => Err(
+                match super::timeouts::find::<super::timeouts::BodyDeadline>(&e) {
+                    Some(deadline) => ProxyError::BodyTimeout(deadline.0),
+                    None => ProxyError::UpstreamUnreachable(format!("{origin}: {}", chain(&e))),
+                },
+            ),
             Ok(Ok(response)) => {
                 let idle = self.idle_timeout;
                 let response = response.map(|body| super::timeouts::Idle::new(body, idle));
@@ -241,6 +255,32 @@ impl Upstream {
             }
         }
     }
+}
+
+/// An error and its sources on one line (hyper's errors hide the cause).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The `Host` header of a request to `uri`: the host, and the port unless
+/// it is the scheme's default.
+fn host_value(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port_u16() {
+        Some(443) if secure => host.to_string(),
+        Some(80) if !secure => host.to_string(),
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 /// The client's headers as they go upstream: without hop-by-hop headers
@@ -397,6 +437,20 @@ pub fn vertex_host(location: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_header_leaves_out_the_default_port() {
+        for (uri, host) in [
+            ("https://api.example.com/x", "api.example.com"),
+            ("https://api.example.com:443/x", "api.example.com"),
+            ("http://127.0.0.1:8080/x", "127.0.0.1:8080"),
+            ("http://h:80/", "h"),
+            ("https://h:80/", "h:80"),
+        ] {
+            let uri: Uri = uri.parse().expect("uri");
+            assert_eq!(host_value(&uri).expect("host"), host, "{uri}");
+        }
+    }
 
     #[test]
     fn hop_by_hop_host_and_own_headers_stay_here() {

@@ -3,7 +3,7 @@
 //! data, and when the body ends (or is dropped, e.g. the client went away)
 //! what it saw goes to the ledger.
 
-use super::ledger::{Ledger, RequestNote, Unread};
+use super::ledger::{Ledger, RequestNote, Unfiled};
 use crate::protocol::Protocol;
 use crate::usage::UsageScanner;
 use bytes::Bytes;
@@ -15,40 +15,40 @@ use std::task::{Context, Poll};
 /// Where a tapped body reports: a request filed with the ledger already
 /// (a rewritten one, each of whose responses reports its usage).
 #[derive(Clone)]
-pub struct Tap {
+pub struct FiledRequest {
     pub ledger: Ledger,
     pub note: Arc<RequestNote>,
     pub protocol: &'static dyn Protocol,
 }
 
 /// Where a response's usage goes.
-pub enum Sink {
+pub enum UsageReport {
     /// To a request filed already.
-    Tap(Tap),
+    FiledRequest(FiledRequest),
     /// With a request forwarded unread or unchanged, filed together when
     /// the response ends: one hand-off to the ledger for both.
-    Unread(Unread, &'static dyn Protocol),
+    Unfiled(Unfiled, &'static dyn Protocol),
 }
 
-impl Sink {
+impl UsageReport {
     fn protocol(&self) -> &'static dyn Protocol {
         match self {
-            Sink::Tap(tap) => tap.protocol,
-            Sink::Unread(_, protocol) => *protocol,
+            UsageReport::FiledRequest(tap) => tap.protocol,
+            UsageReport::Unfiled(_, protocol) => *protocol,
         }
     }
 
     fn report(self, reading: crate::usage::Reading) {
         match self {
-            Sink::Tap(tap) => tap.ledger.usage(tap.note, reading),
-            Sink::Unread(unread, _) => unread.report(reading),
+            UsageReport::FiledRequest(tap) => tap.ledger.usage(tap.note, reading),
+            UsageReport::Unfiled(unread, _) => unread.report(reading),
         }
     }
 }
 
-impl From<Tap> for Sink {
-    fn from(tap: Tap) -> Sink {
-        Sink::Tap(tap)
+impl From<FiledRequest> for UsageReport {
+    fn from(tap: FiledRequest) -> UsageReport {
+        UsageReport::FiledRequest(tap)
     }
 }
 
@@ -58,11 +58,11 @@ pub struct Tapped<B> {
 }
 
 /// What a tapped body reads usage with, and where it reports it.
-pub struct Watch(UsageScanner, Sink);
+pub struct Watch(UsageScanner, UsageReport);
 
 impl Watch {
     /// A watch on a body of this content type, if its usage goes anywhere.
-    pub fn of(content_type: Option<&str>, sink: Option<Sink>) -> Option<Watch> {
+    pub fn of(content_type: Option<&str>, sink: Option<UsageReport>) -> Option<Watch> {
         sink.map(|sink| {
             Watch(
                 UsageScanner::for_protocol(content_type, sink.protocol()),

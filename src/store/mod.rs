@@ -3,11 +3,12 @@
 //! search, list) plus retention, the hidden recall exchanges and the
 //! response-id map of the protocol adapters.
 //!
-//! One interface, two backends: [`AsyncResultStore`] is what the proxy, the
-//! operator API and the CLI talk to; behind it is either the embedded SQLite
-//! file (`sqlite/`, the default, one machine) or PostgreSQL (`postgres/`,
-//! `store.url`, several replicas sharing one store). Both keep the same
-//! semantics, and the store's test suite runs unchanged against each.
+//! One interface, two backends: [`Store`] is the trait, [`AsyncResultStore`]
+//! the handle the proxy, the operator API and the CLI talk to; behind it is
+//! either the embedded SQLite file (`sqlite/`, the default, one machine) or
+//! PostgreSQL (`postgres/`, `store.url`, several replicas sharing one
+//! store), each implementing [`Store`] in its own folder. Both keep the
+//! same semantics, and the store's test suite runs unchanged against each.
 //!
 //! Shared by both: `types` (the domain types), `error`, `prepare` (what a put
 //! derives from an output before writing: hash, ref, chunks), `text` (pure
@@ -39,7 +40,7 @@ mod sqlite;
 mod text;
 mod types;
 
-pub use asynchronous::{AsyncResultStore, Backend, Health};
+pub use asynchronous::{AsyncResultStore, Backend, Health, Store};
 pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};

@@ -691,10 +691,6 @@ async fn no_credential_reaches_the_database_the_logs_or_the_metrics() {
     );
     let admin = [("x-toolstub-admin-token", secrets[3])];
     let (_, _, metrics) = send(&c, "GET", format!("{base}/metrics"), &admin, "").await;
-    // The binary's allocator kept the requests' freed ~100 KB buffers for
-    // reuse (the in-process server of the other tests reports 0).
-    let kept = super::memory_gauge(&String::from_utf8_lossy(&metrics), "large_buffers");
-    assert!(kept.is_some_and(|b| b > 0), "large buffers kept: {kept:?}");
     // SIGKILL: the WAL stays as it was, with whatever it holds.
     let log = proxy.kill();
     assert!(log.contains("\"level\":\"DEBUG\""), "debug logs were on");

@@ -1,4 +1,4 @@
-//! The proxy's connections to the upstream (`src/proxy/pool.rs`): kept and
+//! The proxy's connections to the upstream (`src/proxy/upstream.rs`): kept and
 //! reused, never used once the upstream closed them, closed after the idle
 //! timeout, not kept at all with `pool_max_idle_per_host = 0`. The
 //! upstream here is a raw HTTP/1.1 server over TCP that counts the

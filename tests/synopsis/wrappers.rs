@@ -95,7 +95,7 @@ fn listed_rust_file_is_code_with_declarations() {
             s.notable_items
         );
         assert!(
-            s.notable_items.contains(&"enum Plan".to_string()),
+            s.notable_items.contains(&"enum RewriteOutcome".to_string()),
             "{:?}",
             s.notable_items
         );

@@ -21,7 +21,6 @@ pub mod cache;
 mod rounds;
 mod stream;
 mod thinking;
-mod usage;
 
 use super::body::{once, read_body};
 use super::json_scan::Scanner;
@@ -341,8 +340,28 @@ impl Protocol for AnthropicMessages {
         thinking::earlier_turns(body, messages, model)
     }
 
+    /// Anthropic's usage: `input_tokens` (uncached), `cache_read_input_tokens`,
+    /// `cache_creation_input_tokens`, `output_tokens`; on the whole message, in
+    /// a stream's `message_start` (under `message`) and `message_delta` (at the
+    /// top, cumulative: the last one holds the final output count).
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        usage::reported(value)
+        let (holder, usage) = match value.get("usage").filter(|u| u.is_object()) {
+            Some(usage) => (value, usage),
+            None => {
+                let message = value.get("message")?;
+                (message, message.get("usage").filter(|u| u.is_object())?)
+            }
+        };
+        Some(crate::usage::Reported {
+            input: crate::usage::Reported::field(usage, "input_tokens"),
+            cache_read: crate::usage::Reported::field(usage, "cache_read_input_tokens"),
+            cache_write: crate::usage::Reported::field(usage, "cache_creation_input_tokens"),
+            output: crate::usage::Reported::field(usage, "output_tokens"),
+            model: holder
+                .get("model")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+        })
     }
 
     fn flavor(&self) -> Flavor {

@@ -248,3 +248,50 @@ fn error_types_follow_the_status() {
         json!({"type":"error","error":{"type":"api_error","message":"no"}})
     );
 }
+
+/// Usage, whole and streamed.
+mod usage {
+    use super::*;
+    use crate::usage::{Usage, UsageScanner};
+    use serde_json::Value;
+
+    #[test]
+    fn a_stream_gives_input_at_start_and_output_at_the_end() {
+        let body = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"claude-x\",",
+            "\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":100,\"cache_read_input_tokens\":900,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"usage\"}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":42}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let mut s = UsageScanner::new(Some("text/event-stream"), |v: &Value| {
+            AnthropicMessages.usage(v)
+        });
+        s.push(body.as_bytes());
+        let seen = s.finish();
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 12,
+                cache_read: 900,
+                cache_write: 100,
+                output: 42
+            }
+        );
+        assert_eq!(seen.model.as_deref(), Some("claude-x"));
+    }
+
+    #[test]
+    fn a_whole_message() {
+        let v: Value = serde_json::from_str(
+            r#"{"model":"claude-y","usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":0}}"#,
+        )
+        .unwrap_or_default();
+        let r = AnthropicMessages.usage(&v).unwrap_or_default();
+        assert_eq!(
+            (r.input, r.output, r.cache_read, r.cache_write),
+            (Some(5), Some(6), Some(0), None)
+        );
+        assert_eq!(r.model.as_deref(), Some("claude-y"));
+    }
+}

@@ -8,7 +8,6 @@
 
 mod rounds;
 mod stream;
-mod usage;
 
 use super::body::{once, Body};
 use super::json_scan::Scanner;
@@ -255,12 +254,23 @@ impl Protocol for OpenAiChat {
         super::append_to_member(body, "messages", items)
     }
 
+    /// Chat Completions usage: `prompt_tokens` (cached included),
+    /// `prompt_tokens_details.cached_tokens`, `completion_tokens`; on the whole
+    /// response, or on a stream's last chunk (with
+    /// `stream_options.include_usage`; `usage: null` on the others).
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        usage::reported(value)
+        let usage = value.get("usage").filter(|u| u.is_object())?;
+        Some(crate::usage::Reported::openai(
+            value,
+            usage,
+            USAGE_FIELDS.input,
+            USAGE_FIELDS.details,
+            USAGE_FIELDS.output,
+        ))
     }
 
     fn usage_fields(&self) -> Option<&'static crate::usage::OpenAiFields> {
-        Some(&usage::FIELDS)
+        Some(&USAGE_FIELDS)
     }
 
     fn flavor(&self) -> Flavor {
@@ -407,6 +417,13 @@ fn is_plain_string(raw: &str) -> bool {
             .iter()
             .all(|&b| b != b'\\' && b != b'"' && b >= 0x20)
 }
+
+/// Where a response keeps its usage, for the tap's reading of the text.
+static USAGE_FIELDS: crate::usage::OpenAiFields = crate::usage::OpenAiFields {
+    input: "prompt_tokens",
+    details: "prompt_tokens_details",
+    output: "completion_tokens",
+};
 
 #[cfg(test)]
 mod tests {
@@ -813,6 +830,37 @@ mod differential {
             let damaged = format!("{}{insert}{}", &body[..at], if insert.is_empty() { "" } else { &body[at..] });
             let (scanned, reference) = both(&damaged);
             prop_assert_eq!(scanned, reference, "{}", damaged);
+        }
+    }
+
+    /// Usage, streamed.
+    mod usage {
+        use super::*;
+        use crate::usage::{Usage, UsageScanner};
+
+        #[test]
+        fn the_last_chunk_carries_usage() {
+            let body = concat!(
+                "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
+                "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":9,",
+                "\"total_tokens\":1009,\"prompt_tokens_details\":{\"cached_tokens\":768}}}\n\n",
+                "data: [DONE]\n\n",
+            );
+            let mut s = UsageScanner::new(Some("text/event-stream"), |v: &serde_json::Value| {
+                OpenAiChat.usage(v)
+            });
+            s.push(body.as_bytes());
+            let seen = s.finish();
+            assert_eq!(
+                seen.usage,
+                Usage {
+                    input: 232,
+                    cache_read: 768,
+                    cache_write: 0,
+                    output: 9
+                }
+            );
+            assert_eq!(seen.model.as_deref(), Some("gpt-x"));
         }
     }
 }

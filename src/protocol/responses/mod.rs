@@ -24,7 +24,6 @@
 
 mod rounds;
 mod stream;
-mod usage;
 
 use super::anthropic::result_text;
 use super::body::{once, read_conversation};
@@ -345,8 +344,24 @@ impl Protocol for OpenAiResponses {
         true
     }
 
+    /// Responses API usage: `input_tokens` (cached included),
+    /// `input_tokens_details.cached_tokens`, `output_tokens`; on the whole
+    /// response, or under `response` in a stream's `response.completed`
+    /// (`response.incomplete`, `response.failed`; earlier events carry
+    /// `usage: null`).
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        usage::reported(value)
+        let response = match value.get("response").filter(|r| r.is_object()) {
+            Some(inner) => inner,
+            None => value,
+        };
+        let usage = response.get("usage").filter(|u| u.is_object())?;
+        Some(crate::usage::Reported::openai(
+            response,
+            usage,
+            "input_tokens",
+            "input_tokens_details",
+            "output_tokens",
+        ))
     }
 
     fn flavor(&self) -> Flavor {

@@ -241,3 +241,33 @@ fn canon_of_a_turn_survives_reserialization_and_goes_by_ids() {
         )
     );
 }
+
+/// Usage, streamed.
+mod usage {
+    use super::*;
+    use crate::usage::{Usage, UsageScanner};
+
+    #[test]
+    fn response_completed_carries_usage() {
+        let body = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"gpt-5\",\"usage\":null}}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"model\":\"gpt-5\",",
+            "\"usage\":{\"input_tokens\":500,\"input_tokens_details\":{\"cached_tokens\":400},\"output_tokens\":20,\"total_tokens\":520}}}\n\n",
+        );
+        let mut s = UsageScanner::new(Some("text/event-stream"), |v: &Value| {
+            OpenAiResponses.usage(v)
+        });
+        s.push(body.as_bytes());
+        let seen = s.finish();
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 100,
+                cache_read: 400,
+                cache_write: 0,
+                output: 20
+            }
+        );
+        assert_eq!(seen.model.as_deref(), Some("gpt-5"));
+    }
+}

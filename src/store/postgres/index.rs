@@ -110,6 +110,7 @@ async fn batch(conn: &mut Conn) -> Result<u64, StoreError> {
 
 /// Indexes the whole backlog, as the indexer task does (statistics
 /// included); returns how many chunks this call indexed.
+#[cfg(any(test, feature = "testing"))]
 pub async fn flush(indexer: &Indexer, conn: &mut Conn) -> Result<u64, StoreError> {
     let mut total = 0;
     loop {

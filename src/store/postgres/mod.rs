@@ -19,12 +19,14 @@ mod read;
 mod schema;
 mod write;
 
-use super::asynchronous::Health;
+use super::asynchronous::{Health, Store};
 use super::cache_clock::{self, Touches};
 use super::error::PgContext;
+#[cfg(any(test, feature = "testing"))]
+use super::StoreStats;
 use super::{
     Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
-    SearchHit, StoreConfig, StoreError, StoreStats, Stored, SweepReport, Tenant,
+    SearchHit, StoreConfig, StoreError, Stored, SweepReport, Tenant,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::path::PathBuf;
@@ -293,11 +295,39 @@ impl PostgresBackend {
         Ok(backend)
     }
 
-    pub fn describe(&self) -> String {
-        self.inner.described.clone()
+    /// Moves the clock in a task of its own; a failure is logged (debug)
+    /// and dropped (the clock then lags: at worst one cache write more).
+    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
+        let touch = self.inner.touches.begin(tenant, session_id, at, messages);
+        let inner = self.inner.clone();
+        let (tenant, session_id) = (tenant.clone(), session_id.to_string());
+        tokio::spawn(async move {
+            let result = async {
+                let _permit = inner
+                    .touch_permits
+                    .acquire()
+                    .await
+                    .map_err(|_| StoreError::Closed)?;
+                let conn = inner.conn().await?;
+                inner.note(write::touch_clock(&conn, &tenant, &session_id, at, messages).await)
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "moving a prompt-cache clock failed; dropped");
+            }
+            // Committed (or failed): reads stop merging it in.
+            drop(touch);
+        });
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresBackend {
+    fn describe(&self) -> String {
+        format!("postgres {}", self.inner.described)
     }
 
-    pub async fn health(&self) -> Health {
+    async fn health(&self) -> Health {
         let probe = async {
             let conn = self.inner.conn().await?;
             conn.simple_query("SELECT 1")
@@ -314,7 +344,7 @@ impl PostgresBackend {
         }
     }
 
-    pub async fn put(
+    async fn put(
         &self,
         tenant: &Tenant,
         outputs: Vec<NewOutput>,
@@ -331,7 +361,7 @@ impl PostgresBackend {
         Ok(stored)
     }
 
-    pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+    async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
         let mut conn = self.inner.conn().await?;
         let now = self.inner.config.clock.now_ms();
         self.inner
@@ -345,7 +375,7 @@ impl PostgresBackend {
     /// in flight on the session landed. Any other call answers what it
     /// read and moves the clock in a task of its own, without waiting for
     /// it (`cache_clock.rs` says why that decides alike).
-    pub async fn cache_expiries(
+    async fn cache_expiries(
         &self,
         tenant: &Tenant,
         session_id: &str,
@@ -381,32 +411,7 @@ impl PostgresBackend {
             .note(write::cache_expiries(&mut conn, tenant, session_id, messages, ttl_ms, now).await)
     }
 
-    /// Moves the clock in a task of its own; a failure is logged (debug)
-    /// and dropped (the clock then lags: at worst one cache write more).
-    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
-        let touch = self.inner.touches.begin(tenant, session_id, at, messages);
-        let inner = self.inner.clone();
-        let (tenant, session_id) = (tenant.clone(), session_id.to_string());
-        tokio::spawn(async move {
-            let result = async {
-                let _permit = inner
-                    .touch_permits
-                    .acquire()
-                    .await
-                    .map_err(|_| StoreError::Closed)?;
-                let conn = inner.conn().await?;
-                inner.note(write::touch_clock(&conn, &tenant, &session_id, at, messages).await)
-            }
-            .await;
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "moving a prompt-cache clock failed; dropped");
-            }
-            // Committed (or failed): reads stop merging it in.
-            drop(touch);
-        });
-    }
-
-    pub async fn read(
+    async fn read(
         &self,
         tenant: &Tenant,
         result_ref: &str,
@@ -419,17 +424,17 @@ impl PostgresBackend {
             .note(read::read(&conn, tenant, result_ref, start, end, limit).await)
     }
 
-    pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
+    async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(read::held(&conn, tenant, &refs).await)
     }
 
-    pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+    async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(read::meta(&conn, tenant, result_ref).await)
     }
 
-    pub async fn search(
+    async fn search(
         &self,
         tenant: &Tenant,
         result_ref: &str,
@@ -443,7 +448,7 @@ impl PostgresBackend {
             .note(read::search_ref(&conn, tenant, result_ref, query, limit, context_chars).await)
     }
 
-    pub async fn search_session(
+    async fn search_session(
         &self,
         tenant: &Tenant,
         session_id: &str,
@@ -457,7 +462,7 @@ impl PostgresBackend {
         )
     }
 
-    pub async fn list(
+    async fn list(
         &self,
         tenant: &Tenant,
         session_id: Option<&str>,
@@ -469,7 +474,7 @@ impl PostgresBackend {
             .note(read::list(&conn, tenant, session_id, tool_name, limit).await)
     }
 
-    pub async fn exchanges(
+    async fn exchanges(
         &self,
         tenant: &Tenant,
         keys: Vec<String>,
@@ -478,7 +483,7 @@ impl PostgresBackend {
         self.inner.note(read::exchanges(&conn, tenant, &keys).await)
     }
 
-    pub async fn response_id(
+    async fn response_id(
         &self,
         tenant: &Tenant,
         client_id: &str,
@@ -488,28 +493,36 @@ impl PostgresBackend {
             .note(read::response_id(&conn, tenant, client_id).await)
     }
 
-    pub async fn flush_index(&self) -> Result<u64, StoreError> {
+    #[cfg(any(test, feature = "testing"))]
+    async fn flush_index(&self) -> Result<u64, StoreError> {
         let mut conn = self.inner.conn().await?;
         self.inner
             .note(index::flush(&self.inner.indexer, &mut conn).await)
     }
 
-    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
-        self.sweep_at(self.inner.config.clock.now_ms()).await
-    }
-
-    pub async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+    async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        let now_ms = self.inner.config.clock.now_ms();
         let mut conn = self.inner.conn().await?;
         self.inner
             .note(write::sweep_all(&mut conn, &self.inner.config, now_ms).await)
     }
 
-    pub async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+    #[cfg(any(test, feature = "testing"))]
+    async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        self.inner
+            .note(write::sweep_all(&mut conn, &self.inner.config, now_ms).await)
+    }
+
+    async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let mut conn = self.inner.conn().await?;
         self.inner.note(write::record(&mut conn, &batch).await)
     }
 
-    pub async fn report(
+    async fn report(
         &self,
         tenant: Option<&Tenant>,
         query: crate::store::ReportQuery,
@@ -519,7 +532,7 @@ impl PostgresBackend {
             .note(read::report(&mut conn, tenant, &query).await)
     }
 
-    pub async fn create_key(
+    async fn create_key(
         &self,
         name: &str,
         hash: crate::auth::KeyHash,
@@ -531,17 +544,18 @@ impl PostgresBackend {
         self.inner.note(write::create_key(&conn, record).await)
     }
 
-    pub async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(read::keys(&conn).await)
     }
 
-    pub async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(write::revoke_key(&conn, name, at).await)
     }
 
-    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+    #[cfg(any(test, feature = "testing"))]
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
         let conn = self.inner.conn().await?;
         self.inner.note(read::stats(&conn).await)
     }

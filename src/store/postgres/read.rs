@@ -12,7 +12,7 @@ use crate::store::error::PgContext;
 use crate::store::text::{self, Window};
 use crate::store::{
     KeyRecord, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreError,
-    StoreStats, Tenant, OFFSET_UNIT,
+    Tenant, OFFSET_UNIT,
 };
 use crate::synopsis::{Kind, Synopsis};
 use deadpool_postgres::GenericClient;
@@ -669,7 +669,8 @@ pub async fn report(
     Ok(report)
 }
 
-pub async fn stats(conn: &Conn) -> Result<StoreStats, StoreError> {
+#[cfg(any(test, feature = "testing"))]
+pub async fn stats(conn: &Conn) -> Result<crate::store::StoreStats, StoreError> {
     let row = conn
         .query_one(
             "SELECT \
@@ -687,7 +688,7 @@ pub async fn stats(conn: &Conn) -> Result<StoreStats, StoreError> {
         .await
         .pg("measuring the store")?;
     let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
-    Ok(StoreStats {
+    Ok(crate::store::StoreStats {
         live_outputs: n(0),
         expired_outputs: n(1),
         originals: n(2),

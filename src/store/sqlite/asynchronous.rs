@@ -7,10 +7,12 @@
 use super::writer::Job;
 use super::{
     prepare, Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
-    ResponseId, ResultStore, SearchHit, StoreError, StoreStats, Stored, SweepReport, Tenant,
+    ResponseId, ResultStore, SearchHit, StoreError, Stored, SweepReport, Tenant,
 };
 use crate::store::cache_clock::{self, Touches};
-use crate::store::Health;
+#[cfg(any(test, feature = "testing"))]
+use crate::store::StoreStats;
+use crate::store::{Health, Store};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore};
@@ -37,13 +39,78 @@ impl SqliteBackend {
         }
     }
 
-    /// The sync store underneath (for code that already runs off the runtime).
-    pub fn sync(&self) -> &ResultStore {
-        &self.store
+    /// Runs a read on the blocking pool, bounded by the semaphore.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ResultStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// A job for the writer, and its answer, awaited.
+    async fn ask<T>(
+        &self,
+        job: impl FnOnce(super::writer::Reply<T>) -> Job,
+    ) -> Result<T, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(job(reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues a clock move for the writer and returns at once; a full or
+    /// closed queue drops it (the clock then lags: at worst one cache write
+    /// more, `cache_clock.rs`).
+    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
+        let touch = self.touches.begin(tenant, session_id, at, messages);
+        let job = Job::TouchClock {
+            tenant: tenant.clone(),
+            session_id: session_id.to_string(),
+            at,
+            messages,
+            touch,
+        };
+        // A job not queued is dropped with its touch, which forgets it.
+        if !self.store.try_job(job) {
+            tracing::debug!(
+                "the store's writer queue is full; a prompt-cache clock move is dropped"
+            );
+        }
+    }
+
+    /// Indexes what the writer has stored but not yet indexed, so a search
+    /// that follows sees it.
+    async fn index_now(&self) -> Result<u64, StoreError> {
+        let (reply, wait) = oneshot::channel();
+        self.store
+            .job_sender()?
+            .send(Job::FlushIndex { reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteBackend {
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.store.path().display())
     }
 
     /// [`ResultStore::put`]: resolves once the outputs are committed.
-    pub async fn put(
+    async fn put(
         &self,
         tenant: &Tenant,
         outputs: Vec<NewOutput>,
@@ -62,25 +129,8 @@ impl SqliteBackend {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Runs a read on the blocking pool, bounded by the semaphore.
-    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&ResultStore) -> Result<T, StoreError> + Send + 'static,
-    {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
-    }
-
     /// [`ResultStore::read`].
-    pub async fn read(
+    async fn read(
         &self,
         tenant: &Tenant,
         result_ref: &str,
@@ -93,19 +143,19 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::held`].
-    pub async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
+    async fn held(&self, tenant: &Tenant, refs: Vec<String>) -> Result<Vec<bool>, StoreError> {
         let tenant = tenant.clone();
         self.blocking(move |s| s.held(&tenant, &refs)).await
     }
 
     /// [`ResultStore::meta`].
-    pub async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
+    async fn meta(&self, tenant: &Tenant, result_ref: &str) -> Result<OutputMeta, StoreError> {
         let (tenant, result_ref) = (tenant.clone(), result_ref.to_string());
         self.blocking(move |s| s.meta(&tenant, &result_ref)).await
     }
 
     /// [`ResultStore::search`].
-    pub async fn search(
+    async fn search(
         &self,
         tenant: &Tenant,
         result_ref: &str,
@@ -120,7 +170,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::search_session`].
-    pub async fn search_session(
+    async fn search_session(
         &self,
         tenant: &Tenant,
         session_id: &str,
@@ -130,7 +180,7 @@ impl SqliteBackend {
     ) -> Result<Vec<SearchHit>, StoreError> {
         // The index fills in the background: what was stored in the last
         // few milliseconds is indexed now, so the search sees it.
-        if let Err(e) = self.flush_index().await {
+        if let Err(e) = self.index_now().await {
             tracing::warn!(error = %e, "flushing the search index failed");
         }
         let (tenant, session_id, query) =
@@ -140,7 +190,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::list`].
-    pub async fn list(
+    async fn list(
         &self,
         tenant: &Tenant,
         session_id: Option<&str>,
@@ -155,7 +205,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::put_answer`]: resolves once committed.
-    pub async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
+    async fn put_answer(&self, tenant: &Tenant, answer: Answer) -> Result<bool, StoreError> {
         let (reply, wait) = oneshot::channel();
         self.store
             .job_sender()?
@@ -170,7 +220,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::exchanges`].
-    pub async fn exchanges(
+    async fn exchanges(
         &self,
         tenant: &Tenant,
         keys: Vec<String>,
@@ -180,7 +230,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::response_id`].
-    pub async fn response_id(
+    async fn response_id(
         &self,
         tenant: &Tenant,
         client_id: &str,
@@ -191,28 +241,27 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::flush_index`], off the runtime.
-    pub async fn flush_index(&self) -> Result<u64, StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(Job::FlushIndex { reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
+    #[cfg(any(test, feature = "testing"))]
+    async fn flush_index(&self) -> Result<u64, StoreError> {
+        self.index_now().await
     }
 
     /// [`ResultStore::sweep`], off the runtime.
-    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+    async fn sweep(&self) -> Result<SweepReport, StoreError> {
         self.blocking(|s| s.sweep()).await
     }
 
     /// [`ResultStore::sweep_at`], off the runtime.
-    pub async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+    #[cfg(any(test, feature = "testing"))]
+    async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
         self.blocking(move |s| s.sweep_at(now_ms)).await
     }
 
     /// [`ResultStore::record`]: resolves once committed.
-    pub async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+    async fn record(&self, batch: crate::store::LedgerBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let (reply, wait) = oneshot::channel();
         self.store
             .job_sender()?
@@ -223,7 +272,7 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::report`], off the runtime.
-    pub async fn report(
+    async fn report(
         &self,
         tenant: Option<&Tenant>,
         query: crate::store::ReportQuery,
@@ -236,7 +285,7 @@ impl SqliteBackend {
     /// Whether the file can be written: what the writer last learnt, or,
     /// when it learnt nothing for `health_probe_after`, a probe's answer
     /// (`health.rs`). Reads need no check: they work while writes fail.
-    pub async fn health(&self) -> Health {
+    async fn health(&self) -> Health {
         let (failure, since) = self.store.write_health().state();
         if since < self.store.config().health_probe_after {
             return failure.map_or(Health::Ok, Health::Degraded);
@@ -251,20 +300,6 @@ impl SqliteBackend {
         }
     }
 
-    /// A job for the writer, and its answer, awaited.
-    async fn ask<T>(
-        &self,
-        job: impl FnOnce(super::writer::Reply<T>) -> Job,
-    ) -> Result<T, StoreError> {
-        let (reply, wait) = oneshot::channel();
-        self.store
-            .job_sender()?
-            .send(job(reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
-    }
-
     /// [`crate::store::AsyncResultStore::cache_expiries`]: the clock and
     /// the points read on a read connection (beside the writer, whatever
     /// it is busy with); only a request the clock says found the cache
@@ -273,7 +308,7 @@ impl SqliteBackend {
     /// handle queued before, so it sees them. Any other call answers what
     /// it read and queues a touch without waiting for it
     /// (`cache_clock.rs` says why that decides alike).
-    pub async fn cache_expiries(
+    async fn cache_expiries(
         &self,
         tenant: &Tenant,
         session_id: &str,
@@ -305,28 +340,8 @@ impl SqliteBackend {
         .await
     }
 
-    /// Queues a clock move for the writer and returns at once; a full or
-    /// closed queue drops it (the clock then lags: at worst one cache write
-    /// more, `cache_clock.rs`).
-    fn touch(&self, tenant: &Tenant, session_id: &str, at: i64, messages: i64) {
-        let touch = self.touches.begin(tenant, session_id, at, messages);
-        let job = Job::TouchClock {
-            tenant: tenant.clone(),
-            session_id: session_id.to_string(),
-            at,
-            messages,
-            touch,
-        };
-        // A job not queued is dropped with its touch, which forgets it.
-        if !self.store.try_job(job) {
-            tracing::debug!(
-                "the store's writer queue is full; a prompt-cache clock move is dropped"
-            );
-        }
-    }
-
     /// [`ResultStore::create_key`]: resolves once committed.
-    pub async fn create_key(
+    async fn create_key(
         &self,
         name: &str,
         hash: crate::auth::KeyHash,
@@ -338,18 +353,19 @@ impl SqliteBackend {
     }
 
     /// [`ResultStore::keys`], on a read connection.
-    pub async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
         self.blocking(|s| s.keys()).await
     }
 
     /// [`ResultStore::revoke_key`]: resolves once committed.
-    pub async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<bool, StoreError> {
         let name = name.to_string();
         self.ask(|reply| Job::RevokeKey { name, at, reply }).await
     }
 
     /// [`ResultStore::stats`], off the runtime.
-    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+    #[cfg(any(test, feature = "testing"))]
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
         self.blocking(|s| s.stats()).await
     }
 }

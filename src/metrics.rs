@@ -1,4 +1,5 @@
-//! Prometheus metrics, rendered as text for `GET /metrics`.
+//! Prometheus metrics (`prometheus-client`), rendered for `GET /metrics`
+//! in the OpenMetrics text format, which Prometheus reads.
 //!
 //! Labels are low-cardinality by construction (route names, status codes,
 //! synopsis kinds, reasons, the proxy's own recall tool names): never a
@@ -11,11 +12,15 @@
 //! tenant-scoped `GET /toolstub/v1/stats` and `toolstub stats`), only
 //! counts over every tenant and labels from closed sets the proxy chose.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use prometheus_client::encoding::{text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::time::Duration;
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the latency buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -24,207 +29,130 @@ const LATENCY_BUCKETS: [f64; 14] = [
 /// Upper bounds of the recall-rounds buckets.
 const ROUND_BUCKETS: [f64; 6] = [0.0, 1.0, 2.0, 4.0, 8.0, 16.0];
 
-/// Label values of a counter family; keys are small `Copy` tuples, so
-/// counting never allocates.
-trait Labels: Ord + Copy {
-    fn values(&self) -> Vec<String>;
+/// A family of counters by one label.
+type By<const N: usize> = Family<[(&'static str, &'static str); N], Counter>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteStatus {
+    route: &'static str,
+    status: u16,
 }
 
-impl Labels for &'static str {
-    fn values(&self) -> Vec<String> {
-        vec![self.to_string()]
-    }
-}
-
-impl Labels for (&'static str, &'static str) {
-    fn values(&self) -> Vec<String> {
-        vec![self.0.to_string(), self.1.to_string()]
-    }
-}
-
-impl Labels for (&'static str, &'static str, &'static str) {
-    fn values(&self) -> Vec<String> {
-        vec![self.0.to_string(), self.1.to_string(), self.2.to_string()]
-    }
-}
-
-impl Labels for (&'static str, u16) {
-    fn values(&self) -> Vec<String> {
-        vec![self.0.to_string(), self.1.to_string()]
-    }
-}
-
-/// A labelled counter family.
-struct Counters<K>(Mutex<BTreeMap<K, u64>>);
-
-impl<K> Default for Counters<K> {
-    fn default() -> Self {
-        Counters(Mutex::new(BTreeMap::new()))
-    }
-}
-
-impl<K: Labels> Counters<K> {
-    fn add(&self, labels: K, n: u64) {
-        self.add_all([(labels, n)]);
-    }
-
-    /// Adds each count under one lock.
-    fn add_all<const N: usize>(&self, counts: [(K, u64); N]) {
-        let mut map = match self.0.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        for (labels, n) in counts {
-            *map.entry(labels).or_insert(0) += n;
-        }
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str, label_names: &[&str]) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        let map = match self.0.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        for (labels, value) in map.iter() {
-            let pairs: Vec<String> = label_names
-                .iter()
-                .zip(labels.values())
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(&v)))
-                .collect();
-            let _ = writeln!(out, "{name}{{{}}} {value}", pairs.join(","));
-        }
-    }
-}
-
-/// The upstream's usage by API: one lookup a response, not one a part
-/// (every response reports all four).
-#[derive(Default)]
-struct UsageCounters(Mutex<BTreeMap<&'static str, crate::usage::Usage>>);
-
-impl UsageCounters {
-    fn render(&self, out: &mut String) {
-        let name = "toolstub_upstream_tokens_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Tokens the upstream reported using, by API and part (input: uncached input; cache_read; cache_write; output).\n# TYPE {name} counter"
-        );
-        let map = match self.0.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        for (api, usage) in map.iter() {
-            // The parts in the order of their names.
-            for (part, value) in [
-                ("cache_read", usage.cache_read),
-                ("cache_write", usage.cache_write),
-                ("input", usage.input),
-                ("output", usage.output),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "{name}{{api=\"{}\",type=\"{part}\"}} {value}",
-                    escape(api)
-                );
-            }
-        }
-    }
-}
-
-/// A histogram with fixed buckets.
-struct Histogram {
-    bounds: &'static [f64],
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    /// The sum, in millionths of the unit.
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-
-    /// Counts `value` in the first bucket that holds it (one increment
-    /// per observation; the cumulative counts are summed when rendered).
-    fn observe(&self, value: f64) {
-        if let Some(bucket) = self
-            .bounds
-            .iter()
-            .position(|bound| value <= *bound)
-            .and_then(|i| self.buckets.get(i))
-        {
-            bucket.fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add((value * 1e6) as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
-    }
-}
-
-/// Every metric toolstub exports.
+/// Every metric toolstub exports: handles onto the counters `registry`
+/// renders (a counter is shared by its clones).
 pub struct Metrics {
-    requests: Counters<(&'static str, u16)>,
+    registry: Registry,
+    requests: Family<RouteStatus, Counter>,
     upstream_latency: Histogram,
-    externalized: Counters<(&'static str, &'static str)>,
-    unchanged: Counters<&'static str>,
-    chars_saved: AtomicU64,
-    store_errors: Counters<&'static str>,
-    recall_calls: Counters<&'static str>,
-    recall_errors: Counters<&'static str>,
+    externalized: By<2>,
+    unchanged: By<1>,
+    chars_saved: Counter,
+    store_errors: By<1>,
+    recall_calls: By<1>,
+    recall_errors: By<1>,
     recall_rounds: Histogram,
-    exchanges_kept: AtomicU64,
-    restored: AtomicU64,
-    /// (kind, first_seen).
-    tokens_saved: Counters<(&'static str, &'static str)>,
-    /// By api: the usage's parts.
-    upstream_tokens: UsageCounters,
-    ledger_dropped: AtomicU64,
-    tokens_uncounted: AtomicU64,
+    exchanges_kept: Counter,
+    restored: Counter,
+    tokens_saved: By<2>,
+    upstream_tokens: By<2>,
+    ledger_dropped: Counter,
+    tokens_uncounted: Counter,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let mut registry = Registry::default();
+        // Registers a clone of a new metric under `name` (`_total` is
+        // added to a counter's), `help` ending in the period the encoder adds.
+        macro_rules! metric {
+            ($name:literal, $help:literal, $metric:expr) => {{
+                let metric = $metric;
+                registry.register($name, $help, metric.clone());
+                metric
+            }};
+        }
         Metrics {
-            requests: Counters::default(),
-            upstream_latency: Histogram::new(&LATENCY_BUCKETS),
-            externalized: Counters::default(),
-            unchanged: Counters::default(),
-            chars_saved: AtomicU64::new(0),
-            store_errors: Counters::default(),
-            recall_calls: Counters::default(),
-            recall_errors: Counters::default(),
-            recall_rounds: Histogram::new(&ROUND_BUCKETS),
-            exchanges_kept: AtomicU64::new(0),
-            restored: AtomicU64::new(0),
-            tokens_saved: Counters::default(),
-            upstream_tokens: UsageCounters::default(),
-            ledger_dropped: AtomicU64::new(0),
-            tokens_uncounted: AtomicU64::new(0),
+            requests: metric!("toolstub_requests", "Requests served, by route and status", Family::default()),
+            upstream_latency: metric!(
+                "toolstub_upstream_latency_seconds",
+                "Time from sending a request upstream to its response headers",
+                Histogram::new(LATENCY_BUCKETS)
+            ),
+            externalized: metric!(
+                "toolstub_outputs_externalized",
+                "Tool outputs replaced by a stub, by synopsis kind and reason",
+                By::default()
+            ),
+            unchanged: metric!(
+                "toolstub_chat_unchanged",
+                "Requests of the rewritten routes forwarded byte for byte, by reason",
+                By::default()
+            ),
+            chars_saved: metric!(
+                "toolstub_chars_saved",
+                "Characters removed from requests (originals minus stubs)",
+                Counter::default()
+            ),
+            store_errors: metric!(
+                "toolstub_store_errors",
+                "Result store failures, by operation",
+                By::default()
+            ),
+            recall_calls: metric!(
+                "toolstub_recall_calls",
+                "Recall tool calls answered by the proxy, by tool",
+                By::default()
+            ),
+            recall_errors: metric!(
+                "toolstub_recall_errors",
+                "Recall tool calls that returned an error to the model, by tool",
+                By::default()
+            ),
+            recall_rounds: metric!(
+                "toolstub_recall_rounds",
+                "Recall rounds per request that offered the recall tools",
+                Histogram::new(ROUND_BUCKETS)
+            ),
+            exchanges_kept: metric!(
+                "toolstub_exchanges_kept",
+                "Hidden recall exchanges stored for history restoration",
+                Counter::default()
+            ),
+            restored: metric!(
+                "toolstub_history_restored",
+                "Hidden recall exchanges put back into the history a client sent",
+                Counter::default()
+            ),
+            tokens_saved: metric!(
+                "toolstub_tokens_saved",
+                "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind and whether the output was seen for the first time",
+                By::default()
+            ),
+            upstream_tokens: metric!(
+                "toolstub_upstream_tokens",
+                "Tokens the upstream reported using, by API and part (input: uncached input; cache_read; cache_write; output)",
+                By::default()
+            ),
+            ledger_dropped: metric!(
+                "toolstub_ledger_dropped",
+                "Token-accounting records lost (queue full or store failure)",
+                Counter::default()
+            ),
+            tokens_uncounted: metric!(
+                "toolstub_tokens_uncounted",
+                "Externalized outputs whose tokens were not counted (the counting thread was too far behind); their saving is recorded as zero",
+                Counter::default()
+            ),
+            registry,
         }
     }
 }
 
 impl Metrics {
     pub fn request(&self, route: &'static str, status: u16) {
-        self.requests.add((route, status), 1);
+        self.requests
+            .get_or_create(&RouteStatus { route, status })
+            .inc();
     }
 
     /// Time from sending the request upstream to its response headers.
@@ -233,16 +161,18 @@ impl Metrics {
     }
 
     pub fn externalized(&self, kind: &'static str, reason: &'static str) {
-        self.externalized.add((kind, reason), 1);
+        self.externalized
+            .get_or_create(&[("kind", kind), ("reason", reason)])
+            .inc();
     }
 
-    /// A chat completion forwarded byte for byte, and why.
+    /// A request of a rewritten route forwarded byte for byte, and why.
     pub fn unchanged(&self, why: &'static str) {
-        self.unchanged.add(why, 1);
+        self.unchanged.get_or_create(&[("reason", why)]).inc();
     }
 
     pub fn chars_saved(&self, n: u64) {
-        self.chars_saved.fetch_add(n, Ordering::Relaxed);
+        self.chars_saved.inc_by(n);
     }
 
     /// Tokens an output's stub saved (original minus stub, o200k_base),
@@ -251,41 +181,50 @@ impl Metrics {
     /// tenant's (per tool, the tenant's own stats say it).
     pub fn tokens_saved(&self, kind: &'static str, first_seen: bool, n: u64) {
         let first = if first_seen { "true" } else { "false" };
-        self.tokens_saved.add((kind, first), n);
+        self.tokens_saved
+            .get_or_create(&[("kind", kind), ("first_seen", first)])
+            .inc_by(n);
     }
 
     /// What the upstream reported using, by part (input, cache_read,
     /// cache_write, output).
     pub fn upstream_tokens(&self, api: &'static str, usage: &crate::usage::Usage) {
-        let mut map = match self.upstream_tokens.0.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        map.entry(api).or_default().add(usage);
+        for (part, n) in [
+            ("input", usage.input),
+            ("cache_read", usage.cache_read),
+            ("cache_write", usage.cache_write),
+            ("output", usage.output),
+        ] {
+            self.upstream_tokens
+                .get_or_create(&[("api", api), ("type", part)])
+                .inc_by(n);
+        }
     }
 
     /// A ledger record dropped (its queue was full, or the store failed).
     pub fn ledger_dropped(&self, n: u64) {
-        self.ledger_dropped.fetch_add(n, Ordering::Relaxed);
+        self.ledger_dropped.inc_by(n);
     }
 
     /// Outputs whose tokens were not counted: the counting thread was
     /// too far behind (a machine busy with requests); their saving is
     /// recorded as zero.
     pub fn tokens_uncounted(&self, n: u64) {
-        self.tokens_uncounted.fetch_add(n, Ordering::Relaxed);
+        self.tokens_uncounted.inc_by(n);
     }
 
     pub fn store_error(&self, operation: &'static str) {
-        self.store_errors.add(operation, 1);
+        self.store_errors
+            .get_or_create(&[("operation", operation)])
+            .inc();
     }
 
     pub fn recall_call(&self, tool: &'static str) {
-        self.recall_calls.add(tool, 1);
+        self.recall_calls.get_or_create(&[("tool", tool)]).inc();
     }
 
     pub fn recall_error(&self, tool: &'static str) {
-        self.recall_errors.add(tool, 1);
+        self.recall_errors.get_or_create(&[("tool", tool)]).inc();
     }
 
     pub fn recall_rounds(&self, rounds: usize) {
@@ -294,104 +233,27 @@ impl Metrics {
 
     /// A hidden recall exchange stored for restoration.
     pub fn exchange_kept(&self) {
-        self.exchanges_kept.fetch_add(1, Ordering::Relaxed);
+        self.exchanges_kept.inc();
     }
 
     /// Hidden recall exchanges put back into a request's history.
     pub fn restored(&self, n: u64) {
-        self.restored.fetch_add(n, Ordering::Relaxed);
+        self.restored.inc_by(n);
     }
 
-    /// The Prometheus text exposition.
+    /// The text exposition, without its closing `# EOF` line: the server
+    /// appends its gauges, then [`finish`].
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        self.requests.render(
-            &mut out,
-            "toolstub_requests_total",
-            "Requests served, by route and status.",
-            &["route", "status"],
-        );
-        self.upstream_latency.render(
-            &mut out,
-            "toolstub_upstream_latency_seconds",
-            "Time from sending a request upstream to its response headers.",
-        );
-        self.externalized.render(
-            &mut out,
-            "toolstub_outputs_externalized_total",
-            "Tool outputs replaced by a stub, by synopsis kind and reason.",
-            &["kind", "reason"],
-        );
-        self.unchanged.render(
-            &mut out,
-            "toolstub_chat_unchanged_total",
-            "Requests of the rewritten routes (chat completions, messages, count_tokens) forwarded byte for byte, by reason.",
-            &["reason"],
-        );
-        let _ = writeln!(
-            out,
-            "# HELP toolstub_chars_saved_total Characters removed from requests (originals minus stubs).\n# TYPE toolstub_chars_saved_total counter\ntoolstub_chars_saved_total {}",
-            self.chars_saved.load(Ordering::Relaxed)
-        );
-        self.store_errors.render(
-            &mut out,
-            "toolstub_store_errors_total",
-            "Result store failures, by operation.",
-            &["operation"],
-        );
-        self.recall_calls.render(
-            &mut out,
-            "toolstub_recall_calls_total",
-            "Recall tool calls answered by the proxy, by tool.",
-            &["tool"],
-        );
-        self.recall_errors.render(
-            &mut out,
-            "toolstub_recall_errors_total",
-            "Recall tool calls that returned an error to the model, by tool.",
-            &["tool"],
-        );
-        self.recall_rounds.render(
-            &mut out,
-            "toolstub_recall_rounds",
-            "Recall rounds per request that offered the recall tools.",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP toolstub_exchanges_kept_total Hidden recall exchanges stored for history restoration.\n# TYPE toolstub_exchanges_kept_total counter\ntoolstub_exchanges_kept_total {}",
-            self.exchanges_kept.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP toolstub_history_restored_total Hidden recall exchanges put back into the history a client sent.\n# TYPE toolstub_history_restored_total counter\ntoolstub_history_restored_total {}",
-            self.restored.load(Ordering::Relaxed)
-        );
-        self.tokens_saved.render(
-            &mut out,
-            "toolstub_tokens_saved_total",
-            "Tokens removed from requests (o200k_base counts of originals minus stubs), by synopsis kind and whether the output was seen for the first time.",
-            &["kind", "first_seen"],
-        );
-        self.upstream_tokens.render(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP toolstub_ledger_dropped_total Token-accounting records lost (queue full or store failure).\n# TYPE toolstub_ledger_dropped_total counter\ntoolstub_ledger_dropped_total {}",
-            self.ledger_dropped.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP toolstub_tokens_uncounted_total Externalized outputs whose tokens were not counted (the counting thread was too far behind); their saving is recorded as zero.\n# TYPE toolstub_tokens_uncounted_total counter\ntoolstub_tokens_uncounted_total {}",
-            self.tokens_uncounted.load(Ordering::Relaxed)
-        );
+        // Writing to a String cannot fail.
+        let _ = text::encode_registry(&mut out, &self.registry);
         out
     }
 }
 
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Closes a text exposition (OpenMetrics ends it with `# EOF`).
+pub fn finish(out: &mut String) {
+    let _ = text::encode_eof(out);
 }
 
 #[cfg(test)]
@@ -416,20 +278,20 @@ mod tests {
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.001\"} 0"));
         assert!(text.contains("toolstub_upstream_latency_seconds_count 1"));
-        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120\"} 1"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120.0\"} 1"));
         m.upstream_latency(Duration::from_secs(500));
         m.upstream_latency(Duration::from_micros(100));
         let text = m.render();
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.0005\"} 1"));
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"0.005\"} 2"));
-        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120\"} 2"));
+        assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"120.0\"} 2"));
         assert!(text.contains("toolstub_upstream_latency_seconds_bucket{le=\"+Inf\"} 3"));
         assert!(text.contains("toolstub_upstream_latency_seconds_count 3"));
         assert!(text.contains("toolstub_chars_saved_total 42"));
     }
 
     #[test]
-    fn upstream_tokens_sum_per_api_and_part_in_name_order() {
+    fn upstream_tokens_sum_per_api_and_part() {
         let m = Metrics::default();
         let usage = crate::usage::Usage {
             input: 5,
@@ -441,10 +303,11 @@ mod tests {
         m.upstream_tokens("chat_completions", &usage);
         m.upstream_tokens("chat_completions", &usage);
         let text = m.render();
-        let lines: Vec<&str> = text
+        let mut lines: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("toolstub_upstream_tokens_total{"))
             .collect();
+        lines.sort_unstable();
         let name = "toolstub_upstream_tokens_total";
         assert_eq!(
             lines,
@@ -474,5 +337,22 @@ mod tests {
         );
         assert!(text.contains("toolstub_tokens_saved_total{kind=\"text\",first_seen=\"false\"} 1"));
         assert!(!text.contains("tool=\""), "{text}");
+    }
+
+    #[test]
+    fn the_exposition_is_openmetrics_with_one_period_a_help() {
+        let m = Metrics::default();
+        m.unchanged("no_tools");
+        let mut text = m.render();
+        finish(&mut text);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(
+            text.contains("# TYPE toolstub_chat_unchanged counter"),
+            "{text}"
+        );
+        assert!(text.contains("toolstub_chat_unchanged_total{reason=\"no_tools\"} 1"));
+        for help in text.lines().filter(|l| l.starts_with("# HELP")) {
+            assert!(help.ends_with('.') && !help.ends_with(".."), "{help}");
+        }
     }
 }

@@ -27,6 +27,8 @@ mod body;
 #[cfg(test)]
 mod conformance;
 pub(crate) use body::is_long_context_beta;
+pub mod endpoint;
+pub mod framing;
 pub mod gemini;
 pub mod json_edit;
 pub mod json_scan;

@@ -16,11 +16,7 @@ use super::recall_rounds::{self, RecallRequest};
 use super::usage_tap::{FiledRequest, UsageReport};
 use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
-use crate::protocol::anthropic::AnthropicMessages;
-use crate::protocol::bedrock::OnBedrock;
-use crate::protocol::gemini::Gemini;
-use crate::protocol::openai_chat::OpenAiChat;
-use crate::protocol::responses::OpenAiResponses;
+use crate::protocol::endpoint::{Endpoint, Envelope, Purpose};
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
 use crate::rewrite::{
     derive_session, rewrite_reading_for, splice, Mode, Outcome, RequestFacts, Turn,
@@ -46,114 +42,23 @@ const DEFER_MAX: usize = 64 << 10;
 /// synopsis never stalls other requests on the same runtime thread.
 const INLINE_REWRITE_BYTES: usize = 256 * 1024;
 
-/// A rewritten route: which protocol, and whether the proxy runs recall
-/// rounds on its responses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Api {
-    /// `POST .../chat/completions`.
-    ChatCompletions,
-    /// `POST .../v1/messages`.
-    Messages,
-    /// `POST .../v1/messages/count_tokens`: rewritten as the messages
-    /// request it precedes would be, the response forwarded as it is.
-    CountTokens,
-    /// `POST .../v1/responses`.
-    Responses,
-    /// `POST .../models/{m}:generateContent` (the Gemini API).
-    GeminiGenerate,
-    /// `POST .../models/{m}:streamGenerateContent`.
-    GeminiStream,
-    /// `POST .../models/{m}:countTokens`: rewritten as the request it
-    /// precedes would be, the response forwarded as it is.
-    GeminiCountTokens,
-    /// `POST .../model/{id}/invoke` (Claude on Amazon Bedrock).
-    BedrockInvoke,
-    /// `POST .../model/{id}/invoke-with-response-stream`.
-    BedrockStream,
-    /// `POST .../model/{id}/count-tokens`: the invoke body it wraps (in
-    /// base64) rewritten as that request would be.
-    BedrockCountTokens,
-}
-
-impl Api {
-    pub(super) fn protocol(self) -> &'static dyn Protocol {
-        match self {
-            Api::ChatCompletions => &OpenAiChat,
-            Api::Messages | Api::CountTokens => &AnthropicMessages,
-            Api::Responses => &OpenAiResponses,
-            Api::GeminiGenerate | Api::GeminiCountTokens => &Gemini::GENERATE,
-            Api::GeminiStream => &Gemini::STREAM,
-            Api::BedrockInvoke | Api::BedrockCountTokens => &OnBedrock::INVOKE,
-            Api::BedrockStream => &OnBedrock::STREAM,
-        }
-    }
-
-    /// Whether responses can carry recall calls to answer.
-    fn answers_recall(self) -> bool {
-        !matches!(
-            self,
-            Api::CountTokens | Api::GeminiCountTokens | Api::BedrockCountTokens
-        )
-    }
-
-    /// The model the path names (the Gemini API's, and Claude's on Vertex
-    /// AI: their bodies name none).
-    pub(super) fn model_in_path(self, path: &str) -> Option<String> {
-        let named = match self {
-            Api::GeminiGenerate | Api::GeminiStream | Api::GeminiCountTokens => true,
-            Api::Messages => path.contains("/publishers/anthropic/models/"),
-            Api::BedrockInvoke | Api::BedrockStream => {
-                return crate::protocol::bedrock::model_in_path(path)
-            }
-            _ => false,
-        };
-        named
-            .then(|| crate::protocol::gemini::model_in_path(path))
-            .flatten()
-            .map(str::to_string)
-    }
-
-    fn is_bedrock(self) -> bool {
-        matches!(
-            self,
-            Api::BedrockInvoke | Api::BedrockStream | Api::BedrockCountTokens
-        )
-    }
-
-    /// The ledger's label of the API.
-    fn label(self) -> &'static str {
-        match self {
-            Api::ChatCompletions => "chat_completions",
-            Api::Messages => "messages",
-            Api::CountTokens => "count_tokens",
-            Api::Responses => "responses",
-            Api::GeminiGenerate => "generate_content",
-            Api::GeminiStream => "stream_generate_content",
-            Api::GeminiCountTokens => "count_tokens",
-            Api::BedrockInvoke => "bedrock_invoke",
-            Api::BedrockStream => "bedrock_invoke_stream",
-            Api::BedrockCountTokens => "count_tokens",
-        }
-    }
-}
-
 /// A request's accounting: whose it is, which API, and when it came.
 /// `None` for `count_tokens`, which is no turn of a conversation and
 /// reports no usage.
 struct Accounting {
     tenant: Tenant,
-    api: Api,
+    endpoint: &'static Endpoint,
     at: i64,
 }
 
 impl Accounting {
-    fn of(api: Api, tenant: &Tenant) -> Option<Accounting> {
-        if !api.answers_recall() {
+    fn of(endpoint: &'static Endpoint, tenant: &Tenant) -> Option<Accounting> {
+        if !endpoint.is_turn() {
             return None;
         }
         Some(Accounting {
             tenant: tenant.clone(),
-            api,
+            endpoint,
             at: crate::store::system_now_ms(),
         })
     }
@@ -168,7 +73,7 @@ impl Accounting {
         tallies: Vec<Tally>,
         counting: Option<Counting>,
     ) -> FiledRequest {
-        let note = RequestNote::new(self.tenant.clone(), self.api.label(), self.at);
+        let note = RequestNote::new(self.tenant.clone(), self.endpoint.label, self.at);
         app.ledger.turn(crate::proxy::ledger::Turn {
             note: note.clone(),
             session,
@@ -178,25 +83,50 @@ impl Accounting {
         FiledRequest {
             ledger: app.ledger.clone(),
             note,
-            protocol: self.api.protocol(),
+            protocol: self.endpoint.protocol,
         }
     }
 }
 
-/// An unread or unchanged request, for the ledger: filed with its
-/// response's usage when the response ends (or alone, if none comes).
-fn unread(accounting: &Option<Accounting>, app: &App, session: SessionOf) -> Option<UsageReport> {
-    accounting.as_ref().map(|a| {
+/// What goes upstream of a request forwarded as it came.
+enum AsItCame {
+    /// Still being read from the client.
+    Streamed(BoxBody),
+    /// Read whole (and signed again for AWS where the proxy signs).
+    Whole(Bytes),
+}
+
+/// Forwards a request as it came: the one exit of every request the proxy
+/// leaves unchanged, however it got there. Counted under `why` where the
+/// proxy chose to leave it (a failure is counted where it happened), and
+/// filed with the ledger as unread, with what is known of its session:
+/// its response's usage is accounted when the response ends.
+async fn as_it_came(
+    app: &App,
+    parts: &http::request::Parts,
+    accounting: &Option<Accounting>,
+    why: Option<&'static str>,
+    session: SessionOf,
+    body: AsItCame,
+) -> Result<Response<BoxBody>, ProxyError> {
+    if let Some(why) = why {
+        app.metrics.unchanged(why);
+    }
+    let tap = accounting.as_ref().map(|a| {
         let unread = app
             .ledger
-            .unread(a.tenant.clone(), a.api.label(), a.at, session);
-        UsageReport::Unfiled(unread, a.api.protocol())
-    })
+            .unread(a.tenant.clone(), a.endpoint.label, a.at, session);
+        UsageReport::Unfiled(unread, a.endpoint.protocol)
+    });
+    match body {
+        AsItCame::Streamed(body) => forward(app, parts, body, tap).await,
+        AsItCame::Whole(body) => forward_whole(app, parts, body, tap).await,
+    }
 }
 
 pub(super) async fn handle(
     app: &Arc<App>,
-    api: Api,
+    endpoint: &'static Endpoint,
     memo: &super::TenantMemo,
     caller: super::access::Caller,
     req: http::Request<Incoming>,
@@ -205,24 +135,31 @@ pub(super) async fn handle(
     let (mut parts, body) = req.into_parts();
     let keyed = matches!(caller, super::access::Caller::Key(_));
     let mut tenant = super::caller_tenant(&caller, &parts.headers, &parts.uri, memo);
-    let mut accounting = Accounting::of(api, &tenant);
+    let mut accounting = Accounting::of(endpoint, &tenant);
     if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
-        app.metrics.unchanged(why);
-        let tap = unread(&accounting, app, SessionOf::Unknown);
-        return forward(app, &parts, boxed(body), tap).await;
+        let body = AsItCame::Streamed(boxed(body));
+        return as_it_came(
+            app,
+            &parts,
+            &accounting,
+            Some(why),
+            SessionOf::Unknown,
+            body,
+        )
+        .await;
     }
     let (collected, held) = super::limits::read_body(app, body).await?;
     let original = match collected {
         Collected::Complete(bytes) => bytes,
         Collected::TooLarge(stream) => {
-            app.metrics.unchanged("too_large");
-            let tap = unread(&accounting, app, SessionOf::Unknown);
-            return forward(app, &parts, boxed(stream), tap).await;
+            let body = AsItCame::Streamed(boxed(stream));
+            let why = Some("too_large");
+            return as_it_came(app, &parts, &accounting, why, SessionOf::Unknown, body).await;
         }
     };
 
     let read_us = started.elapsed().as_micros() as u64;
-    if api.is_bedrock() {
+    if endpoint.aws_signed {
         // Whether the proxy signs it, and whose it is, once its signature
         // (if any) is checked against the body.
         let (signing, identity) = Box::pin(app.aws.decide(&parts, &original)).await;
@@ -231,7 +168,7 @@ pub(super) async fn handle(
         // client key named one already.
         if let Some(identity) = identity.filter(|_| !keyed) {
             tenant = identity;
-            accounting = Accounting::of(api, &tenant);
+            accounting = Accounting::of(endpoint, &tenant);
         }
         // Signed by an identity the proxy does not hold (or holding none):
         // the signature covers the body, and the caller's outputs would
@@ -243,22 +180,23 @@ pub(super) async fn handle(
                 .get(header::AUTHORIZATION)
                 .is_some_and(|v| v.to_str().is_ok_and(super::aws::is_sigv4));
         if foreign {
-            app.metrics.unchanged("foreign_signature");
-            let tap = unread(&accounting, app, SessionOf::Unknown);
-            return forward_whole(app, &parts, original, tap).await;
+            let (why, body) = (Some("foreign_signature"), AsItCame::Whole(original));
+            return as_it_came(app, &parts, &accounting, why, SessionOf::Unknown, body).await;
         }
     }
-    if api == Api::BedrockCountTokens {
-        return Box::pin(bedrock_count_tokens(app, &parts, &tenant, original)).await;
+    if let Some(envelope) = &endpoint.envelope {
+        return Box::pin(enveloped(
+            app, &parts, endpoint, envelope, &tenant, original,
+        ))
+        .await;
     }
-    let original = match api {
-        Api::Responses => {
-            Box::pin(super::responses::chain_from_upstream(
-                app, &tenant, original,
-            ))
-            .await
-        }
-        _ => original,
+    let original = if endpoint.chains_responses {
+        Box::pin(super::responses::chain_from_upstream(
+            app, &tenant, original,
+        ))
+        .await
+    } else {
+        original
     };
     let session_header = parts
         .headers
@@ -267,40 +205,41 @@ pub(super) async fn handle(
         .filter(|s| !s.is_empty() && s.len() <= 256)
         .map(str::to_string);
 
-    let path_model = api.model_in_path(parts.uri.path());
+    let path_model = endpoint.model_in(parts.uri.path());
     let small = original.len() <= DEFER_MAX;
-    let plan = if small && app.config.policy.enabled && api.protocol().surely_untouched(&original) {
-        RewriteOutcome::Unchanged("no_tools", None)
-    } else {
-        let first = plan(
-            app,
-            api,
-            original.clone(),
-            Mode::WithRefs,
-            true,
-            path_model.clone(),
-            asks_long_context(&parts.headers),
-            Vec::new(),
-        )
-        .await?;
-        Box::pin(after_expiries(
-            app,
-            api,
-            &tenant,
-            session_header.as_deref(),
-            &parts,
-            &original,
-            first,
-        ))
-        .await?
-    };
+    let plan =
+        if small && app.config.policy.enabled && endpoint.protocol.surely_untouched(&original) {
+            RewriteOutcome::Unchanged("no_tools", None)
+        } else {
+            let first = plan(
+                app,
+                endpoint,
+                original.clone(),
+                Mode::WithRefs,
+                true,
+                path_model.clone(),
+                asks_long_context(&parts.headers),
+                Vec::new(),
+            )
+            .await?;
+            Box::pin(after_expiries(
+                app,
+                endpoint,
+                &tenant,
+                session_header.as_deref(),
+                &parts,
+                &original,
+                first,
+            ))
+            .await?
+        };
     match plan {
         RewriteOutcome::Rewritten(mut rewritten) => {
             if rewritten.model.is_none() {
                 rewritten.model = path_model;
             }
             let request = Request {
-                api,
+                endpoint,
                 parts,
                 tenant,
                 accounting,
@@ -316,24 +255,23 @@ pub(super) async fn handle(
             Box::pin(rewritten_request(app, request, rewritten)).await
         }
         RewriteOutcome::Unchanged(why, read) => {
-            app.metrics.unchanged(why);
             let derive = match (session_header, read) {
                 (Some(s), read) => SessionOf::Known(s, read.and_then(|r| r.model).or(path_model)),
                 (None, Some(read)) => SessionOf::Read(read, path_model),
                 (None, None) if small => {
-                    SessionOf::Derive(api.protocol(), original.clone(), path_model)
+                    SessionOf::Derive(endpoint.protocol, original.clone(), path_model)
                 }
                 (None, None) => SessionOf::Unknown,
             };
-            let tap = unread(&accounting, app, derive);
-            forward_whole(app, &parts, original, tap).await
+            let body = AsItCame::Whole(original);
+            as_it_came(app, &parts, &accounting, Some(why), derive, body).await
         }
     }
 }
 
 /// What [`rewritten_request`] needs of the request, past its rewrite.
 struct Request {
-    api: Api,
+    endpoint: &'static Endpoint,
     parts: http::request::Parts,
     tenant: Tenant,
     accounting: Option<Accounting>,
@@ -354,7 +292,7 @@ async fn rewritten_request(
     mut rewritten: Box<OwnedRewrite>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let Request {
-        api,
+        endpoint,
         parts,
         tenant,
         accounting,
@@ -364,13 +302,13 @@ async fn rewritten_request(
         read_us,
         held,
     } = request;
-    let path_model = api.model_in_path(parts.uri.path());
+    let path_model = endpoint.model_in(parts.uri.path());
     let long_context = asks_long_context(&parts.headers);
     let expired = rewritten.expired.clone();
     let plan_of = |mode| {
         plan(
             app,
-            api,
+            endpoint,
             original.clone(),
             mode,
             true,
@@ -392,7 +330,7 @@ async fn rewritten_request(
     let (stored, found) = tokio::join!(
         store_outputs(app, &tenant, &mut rewritten, &original),
         async {
-            let restores = app.config.restore_history || api.protocol().may_need_restoration();
+            let restores = app.config.restore_history || endpoint.protocol.may_need_restoration();
             if restores && !turns.is_empty() {
                 find_exchanges(app, &tenant, &session, &turns).await
             } else {
@@ -420,8 +358,8 @@ async fn rewritten_request(
             match app.config.failure_mode {
                 FailureMode::PreserveRaw => {
                     let known = SessionOf::Known(session, rewritten.model.clone());
-                    let tap = unread(&accounting, app, known);
-                    return forward_whole(app, &parts, original, tap).await;
+                    let body = AsItCame::Whole(original);
+                    return as_it_came(app, &parts, &accounting, None, known, body).await;
                 }
                 FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
                 FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
@@ -435,15 +373,15 @@ async fn rewritten_request(
                     }
                     RewriteOutcome::Unchanged(..) => {
                         let known = SessionOf::Known(session, rewritten.model.clone());
-                        let tap = unread(&accounting, app, known);
-                        return forward_whole(app, &parts, original, tap).await;
+                        let body = AsItCame::Whole(original);
+                        return as_it_came(app, &parts, &accounting, None, known, body).await;
                     }
                 },
             }
             rewritten.outputs.iter().map(|o| o.first_seen).collect()
         }
     };
-    rewritten.restore(&restorations, api.protocol());
+    rewritten.restore(&restorations, endpoint.protocol);
     app.metrics.restored(restorations.len() as u64);
     for output in &rewritten.outputs {
         app.metrics.externalized(
@@ -483,11 +421,10 @@ async fn rewritten_request(
         a.turn(app, known, tallies, counting)
     });
 
-    if rewritten.recall_offered && api.answers_recall() {
+    if rewritten.recall_offered && endpoint.is_turn() {
         let streaming = rewritten.streaming;
         let req = RecallRequest {
-            protocol: api.protocol(),
-            api,
+            endpoint,
             parts,
             tenant,
             session,
@@ -510,8 +447,7 @@ async fn rewritten_request(
     }
     let length = rewritten.body.len();
     let request = whole_request(app, &parts, rewritten.body, Some(length)).await?;
-    let (response, latency) = app.upstream.send(request).await?;
-    app.metrics.upstream_latency(latency);
+    let response = app.send(request).await?;
     let mut response = stream_back(super::tapped(response, tap.map(UsageReport::FiledRequest)));
     for (name, value) in extra_headers {
         response.headers_mut().insert(name, value);
@@ -825,33 +761,38 @@ async fn store_outputs(
     Ok(first_seen)
 }
 
-/// Bedrock's CountTokens: the invoke body it wraps rewritten as that
-/// request would be (its outputs stored, so the refs the count covers are
-/// real), wrapped again; unchanged (or unreadable) it goes as it came.
-async fn bedrock_count_tokens(
+/// A body that carries the request it stands for ([`Envelope`], Bedrock's
+/// CountTokens): what it carries rewritten as a request to the envelope's
+/// inner endpoint would be (its outputs stored, so the refs the count
+/// covers are real), the envelope closed again; unchanged (or unreadable)
+/// it goes as it came.
+async fn enveloped(
     app: &Arc<App>,
     parts: &http::request::Parts,
+    endpoint: &'static Endpoint,
+    envelope: &Envelope,
     tenant: &Tenant,
     original: Bytes,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let Some(inner) = crate::protocol::bedrock::count_tokens_inner(&original).map(Bytes::from)
-    else {
-        app.metrics.unchanged("not_json");
-        return forward_whole(app, parts, original, None).await;
+    let Some(inner) = (envelope.open)(&original).map(Bytes::from) else {
+        let body = AsItCame::Whole(original);
+        return as_it_came(
+            app,
+            parts,
+            &None,
+            Some("not_json"),
+            SessionOf::Unknown,
+            body,
+        )
+        .await;
     };
     let mut rewritten = match plan(
         app,
-        Api::BedrockInvoke,
+        envelope.inner,
         inner.clone(),
         Mode::WithRefs,
         true,
-        // `/model/{id}/count-tokens`: the model the counted request names.
-        parts
-            .uri
-            .path()
-            .strip_suffix("/count-tokens")
-            .and_then(|rest| rest.rsplit_once("/model/"))
-            .and_then(|(_, model)| crate::percent::decode(model, false)),
+        endpoint.model_in(parts.uri.path()),
         asks_long_context(&parts.headers),
         Vec::new(),
     )
@@ -859,8 +800,8 @@ async fn bedrock_count_tokens(
     {
         RewriteOutcome::Rewritten(r) => r,
         RewriteOutcome::Unchanged(why, _) => {
-            app.metrics.unchanged(why);
-            return forward_whole(app, parts, original, None).await;
+            let body = AsItCame::Whole(original);
+            return as_it_came(app, parts, &None, Some(why), SessionOf::Unknown, body).await;
         }
     };
     let session = derive_session(tenant.as_str(), &rewritten.opening);
@@ -870,16 +811,16 @@ async fn bedrock_count_tokens(
     if let Err(e) = store_outputs(app, tenant, &mut rewritten, &inner).await {
         app.metrics.store_error("put");
         tracing::error!(error = %e, "storing tool outputs failed");
-        return forward_whole(app, parts, original, None).await;
+        let body = AsItCame::Whole(original);
+        return as_it_came(app, parts, &None, None, SessionOf::Unknown, body).await;
     }
-    let Some(body) = crate::protocol::bedrock::count_tokens_wrap(&original, &rewritten.body) else {
-        return forward_whole(app, parts, original, None).await;
+    let Some(body) = (envelope.close)(&original, &rewritten.body) else {
+        let body = AsItCame::Whole(original);
+        return as_it_came(app, parts, &None, None, SessionOf::Unknown, body).await;
     };
     let length = body.len();
     let request = whole_request(app, parts, Bytes::from(body), Some(length)).await?;
-    let (response, latency) = app.upstream.send(request).await?;
-    app.metrics.upstream_latency(latency);
-    Ok(stream_back(response))
+    Ok(stream_back(app.send(request).await?))
 }
 
 /// The prompt-cache clock: a request that carries tool outputs is noted on
@@ -893,7 +834,7 @@ async fn bedrock_count_tokens(
 /// request goes as if no cache had expired.
 async fn after_expiries(
     app: &Arc<App>,
-    api: Api,
+    endpoint: &'static Endpoint,
     tenant: &Tenant,
     session_header: Option<&str>,
     parts: &http::request::Parts,
@@ -908,7 +849,7 @@ async fn after_expiries(
     };
     // A count of tokens never touches the provider's cache: it neither
     // moves the clock nor may find the cache expired.
-    let counts = matches!(api, Api::CountTokens | Api::GeminiCountTokens);
+    let counts = endpoint.purpose == Purpose::CountTokens;
     if default_ttl == 0 || clock.tool_outputs == 0 || counts {
         return Ok(first);
     }
@@ -917,7 +858,7 @@ async fn after_expiries(
         .unwrap_or_else(|| derive_session(tenant.as_str(), opening));
     let ttl = std::str::from_utf8(body)
         .ok()
-        .and_then(|text| api.protocol().cache_lifetime_ms(text))
+        .and_then(|text| endpoint.protocol.cache_lifetime_ms(text))
         .unwrap_or(default_ttl);
     let count = u32::try_from(clock.messages).unwrap_or(u32::MAX);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
@@ -935,11 +876,11 @@ async fn after_expiries(
     let expired = points.into_iter().map(|p| p as usize).collect();
     plan(
         app,
-        api,
+        endpoint,
         body.clone(),
         Mode::WithRefs,
         true,
-        api.model_in_path(parts.uri.path()),
+        endpoint.model_in(parts.uri.path()),
         asks_long_context(&parts.headers),
         expired,
     )
@@ -967,7 +908,7 @@ pub(super) fn asks_long_context(headers: &http::HeaderMap) -> bool {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn plan(
     app: &Arc<App>,
-    api: Api,
+    endpoint: &'static Endpoint,
     body: Bytes,
     mode: Mode,
     recall: bool,
@@ -978,7 +919,7 @@ pub(super) async fn plan(
     if body.len() <= INLINE_REWRITE_BYTES {
         return Ok(plan_now(
             app,
-            api,
+            endpoint,
             &body,
             mode,
             recall,
@@ -991,7 +932,7 @@ pub(super) async fn plan(
     tokio::task::spawn_blocking(move || {
         plan_now(
             &app,
-            api,
+            endpoint,
             &body,
             mode,
             recall,
@@ -1007,7 +948,7 @@ pub(super) async fn plan(
 #[allow(clippy::too_many_arguments)]
 fn plan_now(
     app: &App,
-    api: Api,
+    endpoint: &'static Endpoint,
     body: &[u8],
     mode: Mode,
     recall: bool,
@@ -1030,7 +971,7 @@ fn plan_now(
         long_context,
         expired: &expired,
     };
-    match rewrite_reading_for(body, policy, api.protocol(), mode, &app.memo, facts) {
+    match rewrite_reading_for(body, policy, endpoint.protocol, mode, &app.memo, facts) {
         (Outcome::Unchanged(why), read) => RewriteOutcome::Unchanged(why.as_str(), read),
         (Outcome::Rewritten(r), _) => RewriteOutcome::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),

@@ -21,7 +21,6 @@ mod body;
 mod dashboard;
 mod decode;
 mod error;
-mod framing;
 mod gcp;
 mod ledger;
 mod limits;
@@ -40,6 +39,7 @@ pub use error::ProxyError;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::protocol::endpoint::{self, Endpoint};
 use crate::protocol::Flavor;
 use crate::store::{AsyncResultStore, Backend, StoreConfig, Tenant};
 use anyhow::{Context, Result};
@@ -95,6 +95,17 @@ fn store_config(config: &Config) -> StoreConfig {
 }
 
 impl App {
+    /// Sends a request upstream: the one place a request leaves the proxy,
+    /// its time to the response head recorded here.
+    async fn send(
+        &self,
+        request: Request<BoxBody>,
+    ) -> Result<Response<upstream::UpstreamBody>, ProxyError> {
+        let (response, latency) = self.upstream.send(request).await?;
+        self.metrics.upstream_latency(latency);
+        Ok(response)
+    }
+
     /// Opens the store and builds the upstream client.
     pub async fn new(config: Config) -> Result<App> {
         let upstream = Upstream::new(&config.upstream)?;
@@ -136,7 +147,7 @@ enum Route {
     Healthz,
     Metrics,
     /// A rewritten API route.
-    Api(api::Api),
+    Api(&'static Endpoint),
     /// One Responses API response by id (`GET /v1/responses/{id}`, ...).
     ResponseById,
     Operator,
@@ -152,50 +163,18 @@ impl Route {
             (&Method::GET, "/metrics") => Route::Metrics,
             (_, p) if p.starts_with("/toolstub/v1/") => Route::Operator,
             (_, p) if dashboard::serves(p) => Route::Dashboard,
-            (&Method::POST, p) if p.ends_with("/chat/completions") => {
-                Route::Api(api::Api::ChatCompletions)
+            (&Method::POST, p) => {
+                endpoint::route(p).map_or_else(|| Route::unrewritten(p), Route::Api)
             }
-            (&Method::POST, p) if p.ends_with("/v1/messages") => Route::Api(api::Api::Messages),
-            (&Method::POST, p) if p.ends_with("/v1/messages/count_tokens") => {
-                Route::Api(api::Api::CountTokens)
-            }
-            (&Method::POST, p) if p.ends_with("/v1/responses") => Route::Api(api::Api::Responses),
-            // Claude on Vertex AI: Anthropic Messages under a model resource
-            // (`.../publishers/anthropic/models/{m}:rawPredict`, streamed
-            // when the body says so, as on Anthropic's own API).
-            (&Method::POST, p)
-                if p.ends_with("/publishers/anthropic/models/count-tokens:rawPredict") =>
-            {
-                Route::Api(api::Api::CountTokens)
-            }
-            (&Method::POST, p)
-                if p.contains("/publishers/anthropic/models/")
-                    && (p.ends_with(":rawPredict") || p.ends_with(":streamRawPredict")) =>
-            {
-                Route::Api(api::Api::Messages)
-            }
-            (&Method::POST, p) if crate::protocol::bedrock::invoke_route(p) == Some(false) => {
-                Route::Api(api::Api::BedrockInvoke)
-            }
-            (&Method::POST, p) if crate::protocol::bedrock::invoke_route(p) == Some(true) => {
-                Route::Api(api::Api::BedrockStream)
-            }
-            (&Method::POST, p) if crate::protocol::bedrock::is_count_tokens(p) => {
-                Route::Api(api::Api::BedrockCountTokens)
-            }
-            (&Method::POST, p) if p.contains("/models/") && p.ends_with(":generateContent") => {
-                Route::Api(api::Api::GeminiGenerate)
-            }
-            (&Method::POST, p)
-                if p.contains("/models/") && p.ends_with(":streamGenerateContent") =>
-            {
-                Route::Api(api::Api::GeminiStream)
-            }
-            (&Method::POST, p) if p.contains("/models/") && p.ends_with(":countTokens") => {
-                Route::Api(api::Api::GeminiCountTokens)
-            }
-            (_, p) if responses::response_id_in(p).is_some() => Route::ResponseById,
-            _ => Route::Passthrough,
+            (_, p) => Route::unrewritten(p),
+        }
+    }
+
+    /// A path no endpoint serves.
+    fn unrewritten(path: &str) -> Route {
+        match responses::response_id_in(path) {
+            Some(_) => Route::ResponseById,
+            None => Route::Passthrough,
         }
     }
 
@@ -203,16 +182,7 @@ impl Route {
         match self {
             Route::Healthz => "healthz",
             Route::Metrics => "metrics",
-            Route::Api(api::Api::ChatCompletions) => "chat_completions",
-            Route::Api(api::Api::Messages) => "messages",
-            Route::Api(api::Api::CountTokens) => "count_tokens",
-            Route::Api(api::Api::Responses) => "responses",
-            Route::Api(api::Api::GeminiGenerate) => "generate_content",
-            Route::Api(api::Api::GeminiStream) => "stream_generate_content",
-            Route::Api(api::Api::GeminiCountTokens) => "gemini_count_tokens",
-            Route::Api(api::Api::BedrockInvoke) => "bedrock_invoke",
-            Route::Api(api::Api::BedrockStream) => "bedrock_invoke_stream",
-            Route::Api(api::Api::BedrockCountTokens) => "bedrock_count_tokens",
+            Route::Api(endpoint) => endpoint.label,
             Route::ResponseById => "response_by_id",
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",
@@ -220,22 +190,15 @@ impl Route {
         }
     }
 
-    /// The error format of the proxy's own failures on this route, which
+    /// The error format of the proxy's own failures on this route (which
     /// also names the provider a request goes to when no single upstream
-    /// is set: the route's protocol's; elsewhere Google's on a Gemini API
-    /// path or with an `x-goog-api-key` header, Anthropic's when the
-    /// client speaks it (an `anthropic-version` header), else OpenAI's.
+    /// is set): the endpoint's protocol's; the proxy's own routes answer
+    /// in OpenAI's; anything else as [`endpoint::flavor_elsewhere`] says.
     fn flavor(self, path: &str, headers: &HeaderMap) -> Flavor {
         match self {
-            Route::Api(api) => api.protocol().flavor(),
+            Route::Api(endpoint) => endpoint.protocol.flavor(),
             Route::Operator | Route::Dashboard | Route::ResponseById => Flavor::OpenAi,
-            _ if crate::protocol::gemini::is_path(path)
-                || headers.contains_key("x-goog-api-key") =>
-            {
-                Flavor::Google
-            }
-            _ if headers.contains_key("anthropic-version") => Flavor::Anthropic,
-            _ => Flavor::OpenAi,
+            _ => endpoint::flavor_elsewhere(path, headers),
         }
     }
 }
@@ -468,6 +431,9 @@ async fn handle(
     let entered = app.access.enter(&mut req);
     let route = Route::of(req.method(), req.uri().path());
     let flavor = route.flavor(req.uri().path(), req.headers());
+    // Read again where the request goes upstream (which provider, and whose
+    // held key it may carry), so the route is classified once.
+    req.extensions_mut().insert(flavor);
     let method = req.method().clone();
     let admitted = match entered {
         Ok(()) => {
@@ -541,13 +507,14 @@ async fn serve_route(
             let mut text = app.metrics.render();
             memory::render_gauges(&mut text, app.memo.bytes());
             limits::render_gauges(&mut text, &app.limits);
+            crate::metrics::finish(&mut text);
             Ok(text_response(
                 StatusCode::OK,
-                "text/plain; version=0.0.4",
+                crate::metrics::CONTENT_TYPE,
                 text,
             ))
         }
-        Route::Api(api) => api::handle(app, api, &conn.memo, caller, req).await,
+        Route::Api(endpoint) => api::handle(app, endpoint, &conn.memo, caller, req).await,
         Route::ResponseById => {
             let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
             Box::pin(responses::by_id(app, tenant, req)).await
@@ -637,8 +604,7 @@ async fn tunnel(app: &App, mut req: Request<Incoming>) -> Result<Response<BoxBod
             header::HeaderValue::from_static("upgrade"),
         );
     }
-    let (mut response, latency) = app.upstream.send(request).await?;
-    app.metrics.upstream_latency(latency);
+    let mut response = app.send(request).await?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(stream_back(response));
     }
@@ -683,9 +649,7 @@ async fn forward(
         ))
     };
     let upstream_request = upstream_request(app, parts, body, None)?;
-    let (response, latency) = app.upstream.send(upstream_request).await?;
-    app.metrics.upstream_latency(latency);
-    Ok(stream_back(tapped(response, tap)))
+    Ok(stream_back(tapped(app.send(upstream_request).await?, tap)))
 }
 
 /// The upstream's response with its body read for usage by `tap` (not a
@@ -712,8 +676,13 @@ fn upstream_request(
     body: BoxBody,
     content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
-    let flavor =
-        Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers);
+    let flavor = parts
+        .extensions
+        .get::<Flavor>()
+        .copied()
+        .unwrap_or_else(|| {
+            Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers)
+        });
     let (uri, host) = app.upstream.target(&parts.uri, flavor)?;
     let mut headers = upstream_headers(&parts.headers);
     if let Some(host) = host {
@@ -761,7 +730,7 @@ async fn cloud_auth(
     client: &http::request::Parts,
 ) {
     let path = request.uri().path();
-    if crate::protocol::bedrock::is_model_path(path) {
+    if endpoint::route(path).is_some_and(|e| e.aws_signed) {
         let host = request.uri().host().unwrap_or("");
         let resign = client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign);
         if resign && aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts) {
@@ -794,9 +763,7 @@ async fn forward_whole(
     tap: Option<usage_tap::UsageReport>,
 ) -> Result<Response<BoxBody>, ProxyError> {
     let upstream_request = whole_request(app, parts, body, None).await?;
-    let (response, latency) = app.upstream.send(upstream_request).await?;
-    app.metrics.upstream_latency(latency);
-    Ok(stream_back(tapped(response, tap)))
+    Ok(stream_back(tapped(app.send(upstream_request).await?, tap)))
 }
 
 /// The upstream's response, status and headers unchanged but for hop-by-hop

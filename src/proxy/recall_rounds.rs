@@ -24,16 +24,17 @@
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
-use super::api::{exchange_key, plan, Api, RewriteOutcome};
+use super::api::{exchange_key, plan, RewriteOutcome};
 use super::body::{collect_reserving, full, BoxBody, ChannelBody, Collected};
 use super::decode::Decoded;
 use super::error::ProxyError;
-use super::framing::Framing;
 use super::timeouts::{find, UpstreamIdle};
 use super::upstream::UpstreamBody;
 use super::usage_tap::{FiledRequest, Tapped};
 use super::{stream_back, upstream_request, App};
-use crate::protocol::{Protocol, RoundsContext};
+use crate::protocol::endpoint::Endpoint;
+use crate::protocol::framing::Framing;
+use crate::protocol::RoundsContext;
 use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
 use crate::rewrite::Mode;
 use crate::store::Tenant;
@@ -60,8 +61,7 @@ type RoundBody = Tapped<Decoded<UpstreamBody>>;
 
 /// One request that carries stubs and offers the recall tools.
 pub(super) struct RecallRequest {
-    pub protocol: &'static dyn Protocol,
-    pub api: Api,
+    pub endpoint: &'static Endpoint,
     pub parts: http::request::Parts,
     pub tenant: Tenant,
     pub session: String,
@@ -91,7 +91,7 @@ pub(super) struct RecallRequest {
 
 impl RecallRequest {
     fn rounds(&self) -> Box<dyn Rounds> {
-        self.protocol.rounds(RoundsContext {
+        self.endpoint.protocol.rounds(RoundsContext {
             names: self.names.clone(),
             last_canon: self.last_canon.clone(),
         })
@@ -101,24 +101,24 @@ impl RecallRequest {
     /// protocol keeps the recall tools, otherwise the request rewritten
     /// without them (history restored the same way).
     async fn last_base(&self, app: &Arc<App>) -> Result<Bytes, ProxyError> {
-        if self.protocol.keeps_recall_tools_in_last_round() {
+        if self.endpoint.protocol.keeps_recall_tools_in_last_round() {
             return Ok(self.body.clone());
         }
         Ok(
             match plan(
                 app,
-                self.api,
+                self.endpoint,
                 self.original.clone(),
                 Mode::WithRefs,
                 false,
-                self.api.model_in_path(self.parts.uri.path()),
+                self.endpoint.model_in(self.parts.uri.path()),
                 super::api::asks_long_context(&self.parts.headers),
                 self.expired.clone(),
             )
             .await?
             {
                 RewriteOutcome::Rewritten(mut r) => {
-                    r.restore(&self.restorations, self.protocol);
+                    r.restore(&self.restorations, self.endpoint.protocol);
                     r.body
                 }
                 RewriteOutcome::Unchanged(..) => self.original.clone(),
@@ -133,7 +133,7 @@ impl RecallRequest {
         }
         std::str::from_utf8(base)
             .ok()
-            .and_then(|text| self.protocol.append_items(text, rounds.appended()))
+            .and_then(|text| self.endpoint.protocol.append_items(text, rounds.appended()))
             .map(Bytes::from)
             .ok_or_else(|| ProxyError::Internal("cannot append recall messages".to_string()))
     }
@@ -153,8 +153,7 @@ impl RecallRequest {
         );
         // Signed last: the signature covers the headers as sent.
         super::cloud_auth(app, &mut request, &body, &self.parts).await;
-        let (response, latency) = app.upstream.send(request).await?;
-        app.metrics.upstream_latency(latency);
+        let response = app.send(request).await?;
         let response = if response.status().is_success() {
             super::decode::decoded(response).map_err(|coding| {
                 ProxyError::UpstreamEncoding(format!(
@@ -329,7 +328,7 @@ pub(super) async fn streaming(
             tx,
             last_sent: Instant::now(),
             keepalive: app.config.keepalive,
-            framing: Framing::of(req.api),
+            framing: req.endpoint.framing,
         };
         drive(&app, &req, upstream_body, rounds, &mut client).await;
     });

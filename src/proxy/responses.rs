@@ -102,8 +102,7 @@ pub(super) async fn by_id(
         return forward(app, &parts, boxed(body), None).await;
     }
     let request = super::upstream_request(app, &parts, boxed(body), None)?;
-    let (response, latency) = app.upstream.send(request).await?;
-    app.metrics.upstream_latency(latency);
+    let response = app.send(request).await?;
     if !response.status().is_success() {
         return Ok(stream_back(response));
     }

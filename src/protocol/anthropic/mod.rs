@@ -23,6 +23,7 @@ mod stream;
 mod thinking;
 
 use super::body::{once, read_body};
+use super::endpoint::{Endpoint, Purpose};
 use super::json_scan::Scanner;
 use super::json_text;
 use super::openai_chat::{client_tool_names, tools_slot};
@@ -42,6 +43,42 @@ pub use rounds::AnthropicRounds;
 /// The Anthropic Messages wire format.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AnthropicMessages;
+
+/// `POST .../v1/messages`, and Claude on Vertex AI: Messages under a model
+/// resource (`.../publishers/anthropic/models/{m}:rawPredict`, streamed
+/// when the body says so, as on Anthropic's own API), whose path names the
+/// model.
+pub static MESSAGES: Endpoint = Endpoint {
+    model_in_path: |path| {
+        vertex_model(path)
+            .and_then(super::gemini::model_in_path)
+            .map(str::to_string)
+    },
+    ..Endpoint::turn("messages", &AnthropicMessages, |path| {
+        path.ends_with("/v1/messages")
+            || vertex_model(path).is_some_and(|p| {
+                !(COUNT_TOKENS.serves)(p)
+                    && (p.ends_with(":rawPredict") || p.ends_with(":streamRawPredict"))
+            })
+    })
+};
+
+/// `POST .../v1/messages/count_tokens`, and Vertex AI's
+/// `.../publishers/anthropic/models/count-tokens:rawPredict`: rewritten as
+/// the messages request it precedes would be.
+pub static COUNT_TOKENS: Endpoint = Endpoint {
+    purpose: Purpose::CountTokens,
+    ..Endpoint::turn("count_tokens", &AnthropicMessages, |path| {
+        path.ends_with("/v1/messages/count_tokens")
+            || path.ends_with("/publishers/anthropic/models/count-tokens:rawPredict")
+    })
+};
+
+/// `path` if it is under one of Vertex AI's Anthropic model resources.
+fn vertex_model(path: &str) -> Option<&str> {
+    path.contains("/publishers/anthropic/models/")
+        .then_some(path)
+}
 
 struct Message<'b> {
     span: Range<usize>,

@@ -10,6 +10,8 @@
 pub mod eventstream;
 
 use super::anthropic::AnthropicMessages;
+use super::endpoint::{Endpoint, Envelope, Purpose};
+use super::framing::Framing;
 use super::{Flavor, ParsedRequest, Protocol, RecallToolNames, RoundsContext};
 use crate::recall::Rounds;
 
@@ -77,31 +79,54 @@ impl Protocol for OnBedrock {
     }
 }
 
-/// The Bedrock invoke route of `path`: `Some(true)` for
-/// `.../model/{id}/invoke-with-response-stream`, `Some(false)` for
-/// `.../model/{id}/invoke`.
-pub fn invoke_route(path: &str) -> Option<bool> {
-    let (rest, streaming) = match path.strip_suffix("/invoke-with-response-stream") {
-        Some(rest) => (rest, true),
-        None => (path.strip_suffix("/invoke")?, false),
-    };
+/// `POST .../model/{id}/invoke`.
+pub static INVOKE: Endpoint = Endpoint {
+    model_in_path: |path| model_in(path, "invoke"),
+    aws_signed: true,
+    ..Endpoint::turn("bedrock_invoke", &OnBedrock::INVOKE, |path| {
+        model_segment(path, "invoke").is_some()
+    })
+};
+
+/// `POST .../model/{id}/invoke-with-response-stream`: the stream in
+/// Bedrock's binary frames.
+pub static INVOKE_STREAM: Endpoint = Endpoint {
+    model_in_path: |path| model_in(path, "invoke-with-response-stream"),
+    framing: Framing::EventStream,
+    aws_signed: true,
+    ..Endpoint::turn("bedrock_invoke_stream", &OnBedrock::STREAM, |path| {
+        model_segment(path, "invoke-with-response-stream").is_some()
+    })
+};
+
+/// `POST .../model/{id}/count-tokens`, whose body wraps an invoke body in
+/// base64 (`{"input": {"invokeModel": {"body": "..."}}}`).
+pub static COUNT_TOKENS: Endpoint = Endpoint {
+    purpose: Purpose::CountTokens,
+    model_in_path: |path| model_in(path, "count-tokens"),
+    aws_signed: true,
+    envelope: Some(Envelope {
+        inner: &INVOKE,
+        open: count_tokens_inner,
+        close: count_tokens_wrap,
+    }),
+    ..Endpoint::turn("bedrock_count_tokens", &OnBedrock::INVOKE, |path| {
+        model_segment(path, "count-tokens").is_some()
+    })
+};
+
+/// The model id of `.../model/{id}/{operation}`, as the path spells it.
+fn model_segment<'p>(path: &'p str, operation: &str) -> Option<&'p str> {
+    let rest = path.strip_suffix(operation)?.strip_suffix('/')?;
     let (_, model) = rest.rsplit_once("/model/")?;
-    (!model.is_empty() && !model.contains('/')).then_some(streaming)
+    (!model.is_empty() && !model.contains('/')).then_some(model)
 }
 
-/// Whether `path` is Bedrock's CountTokens (`.../model/{id}/count-tokens`),
-/// whose body wraps an invoke body in base64
-/// (`{"input": {"invokeModel": {"body": "..."}}}`).
-pub fn is_count_tokens(path: &str) -> bool {
-    path.strip_suffix("/count-tokens")
-        .and_then(|rest| rest.rsplit_once("/model/"))
-        .is_some_and(|(_, model)| !model.is_empty() && !model.contains('/'))
-}
-
-/// Whether a request to `path` goes to a Bedrock model resource that
-/// AWS authenticates by signature (invoke, its stream, CountTokens).
-pub fn is_model_path(path: &str) -> bool {
-    invoke_route(path).is_some() || is_count_tokens(path)
+/// The model id of `.../model/{id}/{operation}`, percent-decoded
+/// (`us.anthropic.claude-sonnet-4-5-20250929-v1%3A0` is
+/// `us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
+fn model_in(path: &str, operation: &str) -> Option<String> {
+    crate::percent::decode(model_segment(path, operation)?, false)
 }
 
 /// Whether `path` is an operation on a Bedrock runtime model
@@ -128,7 +153,7 @@ pub fn is_runtime_path(path: &str) -> bool {
 }
 
 /// The invoke body a CountTokens body wraps.
-pub fn count_tokens_inner(body: &[u8]) -> Option<Vec<u8>> {
+fn count_tokens_inner(body: &[u8]) -> Option<Vec<u8>> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let encoded = value.pointer("/input/invokeModel/body")?.as_str()?;
     aws_smithy_types::base64::decode(encoded).ok()
@@ -136,23 +161,11 @@ pub fn count_tokens_inner(body: &[u8]) -> Option<Vec<u8>> {
 
 /// `body` (a CountTokens body) with its wrapped invoke body replaced by
 /// `inner`, every other member kept.
-pub fn count_tokens_wrap(body: &[u8], inner: &[u8]) -> Option<Vec<u8>> {
+fn count_tokens_wrap(body: &[u8], inner: &[u8]) -> Option<Vec<u8>> {
     let mut value: serde_json::Value = serde_json::from_slice(body).ok()?;
     *value.pointer_mut("/input/invokeModel/body")? =
         serde_json::Value::String(aws_smithy_types::base64::encode(inner));
     serde_json::to_vec(&value).ok()
-}
-
-/// The model id of a Bedrock invoke path, percent-decoded
-/// (`us.anthropic.claude-sonnet-4-5-20250929-v1%3A0` is
-/// `us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
-pub fn model_in_path(path: &str) -> Option<String> {
-    invoke_route(path)?;
-    let rest = path
-        .strip_suffix("/invoke-with-response-stream")
-        .or_else(|| path.strip_suffix("/invoke"))?;
-    let (_, model) = rest.rsplit_once("/model/")?;
-    crate::percent::decode(model, false)
 }
 
 /// The region of a Bedrock runtime host
@@ -178,16 +191,18 @@ mod tests {
     fn invoke_paths_and_their_models() {
         let stream =
             "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream";
-        assert_eq!(invoke_route(stream), Some(true));
+        assert!((INVOKE_STREAM.serves)(stream) && !(INVOKE.serves)(stream));
+        assert!((INVOKE.serves)(
+            "/bedrock/model/anthropic.claude-3-haiku/invoke"
+        ));
+        for path in ["/model//invoke", "/v1/messages", "/model/a/b/invoke"] {
+            assert!(
+                !(INVOKE.serves)(path) && !(INVOKE_STREAM.serves)(path),
+                "{path}"
+            );
+        }
         assert_eq!(
-            invoke_route("/bedrock/model/anthropic.claude-3-haiku/invoke"),
-            Some(false)
-        );
-        assert_eq!(invoke_route("/model//invoke"), None);
-        assert_eq!(invoke_route("/v1/messages"), None);
-        assert_eq!(invoke_route("/model/a/b/invoke"), None);
-        assert_eq!(
-            model_in_path(stream).as_deref(),
+            INVOKE_STREAM.model_in(stream).as_deref(),
             Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0")
         );
         assert_eq!(
@@ -207,10 +222,10 @@ mod tests {
 
     #[test]
     fn count_tokens_wraps_an_invoke_body() {
-        assert!(is_count_tokens("/model/anthropic.claude-x/count-tokens"));
-        assert!(!is_count_tokens("/model//count-tokens"));
-        assert!(is_model_path("/model/m/invoke") && is_model_path("/model/m/count-tokens"));
-        assert!(!is_model_path("/inference-profiles"));
+        assert!((COUNT_TOKENS.serves)(
+            "/model/anthropic.claude-x/count-tokens"
+        ));
+        assert!(!(COUNT_TOKENS.serves)("/model//count-tokens"));
         assert!(is_runtime_path("/model/m/converse-stream") && is_runtime_path("/model/m/invoke"));
         assert!(!is_runtime_path("/model/m/other") && !is_runtime_path("/v1/messages"));
         let inner = br#"{"anthropic_version":"bedrock-2023-05-31","messages":[]}"#;

@@ -20,6 +20,7 @@ pub mod paths;
 mod rounds;
 
 use super::body::{once, read_conversation};
+use super::endpoint::{Endpoint, Purpose};
 use super::json_scan::Scanner;
 use super::openai_chat::{append_opening, tools_slot};
 use super::{
@@ -33,6 +34,40 @@ use std::ops::Range;
 
 pub use paths::{is_path, model_in_path, status_name};
 pub use rounds::GeminiRounds;
+
+/// `POST .../models/{model}:generateContent`.
+pub static GENERATE_CONTENT: Endpoint = Endpoint {
+    model_in_path: owned_model,
+    ..Endpoint::turn("generate_content", &Gemini::GENERATE, |path| {
+        serves(path, ":generateContent")
+    })
+};
+
+/// `POST .../models/{model}:streamGenerateContent`.
+pub static STREAM_GENERATE_CONTENT: Endpoint = Endpoint {
+    model_in_path: owned_model,
+    ..Endpoint::turn("stream_generate_content", &Gemini::STREAM, |path| {
+        serves(path, ":streamGenerateContent")
+    })
+};
+
+/// `POST .../models/{model}:countTokens`.
+pub static COUNT_TOKENS: Endpoint = Endpoint {
+    purpose: Purpose::CountTokens,
+    model_in_path: owned_model,
+    ..Endpoint::turn("gemini_count_tokens", &Gemini::GENERATE, |path| {
+        serves(path, ":countTokens")
+    })
+};
+
+/// A method of a model resource, under any prefix.
+fn serves(path: &str, method: &str) -> bool {
+    path.contains("/models/") && path.ends_with(method)
+}
+
+fn owned_model(path: &str) -> Option<String> {
+    model_in_path(path).map(str::to_string)
+}
 
 impl Protocol for Gemini {
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {

@@ -10,6 +10,7 @@ mod rounds;
 mod stream;
 
 use super::body::{once, Body};
+use super::endpoint::Endpoint;
 use super::json_scan::Scanner;
 use super::json_text;
 use super::{
@@ -27,6 +28,11 @@ pub use rounds::ChatRounds;
 /// The OpenAI Chat Completions wire format.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiChat;
+
+/// `POST .../chat/completions`.
+pub static CHAT_COMPLETIONS: Endpoint = Endpoint::turn("chat_completions", &OpenAiChat, |path| {
+    path.ends_with("/chat/completions")
+});
 
 /// The fields of one message the adapter reads.
 struct Message<'b> {

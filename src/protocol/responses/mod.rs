@@ -27,6 +27,7 @@ mod stream;
 
 use super::anthropic::result_text;
 use super::body::{once, read_conversation};
+use super::endpoint::Endpoint;
 use super::json_edit::member_spans;
 use super::json_scan::Scanner;
 use super::json_text;
@@ -46,6 +47,15 @@ pub use rounds::ResponsesRounds;
 /// The OpenAI Responses wire format.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiResponses;
+
+/// `POST .../v1/responses`: a request may continue a response stored
+/// upstream (`previous_response_id`).
+pub static RESPONSES: Endpoint = Endpoint {
+    chains_responses: true,
+    ..Endpoint::turn("responses", &OpenAiResponses, |path| {
+        path.ends_with("/v1/responses")
+    })
+};
 
 /// The fields of one input item the adapter reads.
 #[derive(Default)]

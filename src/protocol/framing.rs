@@ -1,10 +1,10 @@
-//! How a streamed response is framed on the wire, for the recall driver:
-//! server-sent events (every API but one), or Amazon Bedrock's binary
-//! event stream, whose frames carry the Anthropic stream. The driver and
-//! the protocol's splicer work on SSE events; a Bedrock stream is decoded
-//! into them and what goes to the client encoded back into frames.
+//! How an endpoint's streamed responses are framed on the wire, for the
+//! recall driver: server-sent events (every API but one), or Amazon
+//! Bedrock's binary event stream, whose frames carry the Anthropic stream.
+//! The driver and the protocol's splicer work on SSE events; a Bedrock
+//! stream is decoded into them and what goes to the client encoded back
+//! into frames.
 
-use super::api::Api;
 use crate::protocol::bedrock::eventstream;
 use crate::recall::sse::{Event, SseParser};
 use bytes::Bytes;
@@ -13,20 +13,13 @@ use bytes::Bytes;
 const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
+pub enum Framing {
     Sse,
     EventStream,
 }
 
 impl Framing {
-    pub(super) fn of(api: Api) -> Framing {
-        match api {
-            Api::BedrockStream => Framing::EventStream,
-            _ => Framing::Sse,
-        }
-    }
-
-    pub(super) fn decoder(self) -> Decoder {
+    pub fn decoder(self) -> Decoder {
         match self {
             Framing::Sse => Decoder::Sse(SseParser::new(MAX_EVENT_BYTES)),
             Framing::EventStream => Decoder::EventStream(eventstream::Decoder::default()),
@@ -34,7 +27,7 @@ impl Framing {
     }
 
     /// `chunk` (whole SSE events) as the client's wire has them.
-    pub(super) fn encode(self, chunk: Bytes) -> Bytes {
+    pub fn encode(self, chunk: Bytes) -> Bytes {
         match self {
             Framing::Sse => chunk,
             Framing::EventStream => eventstream::encode(&chunk),
@@ -43,13 +36,13 @@ impl Framing {
 }
 
 /// Reads one round's stream into events.
-pub(super) enum Decoder {
+pub enum Decoder {
     Sse(SseParser),
     EventStream(eventstream::Decoder),
 }
 
 impl Decoder {
-    pub(super) fn push(&mut self, data: &[u8]) -> Result<Vec<Event>, String> {
+    pub fn push(&mut self, data: &[u8]) -> Result<Vec<Event>, String> {
         match self {
             Decoder::Sse(p) => p.push(data).map_err(|e| e.to_string()),
             Decoder::EventStream(d) => d.push(data),
@@ -57,7 +50,7 @@ impl Decoder {
     }
 
     /// The event left at the end of the stream (SSE's unterminated one).
-    pub(super) fn finish(&mut self) -> Option<Event> {
+    pub fn finish(&mut self) -> Option<Event> {
         match self {
             Decoder::Sse(p) => p.finish(),
             Decoder::EventStream(_) => None,

@@ -25,7 +25,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolstub::protocol::anthropic::cache;
+use toolstub::protocol::anthropic::cache_control;
 use toolstub::protocol::anthropic::AnthropicMessages;
 use toolstub::protocol::gemini::Gemini;
 use toolstub::protocol::openai_chat::OpenAiChat;
@@ -33,10 +33,10 @@ use toolstub::protocol::responses::OpenAiResponses;
 use toolstub::protocol::Protocol;
 use toolstub::rewrite::aging::Aging;
 use toolstub::rewrite::first_stub::Gate as FirstStub;
+use toolstub::rewrite::memo::Memo;
 use toolstub::rewrite::select::Budget;
 use toolstub::rewrite::tool_policy::{Externalize, Glob, ToolRule, ToolRules};
 use toolstub::rewrite::window::Window;
-use toolstub::rewrite::memo::Memo;
 use toolstub::rewrite::{
     rewrite_reading_for, Mode, Outcome, Policy, RequestFacts, Rewritten, Unchanged,
 };
@@ -144,7 +144,10 @@ fuzz_target!(|data: &[u8]| {
     let mut c = [0u8; CONFIG_BYTES];
     c.copy_from_slice(config);
     let policy = policy(&c);
-    let expired: Vec<usize> = (c[9] & 2 != 0).then_some(usize::from(c[9] >> 2)).into_iter().collect();
+    let expired: Vec<usize> = (c[9] & 2 != 0)
+        .then_some(usize::from(c[9] >> 2))
+        .into_iter()
+        .collect();
     let facts = RequestFacts {
         expired: &expired,
         ..RequestFacts::default()
@@ -203,10 +206,13 @@ fn check_rewritten(
     );
     // Never more cache breakpoints than the API takes (unless the client
     // sent more), counted by the request's structure.
-    if let (Some(before), Some(after)) = (cache::count(original), cache::count(&r.body)) {
+    if let (Some(before), Some(after)) = (
+        cache_control::count(original),
+        cache_control::count(&r.body),
+    ) {
         if key == "messages" && protocol.flavor() == toolstub::protocol::Flavor::Anthropic {
             assert!(
-                after <= before.max(cache::MAX_BREAKPOINTS),
+                after <= before.max(cache_control::MAX_BREAKPOINTS),
                 "{after} cache breakpoints, {before} sent"
             );
         }

@@ -23,10 +23,10 @@
 
 pub mod anthropic;
 pub mod bedrock;
-mod body;
 #[cfg(test)]
 mod conformance;
-pub(crate) use body::is_long_context_beta;
+mod top_level;
+pub(crate) use top_level::is_long_context_beta;
 pub mod endpoint;
 pub mod framing;
 pub mod gemini;

@@ -252,7 +252,7 @@ fn anthropic_key(raw: &str) -> u128 {
     if let Some(text) = v.get("content").and_then(Value::as_str).map(str::to_string) {
         v["content"] = serde_json::json!([{"type": "text", "text": text}]);
     }
-    crate::protocol::anthropic::cache::strip_markers(&mut v);
+    crate::protocol::anthropic::cache_control::strip_markers(&mut v);
     xxh(&super::sources::canonical(&v))
 }
 

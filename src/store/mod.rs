@@ -29,7 +29,7 @@
 //! speaks domain types (`NewOutput`, `ReadWindow`, `SearchHit`, ...), never
 //! rows. It knows nothing of HTTP or of any LLM API.
 
-mod asynchronous;
+mod backend;
 pub mod cache_clock;
 mod error;
 mod keys;
@@ -40,7 +40,7 @@ mod sqlite;
 mod text;
 mod types;
 
-pub use asynchronous::{AsyncResultStore, Backend, Health, Store};
+pub use backend::{AsyncResultStore, Backend, Health, Store};
 pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};

@@ -399,7 +399,7 @@ fn conversation_of(body: &[u8]) -> Vec<Value> {
         "messages"
     };
     let mut list = v[key].take();
-    toolstub::protocol::anthropic::cache::strip_markers(&mut list);
+    toolstub::protocol::anthropic::cache_control::strip_markers(&mut list);
     list.as_array().cloned().expect("a conversation")
 }
 

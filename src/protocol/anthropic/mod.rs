@@ -17,16 +17,16 @@
 //! (server-sent events), sharing the block bookkeeping of [`blocks`].
 
 mod blocks;
-pub mod cache;
+pub mod cache_control;
 mod rounds;
 mod stream;
 mod thinking;
 
-use super::body::{once, read_body};
 use super::endpoint::{Endpoint, Purpose};
 use super::json_scan::Scanner;
 use super::json_text;
 use super::openai_chat::{client_tool_names, tools_slot};
+use super::top_level::{once, read_body};
 use super::{
     json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
     ParsedRequest, Protocol, RoundsContext, ToolOutput, Uncounted,
@@ -347,7 +347,9 @@ impl Protocol for AnthropicMessages {
     }
 
     fn cache_breakpoint(&self, body: &str, message: Range<usize>) -> Vec<(Range<usize>, String)> {
-        cache::breakpoint(body, message).into_iter().collect()
+        cache_control::breakpoint(body, message)
+            .into_iter()
+            .collect()
     }
 
     fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
@@ -406,7 +408,7 @@ impl Protocol for AnthropicMessages {
     }
 
     fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
-        cache::longest_lifetime_ms(body)
+        cache_control::longest_lifetime_ms(body)
     }
 }
 
@@ -419,7 +421,7 @@ fn append_opening(opening: &mut String, role: &str, content: Option<&str>) {
     if let Some(raw) = content {
         match serde_json::from_str::<Value>(raw) {
             Ok(mut value) => {
-                cache::strip_markers(&mut value);
+                cache_control::strip_markers(&mut value);
                 opening.push_str(&value.to_string());
             }
             Err(_) => opening.push_str(raw),

@@ -19,10 +19,10 @@
 pub mod paths;
 mod rounds;
 
-use super::body::{once, read_conversation};
 use super::endpoint::{Endpoint, Purpose};
 use super::json_scan::Scanner;
 use super::openai_chat::{append_opening, tools_slot};
+use super::top_level::{once, read_conversation};
 use super::{
     json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
     ParsedRequest, Protocol, RoundsContext,

@@ -9,10 +9,10 @@
 mod rounds;
 mod stream;
 
-use super::body::{once, Body};
 use super::endpoint::Endpoint;
 use super::json_scan::Scanner;
 use super::json_text;
+use super::top_level::{once, Body};
 use super::{
     json_string, recall_tool_definitions, span_in, Content, ContentShape, Flavor, MessageSpan,
     ParsedRequest, Protocol, RoundsContext, ToolOutput, ToolsSlot,
@@ -58,7 +58,7 @@ struct ToolCall<'b> {
 /// posing as one is a shape no client sends, and the body is then forwarded
 /// as it came.
 fn read_body(body: &str) -> Option<Body<'_, Message<'_>>> {
-    super::body::read_body(body, read_message)
+    super::top_level::read_body(body, read_message)
 }
 
 fn read_message<'b>(s: &mut Scanner<'b>) -> Option<Message<'b>> {

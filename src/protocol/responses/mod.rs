@@ -26,12 +26,12 @@ mod rounds;
 mod stream;
 
 use super::anthropic::result_text;
-use super::body::{once, read_conversation};
 use super::endpoint::Endpoint;
 use super::json_edit::member_spans;
 use super::json_scan::Scanner;
 use super::json_text;
 use super::openai_chat::{append_opening, client_tool_names, tools_slot};
+use super::top_level::{once, read_conversation};
 use super::{
     json_string, recall_tool_definitions, Flavor, MessageSpan, ParsedRequest, Protocol,
     RoundsContext, ToolOutput,

@@ -19,7 +19,7 @@ mod read;
 mod schema;
 mod write;
 
-use super::asynchronous::{Health, Store};
+use super::backend::{Health, Store};
 use super::cache_clock::{self, Touches};
 use super::error::PgContext;
 #[cfg(any(test, feature = "testing"))]

@@ -708,7 +708,8 @@ fn opencode_file_base_urls(cwd: &Path) -> std::collections::BTreeSet<String> {
         let Ok(text) = std::fs::read_to_string(&file) else {
             continue;
         };
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(&without_jsonc(&text)) else {
+        // opencode's files are JSON with comments and trailing commas.
+        let Ok(Some(value)) = jsonc_parser::parse_to_serde_value(&text, &Default::default()) else {
             continue;
         };
         if let Some(providers) = value.get("provider").and_then(|p| p.as_object()) {
@@ -720,69 +721,6 @@ fn opencode_file_base_urls(cwd: &Path) -> std::collections::BTreeSet<String> {
         }
     }
     own
-}
-
-/// JSON with comments (`//`, `/* */`) and trailing commas, as plain JSON:
-/// comments out first, then the commas before a closing bracket.
-fn without_jsonc(text: &str) -> String {
-    let mut plain = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    let mut in_string = false;
-    while let Some(c) = chars.next() {
-        if in_string {
-            plain.push(c);
-            match c {
-                '\\' => plain.extend(chars.next()),
-                '"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match (c, chars.peek()) {
-            ('/', Some('/')) => {
-                for n in chars.by_ref() {
-                    if n == '\n' {
-                        plain.push('\n');
-                        break;
-                    }
-                }
-            }
-            ('/', Some('*')) => {
-                chars.next();
-                let mut last = ' ';
-                for n in chars.by_ref() {
-                    if last == '*' && n == '/' {
-                        break;
-                    }
-                    last = n;
-                }
-            }
-            _ => {
-                in_string = c == '"';
-                plain.push(c);
-            }
-        }
-    }
-    let mut out = String::with_capacity(plain.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, c) in plain.char_indices() {
-        if in_string {
-            out.push(c);
-            in_string = escaped || c != '"';
-            escaped = !escaped && c == '\\';
-            continue;
-        }
-        if c == ',' {
-            let next = plain[i + 1..].chars().find(|n| !n.is_whitespace());
-            if matches!(next, Some('}') | Some(']')) {
-                continue;
-            }
-        }
-        in_string = c == '"';
-        out.push(c);
-    }
-    out
 }
 
 /// The provider id wrap gives Codex.
@@ -1258,10 +1196,6 @@ mod tests {
         )
         .expect("config");
         assert!(opencode_file_base_urls(&project).contains("anthropic"));
-        assert_eq!(
-            without_jsonc(r#"{"a": "x // y", "b": [1,2,],}"#),
-            r#"{"a": "x // y", "b": [1,2]}"#
-        );
     }
 
     #[test]

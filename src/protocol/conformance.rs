@@ -1,15 +1,13 @@
 //! The conformance suite every protocol adapter must pass, as the store's
 //! suite runs on both backends: what the rewrite, the recall rounds and
-//! the proxy rely on of a [`Protocol`], checked on each adapter from a
-//! conversation in its own wire form. A new adapter adds one [`Case`] to
-//! [`CASES`] and must pass every test here before its own.
+//! the proxy rely on of a [`super::Protocol`], checked on the protocol of
+//! each endpoint that is a turn, from a conversation in its own wire form.
+//! A new adapter adds one [`Case`] per such endpoint to [`CASES`] (a test
+//! fails until it does) and must pass every test here before its own.
 
-use super::anthropic::AnthropicMessages;
-use super::bedrock::OnBedrock;
-use super::gemini::Gemini;
-use super::openai_chat::OpenAiChat;
-use super::responses::OpenAiResponses;
-use super::{ContentShape, Flavor, Protocol};
+use super::endpoint::{Endpoint, ENDPOINTS};
+use super::{anthropic, bedrock, gemini, openai_chat, responses};
+use super::{ContentShape, Flavor};
 use crate::rewrite::{rewrite, Mode, Outcome, Policy, Unchanged};
 use crate::stub::RecallToolNames;
 use serde_json::{json, Value};
@@ -17,7 +15,8 @@ use serde_json::{json, Value};
 /// One adapter and a conversation in its wire form.
 struct Case {
     name: &'static str,
-    protocol: &'static dyn Protocol,
+    /// The endpoint whose protocol is checked.
+    endpoint: &'static Endpoint,
     /// The member holding the conversation.
     key: &'static str,
     /// A request whose conversation is a user message, then per output a
@@ -85,38 +84,62 @@ fn gemini(outputs: &[&str]) -> String {
         .to_string()
 }
 
+/// One case per endpoint that is a turn (a count of tokens reads its
+/// body with the same protocol as a turn).
 const CASES: &[Case] = &[
     Case {
         name: "chat",
-        protocol: &OpenAiChat,
+        endpoint: &openai_chat::CHAT_COMPLETIONS,
         key: "messages",
         body: chat,
     },
     Case {
         name: "messages",
-        protocol: &AnthropicMessages,
+        endpoint: &anthropic::MESSAGES,
         key: "messages",
         body: messages,
     },
     Case {
         name: "bedrock",
-        protocol: &OnBedrock::INVOKE,
+        endpoint: &bedrock::INVOKE,
+        key: "messages",
+        body: bedrock,
+    },
+    Case {
+        name: "bedrock stream",
+        endpoint: &bedrock::INVOKE_STREAM,
         key: "messages",
         body: bedrock,
     },
     Case {
         name: "responses",
-        protocol: &OpenAiResponses,
+        endpoint: &responses::RESPONSES,
         key: "input",
         body: responses,
     },
     Case {
         name: "gemini",
-        protocol: &Gemini::GENERATE,
+        endpoint: &gemini::GENERATE_CONTENT,
+        key: "contents",
+        body: gemini,
+    },
+    Case {
+        name: "gemini stream",
+        endpoint: &gemini::STREAM_GENERATE_CONTENT,
         key: "contents",
         body: gemini,
     },
 ];
+
+#[test]
+fn every_endpoint_that_is_a_turn_has_its_case() {
+    for endpoint in ENDPOINTS.iter().filter(|e| e.is_turn()) {
+        assert!(
+            CASES.iter().any(|c| c.endpoint == *endpoint),
+            "{endpoint:?} has no conformance case"
+        );
+    }
+}
 
 /// Text of `chars` characters, distinct per seed, with characters JSON
 /// escapes (a quote, a backslash, a newline, a non-ASCII letter).
@@ -139,6 +162,7 @@ fn every_output_is_read_in_body_order_with_its_text_and_tool() {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let body = (case.body)(&refs);
         let parsed = case
+            .endpoint
             .protocol
             .parse(&body)
             .unwrap_or_else(|| panic!("{}: unparsed", case.name));
@@ -167,7 +191,7 @@ fn every_output_is_read_in_body_order_with_its_text_and_tool() {
             .map_or(0, Vec::len);
         assert_eq!(parsed.messages.len(), n, "{}", case.name);
         assert!(
-            !case.protocol.surely_untouched(body.as_bytes()),
+            !case.endpoint.protocol.surely_untouched(body.as_bytes()),
             "{}",
             case.name
         );
@@ -186,7 +210,7 @@ fn what_is_not_a_request_is_refused_without_a_panic() {
             "{\"messages\":",
             "\u{0}",
         ] {
-            let parsed = case.protocol.parse(junk);
+            let parsed = case.endpoint.protocol.parse(junk);
             assert!(
                 parsed.as_ref().is_none_or(|p| p.outputs.is_empty()),
                 "{}: {junk:?}",
@@ -204,7 +228,7 @@ fn a_stub_spliced_in_reads_back_as_the_output_and_the_body_stays_json() {
         let Outcome::Rewritten(r) = rewrite(
             body.as_bytes(),
             &Policy::default(),
-            case.protocol,
+            case.endpoint.protocol,
             Mode::WithRefs,
         ) else {
             panic!("{}: unchanged", case.name);
@@ -224,6 +248,7 @@ fn a_stub_spliced_in_reads_back_as_the_output_and_the_body_stays_json() {
             case.name
         );
         let again = case
+            .endpoint
             .protocol
             .parse(&r.body)
             .unwrap_or_else(|| panic!("{}: unparsed after", case.name));
@@ -242,7 +267,7 @@ fn a_stub_spliced_in_reads_back_as_the_output_and_the_body_stays_json() {
         let Outcome::Rewritten(twice) = rewrite(
             body.as_bytes(),
             &Policy::default(),
-            case.protocol,
+            case.endpoint.protocol,
             Mode::WithRefs,
         ) else {
             panic!("{}: unchanged the second time", case.name);
@@ -260,7 +285,7 @@ fn nothing_over_budget_is_left_as_it_came() {
                 rewrite(
                     body.as_bytes(),
                     &Policy::default(),
-                    case.protocol,
+                    case.endpoint.protocol,
                     Mode::WithRefs
                 ),
                 Outcome::Unchanged(Unchanged::NothingOverBudget)
@@ -275,18 +300,19 @@ fn nothing_over_budget_is_left_as_it_came() {
 fn the_pieces_the_rounds_add_are_json() {
     let names = RecallToolNames::default();
     for case in CASES {
-        for tool in case.protocol.recall_tools(&names) {
+        for tool in case.endpoint.protocol.recall_tools(&names) {
             let v: Value = serde_json::from_str(&tool)
                 .unwrap_or_else(|e| panic!("{}: {e}: {tool}", case.name));
             assert!(v.is_object(), "{}", case.name);
         }
         let body = (case.body)(&["x"]);
         let parsed = case
+            .endpoint
             .protocol
             .parse(&body)
             .unwrap_or_else(|| panic!("{}", case.name));
         for m in &parsed.messages {
-            let canon = case.protocol.message_canon(&body[m.span.clone()]);
+            let canon = case.endpoint.protocol.message_canon(&body[m.span.clone()]);
             assert!(
                 canon.is_some(),
                 "{}: a message without a canonical form",
@@ -294,33 +320,34 @@ fn the_pieces_the_rounds_add_are_json() {
             );
             assert_eq!(
                 canon,
-                case.protocol.message_canon(&body[m.span.clone()]),
+                case.endpoint.protocol.message_canon(&body[m.span.clone()]),
                 "{}",
                 case.name
             );
         }
         let shape = parsed.outputs[0].shape;
-        let encoded = case.protocol.encode_content(shape, "a \"stub\"\n");
+        let encoded = case.endpoint.protocol.encode_content(shape, "a \"stub\"\n");
         let v: Value = serde_json::from_str(&encoded)
             .unwrap_or_else(|e| panic!("{}: {e}: {encoded}", case.name));
         assert!(!v.is_null(), "{}", case.name);
         // A message appended to the conversation keeps the body JSON, one
         // element longer.
         let item = json_of(&body, case)[case.key][0].to_string();
-        if let Some(longer) = case.protocol.append_items(&body, &[item]) {
+        if let Some(longer) = case.endpoint.protocol.append_items(&body, &[item]) {
             let n = json_of(&longer, case)[case.key]
                 .as_array()
                 .map_or(0, Vec::len);
             assert_eq!(n, parsed.messages.len() + 1, "{}", case.name);
         }
         // Its errors are JSON in its own format.
-        let error = case
-            .protocol
-            .flavor()
-            .error_body(400, "invalid_request", "bad \"input\"");
+        let error =
+            case.endpoint
+                .protocol
+                .flavor()
+                .error_body(400, "invalid_request", "bad \"input\"");
         let v: Value =
             serde_json::from_str(&error).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        match case.protocol.flavor() {
+        match case.endpoint.protocol.flavor() {
             Flavor::Anthropic => assert_eq!(v["type"], "error", "{}", case.name),
             _ => assert!(v["error"].is_object(), "{}", case.name),
         }
@@ -335,6 +362,7 @@ fn an_outputs_span_holds_the_value_its_text_came_from() {
         let t = text(3, 500);
         let body = (case.body)(&[&t]);
         let parsed = case
+            .endpoint
             .protocol
             .parse(&body)
             .unwrap_or_else(|| panic!("{}", case.name));

@@ -1,6 +1,6 @@
 //! Prompt-cache clocks, shared by both backends: the SQL (SQLite's `?N`
 //! placeholders; PostgreSQL gets `$N` through
-//! [`super::ledger::postgres_sql`]), the decision, and the read fast path.
+//! [`super::ledger_sql::postgres_sql`]), the decision, and the read fast path.
 //!
 //! Why the store decides: whether the provider's prompt cache expired since
 //! a conversation's previous request changes what the proxy sends, and a
@@ -96,7 +96,7 @@ pub const TOUCH: &str = "INSERT INTO session_clocks (tenant, session_id, last_at
      last_messages = max(session_clocks.last_messages, excluded.last_messages)";
 
 /// [`TOUCH`] for PostgreSQL (`GREATEST`; placeholders still `?N`, for
-/// [`super::ledger::postgres_sql`]).
+/// [`super::ledger_sql::postgres_sql`]).
 pub const TOUCH_POSTGRES: &str = "INSERT INTO session_clocks (tenant, session_id, last_at, \
      last_messages) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant, session_id) DO UPDATE SET \
      last_at = GREATEST(session_clocks.last_at, excluded.last_at), \

@@ -1,6 +1,6 @@
 //! Client keys in the store, shared by both backends: the same SQL
 //! (SQLite's `?N` placeholders; PostgreSQL gets `$N` through
-//! [`super::ledger::postgres_sql`]) and the same checks. A backend only
+//! [`super::ledger_sql::postgres_sql`]) and the same checks. A backend only
 //! runs them.
 //!
 //! What is kept: a key's name, the SHA-256 of the key (hex), its tenant

@@ -33,11 +33,11 @@ mod backend;
 pub mod cache_clock;
 mod error;
 mod keys;
-mod ledger;
+mod ledger_sql;
 mod postgres;
 mod prepare;
 mod sqlite;
-mod text;
+mod text_index;
 mod types;
 
 pub use backend::{AsyncResultStore, Backend, Health, Store};

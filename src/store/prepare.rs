@@ -3,7 +3,7 @@
 //! synopsis JSON. Computed on the caller's thread (or the blocking pool for
 //! large outputs), so hashing runs in parallel and a writer only writes.
 
-use super::text::{self, MAX_CHUNKS};
+use super::text_index::{self, MAX_CHUNKS};
 use super::{NewOutput, StoreError};
 
 /// An output with everything derived from its text, computed on the
@@ -39,7 +39,7 @@ fn prepare_one(output: NewOutput) -> Result<Prepared, StoreError> {
     let result_ref = crate::refs::result_ref(output.tool_call_id.as_deref(), &sha256);
     let base = output.text.as_ptr() as usize;
     let mut chars = 0;
-    let chunks: Vec<(u64, usize, usize)> = text::chunks(&output.text)
+    let chunks: Vec<(u64, usize, usize)> = text_index::chunks(&output.text)
         .into_iter()
         .map(|c| {
             let start = c.text.as_ptr() as usize - base;
@@ -50,7 +50,7 @@ fn prepare_one(output: NewOutput) -> Result<Prepared, StoreError> {
     if chunks.len() > MAX_CHUNKS {
         return Err(StoreError::TooLarge {
             chars,
-            limit: (MAX_CHUNKS * text::CHUNK_CHARS) as u64,
+            limit: (MAX_CHUNKS * text_index::CHUNK_CHARS) as u64,
         });
     }
     let synopsis_json =

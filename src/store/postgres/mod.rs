@@ -418,7 +418,7 @@ impl Store for PostgresBackend {
         offset: i64,
         limit: i64,
     ) -> Result<ReadWindow, StoreError> {
-        let (start, end) = super::text::check_window(offset, limit)?;
+        let (start, end) = super::text_index::check_window(offset, limit)?;
         let conn = self.inner.conn().await?;
         self.inner
             .note(read::read(&conn, tenant, result_ref, start, end, limit).await)
@@ -442,7 +442,7 @@ impl Store for PostgresBackend {
         limit: usize,
         context_chars: usize,
     ) -> Result<RefSearch, StoreError> {
-        super::text::check_query(query)?;
+        super::text_index::check_query(query)?;
         let conn = self.inner.conn().await?;
         self.inner
             .note(read::search_ref(&conn, tenant, result_ref, query, limit, context_chars).await)

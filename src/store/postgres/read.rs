@@ -9,7 +9,7 @@
 use super::index::TSVECTOR;
 use super::Conn;
 use crate::store::error::PgContext;
-use crate::store::text::{self, Window};
+use crate::store::text_index::{self, Window};
 use crate::store::{
     KeyRecord, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreError,
     Tenant, OFFSET_UNIT,
@@ -139,7 +139,9 @@ pub async fn cache_clock(
 ) -> Result<crate::store::cache_clock::Seen, StoreError> {
     use crate::store::cache_clock as clock;
     let stmt = conn
-        .prepare_cached(&crate::store::ledger::postgres_sql(clock::READ_POSTGRES))
+        .prepare_cached(&crate::store::ledger_sql::postgres_sql(
+            clock::READ_POSTGRES,
+        ))
         .await
         .pg("preparing the prompt-cache clock read")?;
     let row = conn
@@ -255,7 +257,7 @@ pub async fn search_ref(
     context_chars: usize,
 ) -> Result<RefSearch, StoreError> {
     let (_, _, text) = window(conn, tenant, result_ref, 0, None).await?;
-    let (matches, total) = text::find_matches(&text, query, limit, context_chars);
+    let (matches, total) = text_index::find_matches(&text, query, limit, context_chars);
     Ok(RefSearch {
         result_ref: result_ref.to_string(),
         matches,
@@ -274,8 +276,8 @@ fn tsquery(terms: &[String], op: &str) -> String {
     quoted.join(&format!(" {op} "))
 }
 
-/// [`text::RANK_CANDIDATES`] as a query parameter.
-const RANK_CANDIDATES: i64 = text::RANK_CANDIDATES as i64;
+/// [`text_index::RANK_CANDIDATES`] as a query parameter.
+const RANK_CANDIDATES: i64 = text_index::RANK_CANDIDATES as i64;
 
 /// How the candidates are found. Both give the same set (the session's
 /// newest matching passages); they differ in cost, so the choice follows
@@ -468,7 +470,7 @@ pub async fn search_session(
     limit: usize,
     context_chars: usize,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    let terms = text::query_terms(query);
+    let terms = text_index::query_terms(query);
     if terms.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
@@ -532,7 +534,7 @@ pub async fn search_session(
     let ctx = context_chars as u64;
     let snippets = rows.iter().map(|row| {
         let chunk_start = u64::try_from(row.get::<_, i64>("start_char")).unwrap_or(0);
-        let (offset, len) = text::hit_at(row.get("text"), chunk_start, &terms);
+        let (offset, len) = text_index::hit_at(row.get("text"), chunk_start, &terms);
         let total = u64::try_from(row.get::<_, i64>("original_chars")).unwrap_or(0);
         let (tx, result_ref) = (&tx, row.get::<_, &str>("ref"));
         async move {
@@ -568,7 +570,7 @@ pub async fn search_session(
 /// database's collation).
 pub async fn keys(conn: &Conn) -> Result<Vec<KeyRecord>, StoreError> {
     let stmt = conn
-        .prepare_cached(&crate::store::ledger::postgres_sql(
+        .prepare_cached(&crate::store::ledger_sql::postgres_sql(
             crate::store::keys::ACTIVE,
         ))
         .await
@@ -631,7 +633,7 @@ pub async fn report(
     tenant: Option<&Tenant>,
     query: &crate::store::ReportQuery,
 ) -> Result<crate::store::Report, StoreError> {
-    use crate::store::ledger::{self, SUM_COLUMNS};
+    use crate::store::ledger_sql::{self, SUM_COLUMNS};
     let tx = conn
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -642,9 +644,9 @@ pub async fn report(
     let mut report = crate::store::Report::default();
     let session = query.session.as_deref();
     let tenant = tenant.map(Tenant::as_str);
-    for (part, sql, third) in ledger::queries(query) {
+    for (part, sql, third) in ledger_sql::queries(query) {
         let statement = tx
-            .prepare_cached(&ledger::postgres_sql(&sql))
+            .prepare_cached(&ledger_sql::postgres_sql(&sql))
             .await
             .pg("preparing a ledger report")?;
         let rows = match &third {
@@ -660,10 +662,10 @@ pub async fn report(
             }
             filed.push((
                 row.try_get::<_, String>(0).pg("reading a ledger row")?,
-                ledger::sums(columns),
+                ledger_sql::sums(columns),
             ));
         }
-        ledger::file(&mut report, part, filed);
+        ledger_sql::file(&mut report, part, filed);
     }
     tx.commit().await.pg("ending a ledger report")?;
     Ok(report)

@@ -34,14 +34,14 @@ const SWEEP_LOCK: i32 = 0x7473_7765;
 /// Adds ledger rows and sets output token counts in one transaction
 /// (statements pipelined).
 pub async fn record(conn: &mut Conn, batch: &crate::store::LedgerBatch) -> Result<(), StoreError> {
-    use crate::store::ledger;
+    use crate::store::ledger_sql;
     let tx = conn.transaction().await.pg("starting a ledger write")?;
     let insert = tx
-        .prepare_cached(&ledger::postgres_sql(ledger::INSERT))
+        .prepare_cached(&ledger_sql::postgres_sql(ledger_sql::INSERT))
         .await
         .pg("preparing a ledger row")?;
     let set = tx
-        .prepare_cached(&ledger::postgres_sql(ledger::SET_TOKENS))
+        .prepare_cached(&ledger_sql::postgres_sql(ledger_sql::SET_TOKENS))
         .await
         .pg("preparing to set token counts")?;
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -371,7 +371,7 @@ pub async fn cache_expiries(
     now: i64,
 ) -> Result<Vec<u32>, StoreError> {
     use crate::store::cache_clock as clock;
-    use crate::store::ledger::postgres_sql;
+    use crate::store::ledger_sql::postgres_sql;
     let messages = i64::from(messages);
     let tenant = tenant.as_str();
     let tx = conn
@@ -460,7 +460,9 @@ pub async fn touch_clock(
 ) -> Result<(), StoreError> {
     use crate::store::cache_clock as clock;
     let stmt = conn
-        .prepare_cached(&crate::store::ledger::postgres_sql(clock::TOUCH_POSTGRES))
+        .prepare_cached(&crate::store::ledger_sql::postgres_sql(
+            clock::TOUCH_POSTGRES,
+        ))
         .await
         .pg("preparing to move a session's prompt-cache clock")?;
     conn.execute(&stmt, &[&tenant.as_str(), &session_id, &at, &messages])
@@ -480,7 +482,7 @@ async fn forget_session_clocks(
     use crate::store::cache_clock as clock;
     let sql = format!(
         "{} FOR UPDATE SKIP LOCKED",
-        crate::store::ledger::postgres_sql(clock::OLD_CLOCKS)
+        crate::store::ledger_sql::postgres_sql(clock::OLD_CLOCKS)
     );
     let rows = tx
         .query(&sql, &[&cutoff, &SWEEP_BATCH])
@@ -514,7 +516,7 @@ async fn forget_session_clocks(
 pub async fn create_key(conn: &Conn, record: KeyRecord) -> Result<KeyRecord, StoreError> {
     use crate::store::keys;
     let insert = conn
-        .prepare_cached(&crate::store::ledger::postgres_sql(keys::INSERT))
+        .prepare_cached(&crate::store::ledger_sql::postgres_sql(keys::INSERT))
         .await
         .pg("preparing to record a key")?;
     let hash = record.hash.hex();
@@ -549,7 +551,7 @@ pub async fn create_key(conn: &Conn, record: KeyRecord) -> Result<KeyRecord, Sto
 /// Revokes the active key named `name`; `false` when none is.
 pub async fn revoke_key(conn: &Conn, name: &str, at: i64) -> Result<bool, StoreError> {
     let revoke = conn
-        .prepare_cached(&crate::store::ledger::postgres_sql(
+        .prepare_cached(&crate::store::ledger_sql::postgres_sql(
             crate::store::keys::REVOKE,
         ))
         .await
@@ -623,22 +625,28 @@ async fn sweep(
             report.freed_bytes += expire(&tx, id, blob, now_ms).await?;
             report.expired_by_age += 1;
         }
-        use crate::store::ledger;
+        use crate::store::ledger_sql;
         let oldest: Option<i64> = tx
-            .query_one(&ledger::postgres_sql(ledger::OLDEST_TO_ROLL_UP), &[&cutoff])
+            .query_one(
+                &ledger_sql::postgres_sql(ledger_sql::OLDEST_TO_ROLL_UP),
+                &[&cutoff],
+            )
             .await
             .pg("finding ledger rows to sum")?
             .get(0);
         if let Some(oldest) = oldest {
-            let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
+            let (bound, more) = ledger_sql::roll_up_bound(oldest, cutoff);
             tx.execute(
-                &ledger::postgres_sql(ledger::ROLL_UP),
-                &[&bound, &ledger::DAY_MS],
+                &ledger_sql::postgres_sql(ledger_sql::ROLL_UP),
+                &[&bound, &ledger_sql::DAY_MS],
             )
             .await
             .pg("summing old ledger rows per day")?;
             let gone = tx
-                .execute(&ledger::postgres_sql(ledger::DELETE_ROLLED), &[&bound])
+                .execute(
+                    &ledger_sql::postgres_sql(ledger_sql::DELETE_ROLLED),
+                    &[&bound],
+                )
                 .await
                 .pg("deleting summed ledger rows")?;
             report.ledger_rolled_up = gone;
@@ -659,7 +667,7 @@ async fn sweep(
             .await
             .pg("measuring the stored originals and exchanges")?
             .get(0);
-        let total = total + detail.saturating_mul(crate::store::ledger::ROW_BYTES);
+        let total = total + detail.saturating_mul(crate::store::ledger_sql::ROW_BYTES);
         let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
         if excess > 0 {
             let (victims, full) = size_victims(
@@ -679,7 +687,7 @@ async fn sweep(
                         report.expired_by_size += 1;
                     }
                     Victim::Kept(item) => {
-                        let sql = crate::store::ledger::postgres_sql(item.kind.delete_sql());
+                        let sql = crate::store::ledger_sql::postgres_sql(item.kind.delete_sql());
                         tx.execute(&sql, &[&item.tenant, &item.key])
                             .await
                             .pg("deleting a kept exchange over the size cap")?;
@@ -730,7 +738,7 @@ async fn sweep(
 }
 
 /// Keeps the ledger's rows as the proxy wrote them under their share of
-/// `max_bytes` ([`crate::store::ledger::detail_cap`]), summing the oldest
+/// `max_bytes` ([`crate::store::ledger_sql::detail_cap`]), summing the oldest
 /// per hour; returns how many are left (up to the cap) and whether more
 /// are to sum.
 async fn sum_detail_over_cap<C: GenericClient>(
@@ -738,33 +746,36 @@ async fn sum_detail_over_cap<C: GenericClient>(
     max_bytes: u64,
     report: &mut SweepReport,
 ) -> Result<(i64, bool), StoreError> {
-    use crate::store::ledger::{self, postgres_sql};
-    let cap = ledger::detail_cap(max_bytes);
+    use crate::store::ledger_sql::{self, postgres_sql};
+    let cap = ledger_sql::detail_cap(max_bytes);
     let count: i64 = tx
         .query_one(
-            &postgres_sql(ledger::COUNT_DETAIL),
-            &[&cap.saturating_add(ledger::SIZE_ROLL_UP_BATCH)],
+            &postgres_sql(ledger_sql::COUNT_DETAIL),
+            &[&cap.saturating_add(ledger_sql::SIZE_ROLL_UP_BATCH)],
         )
         .await
         .pg("counting the ledger's rows")?
         .get(0);
-    let (n, more) = ledger::detail_to_sum(count, cap);
+    let (n, more) = ledger_sql::detail_to_sum(count, cap);
     if n == 0 {
         return Ok((count, false));
     }
     let Some(row) = tx
-        .query_opt(&postgres_sql(ledger::NTH_OLDEST_DETAIL), &[&n])
+        .query_opt(&postgres_sql(ledger_sql::NTH_OLDEST_DETAIL), &[&n])
         .await
         .pg("finding the ledger rows over the cap")?
     else {
         return Ok((count, false));
     };
     let bound: i64 = row.get(0);
-    tx.execute(&postgres_sql(ledger::ROLL_UP), &[&bound, &ledger::HOUR_MS])
-        .await
-        .pg("summing the oldest ledger rows per hour")?;
+    tx.execute(
+        &postgres_sql(ledger_sql::ROLL_UP),
+        &[&bound, &ledger_sql::HOUR_MS],
+    )
+    .await
+    .pg("summing the oldest ledger rows per hour")?;
     let gone = tx
-        .execute(&postgres_sql(ledger::DELETE_ROLLED), &[&bound])
+        .execute(&postgres_sql(ledger_sql::DELETE_ROLLED), &[&bound])
         .await
         .pg("deleting summed ledger rows")?;
     report.ledger_rolled_up += gone;

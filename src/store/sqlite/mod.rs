@@ -30,7 +30,7 @@ pub use schema::SCHEMA_VERSION;
 
 use super::error::{self, SqlContext};
 use super::prepare;
-use super::text;
+use super::text_index;
 use super::{
     age_cutoff, Answer, Clock, Durability, Exchange, KeyRecord, NewOutput, OutputMeta,
     OutputSummary, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError,
@@ -209,7 +209,7 @@ impl ResultStore {
         offset: i64,
         limit: i64,
     ) -> Result<ReadWindow, StoreError> {
-        let (offset, end) = text::check_window(offset, limit)?;
+        let (offset, end) = text_index::check_window(offset, limit)?;
         self.inner
             .readers
             .with(|c| reader::read(c, tenant, result_ref, offset, end, limit))
@@ -296,7 +296,7 @@ impl ResultStore {
         limit: usize,
         context_chars: usize,
     ) -> Result<RefSearch, StoreError> {
-        text::check_query(query)?;
+        text_index::check_query(query)?;
         self.inner
             .readers
             .with(|c| reader::search_ref(c, tenant, result_ref, query, limit, context_chars))

@@ -8,7 +8,7 @@
 
 use super::error::SqlContext;
 use super::rank;
-use super::text::{self, CHUNK_BITS};
+use super::text_index::{self, CHUNK_BITS};
 use super::{
     OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats, Tenant,
     OFFSET_UNIT,
@@ -65,7 +65,7 @@ fn read_range(conn: &Connection, blob_id: i64, start: u64, end: u64) -> Result<S
     let mut rows = stmt
         .query(params![blob_id, start as i64, end as i64])
         .ctx("reading chunks")?;
-    let mut window = text::Window::new(start, end);
+    let mut window = text_index::Window::new(start, end);
     while let Some(row) = rows.next().ctx("reading a chunk")? {
         let chunk_start =
             u64::try_from(row.get::<_, i64>(0).ctx("reading a chunk offset")?).unwrap_or(0);
@@ -291,7 +291,7 @@ pub(crate) fn search_ref(
     let live = live(&tx, tenant, result_ref)?;
     let text = read_range(&tx, live.blob_id, 0, live.total_chars)?;
     drop(tx);
-    let (matches, total) = text::find_matches(&text, query, limit, context_chars);
+    let (matches, total) = text_index::find_matches(&text, query, limit, context_chars);
     Ok(RefSearch {
         result_ref: result_ref.to_string(),
         matches,
@@ -307,7 +307,7 @@ pub(crate) fn search_session(
     limit: usize,
     context_chars: usize,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    let terms = text::query_terms(query);
+    let terms = text_index::query_terms(query);
     if terms.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
@@ -317,7 +317,7 @@ pub(crate) fn search_session(
         tenant,
         session_id,
     };
-    let mut ranked = session.rank(&text::fts_expression(&terms, "AND"), limit)?;
+    let mut ranked = session.rank(&text_index::fts_expression(&terms, "AND"), limit)?;
     let mut terms = terms;
     if ranked.is_empty() {
         // Words the session's outputs do not hold cannot match: dropping
@@ -329,7 +329,10 @@ pub(crate) fn search_session(
         let mut kept = Vec::with_capacity(terms.len());
         for term in &terms {
             if session
-                .first_candidate(&text::fts_expression(std::slice::from_ref(term), "AND"))?
+                .first_candidate(&text_index::fts_expression(
+                    std::slice::from_ref(term),
+                    "AND",
+                ))?
                 .is_some()
             {
                 kept.push(term.clone());
@@ -339,10 +342,10 @@ pub(crate) fn search_session(
             return Ok(Vec::new());
         }
         if kept.len() < terms.len() {
-            ranked = session.rank(&text::fts_expression(&kept, "AND"), limit)?;
+            ranked = session.rank(&text_index::fts_expression(&kept, "AND"), limit)?;
         }
         if ranked.is_empty() && kept.len() > 1 {
-            ranked = session.rank(&text::fts_expression(&kept, "OR"), limit)?;
+            ranked = session.rank(&text_index::fts_expression(&kept, "OR"), limit)?;
         }
         terms = kept;
     }
@@ -366,7 +369,7 @@ pub(crate) fn search_session(
             .and_then(|mut s| s.query_row([chunk_id], |r| Ok((r.get(0)?, r.get(1)?))))
             .ctx("reading a search hit")?;
         let chunk_start = u64::try_from(chunk_start).unwrap_or(0);
-        let (offset, len) = text::hit_at(&chunk, chunk_start, &terms);
+        let (offset, len) = text_index::hit_at(&chunk, chunk_start, &terms);
         let ctx = context_chars as u64;
         let total = u64::try_from(total).unwrap_or(0);
         let snippet = read_range(
@@ -398,7 +401,7 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// The lowest rowid among the session's newest
-    /// [`text::RANK_CANDIDATES`] passages matching `expression` (rowid
+    /// [`text_index::RANK_CANDIDATES`] passages matching `expression` (rowid
     /// order is (original, passage) order, so the candidates are the
     /// matches from there on, which FTS5 seeks to in its doclists); `None`
     /// when no passage of the session matches.
@@ -416,7 +419,7 @@ impl Session<'_> {
                         expression,
                         self.tenant.as_str(),
                         self.session_id,
-                        text::RANK_CANDIDATES as i64
+                        text_index::RANK_CANDIDATES as i64
                     ],
                     |r| r.get(0),
                 )
@@ -425,7 +428,7 @@ impl Session<'_> {
     }
 
     /// Chunk ids and scores (higher is better) of the session's best
-    /// `limit` passages among its newest [`text::RANK_CANDIDATES`]
+    /// `limit` passages among its newest [`text_index::RANK_CANDIDATES`]
     /// matching ones, ranked by BM25 over the session ([`rank`]).
     fn rank(&self, expression: &str, limit: usize) -> Result<Vec<(i64, f64)>, StoreError> {
         let Some(first) = self.first_candidate(expression)? else {
@@ -560,17 +563,17 @@ pub(crate) fn report(
     tenant: Option<&Tenant>,
     query: &ReportQuery,
 ) -> Result<Report, StoreError> {
-    use crate::store::ledger::{self, SUM_COLUMNS};
+    use crate::store::ledger_sql::{self, SUM_COLUMNS};
     let tx = conn.transaction().ctx("starting a ledger report")?;
     let mut report = Report::default();
-    for (part, sql, third) in ledger::queries(query) {
+    for (part, sql, third) in ledger_sql::queries(query) {
         let mut statement = tx.prepare_cached(&sql).ctx("preparing a ledger report")?;
         let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, crate::store::Sums)> {
             let mut columns = [0i64; SUM_COLUMNS];
             for (i, c) in columns.iter_mut().enumerate() {
                 *c = r.get(i + 1)?;
             }
-            Ok((r.get(0)?, ledger::sums(columns)))
+            Ok((r.get(0)?, ledger_sql::sums(columns)))
         };
         let session = query.session.as_deref();
         let tenant = tenant.map(Tenant::as_str);
@@ -581,7 +584,7 @@ pub(crate) fn report(
         .ctx("reading the ledger")?
         .collect::<Result<Vec<_>, _>>()
         .ctx("reading a ledger row")?;
-        ledger::file(&mut report, part, rows);
+        ledger_sql::file(&mut report, part, rows);
     }
     Ok(report)
 }
@@ -613,13 +616,16 @@ mod tests {
 
     #[test]
     fn windows_are_validated() {
-        assert_eq!(text::check_window(0, -1).unwrap(), (0, None));
-        assert_eq!(text::check_window(5, 0).unwrap(), (5, Some(5)));
-        assert_eq!(text::check_window(5, 10).unwrap(), (5, Some(15)));
-        assert_eq!(text::check_window(1, i64::MAX).unwrap(), (1, Some(1 << 63)));
-        assert!(text::check_window(-1, 5).is_err());
-        assert!(text::check_window(0, -2).is_err());
-        assert!(text::check_window(i64::MIN, i64::MIN).is_err());
+        assert_eq!(text_index::check_window(0, -1).unwrap(), (0, None));
+        assert_eq!(text_index::check_window(5, 0).unwrap(), (5, Some(5)));
+        assert_eq!(text_index::check_window(5, 10).unwrap(), (5, Some(15)));
+        assert_eq!(
+            text_index::check_window(1, i64::MAX).unwrap(),
+            (1, Some(1 << 63))
+        );
+        assert!(text_index::check_window(-1, 5).is_err());
+        assert!(text_index::check_window(0, -2).is_err());
+        assert!(text_index::check_window(i64::MIN, i64::MIN).is_err());
     }
 
     /// Every replica lists the active keys each second: one walk of the

@@ -21,7 +21,7 @@
 use super::error::SqlContext;
 use super::health::WriteHealth;
 use super::prepare::Prepared;
-use super::text::CHUNK_BITS;
+use super::text_index::CHUNK_BITS;
 use super::{
     age_cutoff, Answer, KeyRecord, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
 };
@@ -431,7 +431,7 @@ impl Writer {
     /// ledger is accounting, not data a ref needs: it commits at
     /// `synchronous=NORMAL` (a crash may lose the last moments of it).
     fn record(&mut self, batch: &crate::store::LedgerBatch) -> Result<(), StoreError> {
-        use crate::store::ledger;
+        use crate::store::ledger_sql;
         self.set_synchronous("NORMAL")?;
         let tx = self
             .conn
@@ -439,7 +439,7 @@ impl Writer {
             .ctx("starting a ledger write")?;
         {
             let mut insert = tx
-                .prepare_cached(ledger::INSERT)
+                .prepare_cached(ledger_sql::INSERT)
                 .ctx("preparing a ledger row")?;
             for (tenant, e) in &batch.entries {
                 let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -466,7 +466,7 @@ impl Writer {
                     .ctx("adding a ledger row")?;
             }
             let mut set = tx
-                .prepare_cached(ledger::SET_TOKENS)
+                .prepare_cached(ledger_sql::SET_TOKENS)
                 .ctx("preparing to set token counts")?;
             for (tenant, t) in &batch.tokens {
                 set.execute(params![
@@ -782,16 +782,16 @@ impl Writer {
                 report.freed_bytes += expire(&tx, id, blob, now_ms)?;
                 report.expired_by_age += 1;
             }
-            use crate::store::ledger;
+            use crate::store::ledger_sql;
             let oldest: Option<i64> = tx
-                .query_row(ledger::OLDEST_TO_ROLL_UP, [cutoff], |r| r.get(0))
+                .query_row(ledger_sql::OLDEST_TO_ROLL_UP, [cutoff], |r| r.get(0))
                 .ctx("finding ledger rows to sum")?;
             if let Some(oldest) = oldest {
-                let (bound, more) = ledger::roll_up_bound(oldest, cutoff);
-                tx.execute(ledger::ROLL_UP, [bound, ledger::DAY_MS])
+                let (bound, more) = ledger_sql::roll_up_bound(oldest, cutoff);
+                tx.execute(ledger_sql::ROLL_UP, [bound, ledger_sql::DAY_MS])
                     .ctx("summing old ledger rows per day")?;
                 let gone = tx
-                    .execute(ledger::DELETE_ROLLED, [bound])
+                    .execute(ledger_sql::DELETE_ROLLED, [bound])
                     .ctx("deleting summed ledger rows")?;
                 report.ledger_rolled_up = gone as u64;
                 report.more |= more;
@@ -809,7 +809,7 @@ impl Writer {
                     |r| r.get(0),
                 )
                 .ctx("measuring the stored originals and exchanges")?;
-            let total = total as i64 + detail.saturating_mul(crate::store::ledger::ROW_BYTES);
+            let total = total as i64 + detail.saturating_mul(crate::store::ledger_sql::ROW_BYTES);
             let mut excess = total - i64::try_from(max).unwrap_or(i64::MAX);
             if excess > 0 {
                 let (victims, full) = size_victims(
@@ -894,7 +894,7 @@ impl Writer {
 }
 
 /// Keeps the ledger's rows as the proxy wrote them under their share of
-/// `max_bytes` ([`crate::store::ledger::detail_cap`]), summing the oldest
+/// `max_bytes` ([`crate::store::ledger_sql::detail_cap`]), summing the oldest
 /// per hour; returns how many are left (up to the cap) and whether more
 /// are to sum.
 fn sum_detail_over_cap(
@@ -902,30 +902,30 @@ fn sum_detail_over_cap(
     max_bytes: u64,
     report: &mut SweepReport,
 ) -> Result<(i64, bool), StoreError> {
-    use crate::store::ledger;
-    let cap = ledger::detail_cap(max_bytes);
+    use crate::store::ledger_sql;
+    let cap = ledger_sql::detail_cap(max_bytes);
     let count: i64 = tx
         .query_row(
-            ledger::COUNT_DETAIL,
-            [cap.saturating_add(ledger::SIZE_ROLL_UP_BATCH)],
+            ledger_sql::COUNT_DETAIL,
+            [cap.saturating_add(ledger_sql::SIZE_ROLL_UP_BATCH)],
             |r| r.get(0),
         )
         .ctx("counting the ledger's rows")?;
-    let (n, more) = ledger::detail_to_sum(count, cap);
+    let (n, more) = ledger_sql::detail_to_sum(count, cap);
     if n == 0 {
         return Ok((count, false));
     }
     let bound: Option<i64> = tx
-        .query_row(ledger::NTH_OLDEST_DETAIL, [n], |r| r.get(0))
+        .query_row(ledger_sql::NTH_OLDEST_DETAIL, [n], |r| r.get(0))
         .optional()
         .ctx("finding the ledger rows over the cap")?;
     let Some(bound) = bound else {
         return Ok((count, false));
     };
-    tx.execute(ledger::ROLL_UP, [bound, ledger::HOUR_MS])
+    tx.execute(ledger_sql::ROLL_UP, [bound, ledger_sql::HOUR_MS])
         .ctx("summing the oldest ledger rows per hour")?;
     let gone = tx
-        .execute(ledger::DELETE_ROLLED, [bound])
+        .execute(ledger_sql::DELETE_ROLLED, [bound])
         .ctx("deleting summed ledger rows")?;
     report.ledger_rolled_up += gone as u64;
     Ok((count - gone as i64, more && gone > 0))

@@ -730,9 +730,11 @@ async fn cloud_auth(
     client: &http::request::Parts,
 ) {
     let path = request.uri().path();
-    if endpoint::route(path).is_some_and(|e| e.aws_signed) {
+    // An endpoint AWS authenticates by signature carries the proxy's
+    // decision on it (set once its signature, if any, was checked).
+    if let Some(signing) = client.extensions.get::<aws::Signing>() {
         let host = request.uri().host().unwrap_or("");
-        let resign = client.extensions.get::<aws::Signing>() == Some(&aws::Signing::Resign);
+        let resign = *signing == aws::Signing::Resign;
         if resign && aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts) {
             // Boxed, as the other rare awaits of a request's path: the
             // request's future is as large as its largest await, and it is

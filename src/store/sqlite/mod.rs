@@ -115,6 +115,30 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// How long stores opening at once on one new file retry the switch to
+/// WAL (as long as the busy timeout).
+const WAL_SWITCH_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Switches the file to WAL and says the journal mode it has. Replicas
+/// opening one new file at once race for the switch, and SQLite answers the
+/// loser `SQLITE_BUSY` at once, without its busy handler (it would wait on
+/// a lock the winner needs); so the switch is retried, for as long as the
+/// busy timeout would wait.
+fn enable_wal(conn: &Connection) -> Result<String, StoreError> {
+    let deadline = std::time::Instant::now() + WAL_SWITCH_PATIENCE;
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other.ctx("enabling WAL"),
+        }
+    }
+}
+
 impl ResultStore {
     /// Opens (creating if needed) the store at `path`, migrates its schema,
     /// and starts the writer thread and, if configured, retention.
@@ -128,9 +152,7 @@ impl ResultStore {
         create_private(&path)?;
         let mut conn = open_connection(&path)?;
         schema::configure_new_file(&conn)?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .ctx("enabling WAL")?;
+        let mode = enable_wal(&conn)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Corrupt(format!(
                 "{} cannot use WAL (journal mode stays {mode})",

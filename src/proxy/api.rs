@@ -18,9 +18,7 @@ use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
 use crate::protocol::endpoint::{Endpoint, Envelope, Purpose};
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
-use crate::rewrite::{
-    derive_session, rewrite_reading_for, splice, Mode, Outcome, RequestFacts, Turn,
-};
+use crate::rewrite::{derive_session, splice, Mode, Outcome, Reading, RequestFacts, Turn};
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -211,26 +209,13 @@ pub(super) async fn handle(
         if small && app.config.policy.enabled && endpoint.protocol.surely_untouched(&original) {
             RewriteOutcome::Unchanged("no_tools", None)
         } else {
-            let first = plan(
+            let ask = Expiries::Ask(tenant.clone(), session_header.clone());
+            plan(
                 app,
                 endpoint,
                 original.clone(),
-                Mode::WithRefs,
-                true,
-                path_model.clone(),
-                asks_long_context(&parts.headers),
-                Vec::new(),
+                RewriteInput::of(endpoint, &parts, ask),
             )
-            .await?;
-            Box::pin(after_expiries(
-                app,
-                endpoint,
-                &tenant,
-                session_header.as_deref(),
-                &parts,
-                &original,
-                first,
-            ))
             .await?
         };
     match plan {
@@ -302,20 +287,14 @@ async fn rewritten_request(
         read_us,
         held,
     } = request;
-    let path_model = endpoint.model_in(parts.uri.path());
-    let long_context = asks_long_context(&parts.headers);
     let expired = rewritten.expired.clone();
     let plan_of = |mode| {
-        plan(
-            app,
-            endpoint,
-            original.clone(),
+        let known = Expiries::Known(expired.clone());
+        let input = RewriteInput {
             mode,
-            true,
-            path_model.clone(),
-            long_context,
-            expired.clone(),
-        )
+            ..RewriteInput::of(endpoint, &parts, known)
+        };
+        plan(app, endpoint, original.clone(), input)
     };
     let session =
         session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
@@ -611,8 +590,6 @@ pub(super) struct OwnedRewrite {
     /// The end of the prefix the next request keeps (the aging rule's
     /// cache breakpoint), an offset in `body`.
     cache_anchor: Option<usize>,
-    /// What the prompt-cache clock needs of it.
-    clock: crate::rewrite::ClockFacts,
     /// The requests after which the provider's cache had expired that it
     /// was planned with ([`RequestFacts::expired`]): every re-plan of the
     /// request takes them too.
@@ -786,18 +763,8 @@ async fn enveloped(
         )
         .await;
     };
-    let mut rewritten = match plan(
-        app,
-        envelope.inner,
-        inner.clone(),
-        Mode::WithRefs,
-        true,
-        endpoint.model_in(parts.uri.path()),
-        asks_long_context(&parts.headers),
-        Vec::new(),
-    )
-    .await?
-    {
+    let input = RewriteInput::of(endpoint, parts, Expiries::Known(Vec::new()));
+    let mut rewritten = match plan(app, envelope.inner, inner.clone(), input).await? {
         RewriteOutcome::Rewritten(r) => r,
         RewriteOutcome::Unchanged(why, _) => {
             let body = AsItCame::Whole(original);
@@ -823,68 +790,60 @@ async fn enveloped(
     Ok(stream_back(app.send(request).await?))
 }
 
+/// How the rewrite of a body learns which of its conversation's requests
+/// came after an expiry of the provider's prompt cache
+/// ([`crate::rewrite::RequestFacts::expired`]).
+pub(super) enum Expiries {
+    /// Known already: those the request's first rewrite was given (a later
+    /// round of the same request), or none (a body that is no turn).
+    Known(Vec<usize>),
+    /// Asked of the conversation's clock, once the body is parsed: the
+    /// tenant, and the session the client named (else derived from the
+    /// body's opening).
+    Ask(Tenant, Option<String>),
+}
+
 /// The prompt-cache clock: a request that carries tool outputs is noted on
 /// its conversation's clock in the store, which answers at which of the
 /// conversation's requests the provider's cache had expired (more than its
 /// lifetime since the request before: `externalization.prompt_cache_ttl_ms`,
 /// or longer where the request asks, [`Protocol::cache_lifetime_ms`]). The
-/// store decides each once, so every replica and retry rewrites alike.
-/// Where an expiry changes the request (what the first plan says), it is
-/// planned again with them. A store that fails leaves the first plan: the
-/// request goes as if no cache had expired.
-async fn after_expiries(
-    app: &Arc<App>,
+/// store decides each once, so every replica and retry rewrites alike. It
+/// is asked between the body's parse and its rewrite, so the body is
+/// rewritten once. A store that fails answers none: the request goes as if
+/// no cache had expired.
+async fn cache_expiries(
+    app: &App,
     endpoint: &'static Endpoint,
-    tenant: &Tenant,
-    session_header: Option<&str>,
-    parts: &http::request::Parts,
-    body: &Bytes,
-    first: RewriteOutcome,
-) -> Result<RewriteOutcome, ProxyError> {
+    (tenant, session_header): (&Tenant, Option<&str>),
+    body: &[u8],
+    reading: &Reading<'_>,
+) -> Vec<usize> {
     let default_ttl = app.config.policy.prompt_cache_ttl_ms;
-    let (opening, clock) = match &first {
-        RewriteOutcome::Rewritten(r) => (&r.opening, r.clock),
-        RewriteOutcome::Unchanged(_, Some(read)) => (&read.opening, read.clock),
-        RewriteOutcome::Unchanged(_, None) => return Ok(first),
-    };
+    let clock = reading.clock();
     // A count of tokens never touches the provider's cache: it neither
     // moves the clock nor may find the cache expired.
     let counts = endpoint.purpose == Purpose::CountTokens;
     if default_ttl == 0 || clock.tool_outputs == 0 || counts {
-        return Ok(first);
+        return Vec::new();
     }
     let session = session_header
         .map(str::to_string)
-        .unwrap_or_else(|| derive_session(tenant.as_str(), opening));
+        .unwrap_or_else(|| derive_session(tenant.as_str(), reading.opening()));
     let ttl = std::str::from_utf8(body)
         .ok()
         .and_then(|text| endpoint.protocol.cache_lifetime_ms(text))
         .unwrap_or(default_ttl);
     let count = u32::try_from(clock.messages).unwrap_or(u32::MAX);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
-    let points = match app.store.cache_expiries(tenant, &session, count, ttl).await {
-        Ok(points) => points,
+    match app.store.cache_expiries(tenant, &session, count, ttl).await {
+        Ok(points) => points.into_iter().map(|p| p as usize).collect(),
         Err(e) => {
             app.metrics.store_error("cache_expiries");
             tracing::warn!(error = %e, "reading the prompt-cache clock failed");
-            return Ok(first);
+            Vec::new()
         }
-    };
-    if !clock.expiry_matters || points.is_empty() {
-        return Ok(first);
     }
-    let expired = points.into_iter().map(|p| p as usize).collect();
-    plan(
-        app,
-        endpoint,
-        body.clone(),
-        Mode::WithRefs,
-        true,
-        endpoint.model_in(parts.uri.path()),
-        asks_long_context(&parts.headers),
-        expired,
-    )
-    .await
 }
 
 /// Whether the client asked for the long context window with Anthropic's
@@ -900,78 +859,118 @@ pub(super) fn asks_long_context(headers: &http::HeaderMap) -> bool {
         .any(crate::protocol::is_long_context_beta)
 }
 
-/// Runs the pure rewrite, on the blocking pool for large bodies.
-/// `recall` off rewrites as if `recall.enabled` were false (the last round
-/// of a recall loop that drops the tools). `path_model`: the model the path
-/// names, for a body that names none; `long_context`: the client's
-/// `anthropic-beta` header asks for the long context window.
-#[allow(clippy::too_many_arguments)]
+/// What the rewrite of one body is given besides the body.
+pub(super) struct RewriteInput {
+    pub mode: Mode,
+    /// Off: rewrite as if `recall.enabled` were false (the last round of a
+    /// recall loop that drops the tools).
+    pub recall: bool,
+    /// The model the path names, for a body that names none.
+    pub path_model: Option<String>,
+    /// The client's `anthropic-beta` header asks for the long context window.
+    pub long_context: bool,
+    pub expiries: Expiries,
+}
+
+impl RewriteInput {
+    /// The request's own rewrite: with refs and recall, the clock asked.
+    fn of(endpoint: &'static Endpoint, parts: &http::request::Parts, expiries: Expiries) -> Self {
+        RewriteInput {
+            mode: Mode::WithRefs,
+            recall: true,
+            path_model: endpoint.model_in(parts.uri.path()),
+            long_context: asks_long_context(&parts.headers),
+            expiries,
+        }
+    }
+}
+
+/// Runs the pure rewrite once: parses the body, asks the prompt-cache clock
+/// (when `input` says to), rewrites. On the blocking pool for large bodies,
+/// where the clock is waited for on the pool's thread.
 pub(super) async fn plan(
     app: &Arc<App>,
     endpoint: &'static Endpoint,
     body: Bytes,
-    mode: Mode,
-    recall: bool,
-    path_model: Option<String>,
-    long_context: bool,
-    expired: Vec<usize>,
+    input: RewriteInput,
 ) -> Result<RewriteOutcome, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
-        return Ok(plan_now(
-            app,
-            endpoint,
-            &body,
-            mode,
-            recall,
-            path_model.as_deref(),
-            long_context,
-            expired,
+        let policy = policy_for(app, input.recall);
+        let reading = match read(&body, &policy, endpoint, &input) {
+            Ok(reading) => reading,
+            Err(why) => return Ok(RewriteOutcome::Unchanged(why.as_str(), None)),
+        };
+        let expired = match &input.expiries {
+            Expiries::Known(expired) => expired.clone(),
+            Expiries::Ask(tenant, session) => {
+                let asked = (tenant, session.as_deref());
+                Box::pin(cache_expiries(app, endpoint, asked, &body, &reading)).await
+            }
+        };
+        return Ok(finish(
+            app, endpoint, &body, reading, &policy, &input, expired,
         ));
     }
     let app = app.clone();
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        plan_now(
-            &app,
-            endpoint,
-            &body,
-            mode,
-            recall,
-            path_model.as_deref(),
-            long_context,
-            expired,
-        )
+        let policy = policy_for(&app, input.recall);
+        let reading = match read(&body, &policy, endpoint, &input) {
+            Ok(reading) => reading,
+            Err(why) => return RewriteOutcome::Unchanged(why.as_str(), None),
+        };
+        let expired = match &input.expiries {
+            Expiries::Known(expired) => expired.clone(),
+            Expiries::Ask(tenant, session) => {
+                let asked = (tenant, session.as_deref());
+                runtime.block_on(cache_expiries(&app, endpoint, asked, &body, &reading))
+            }
+        };
+        finish(&app, endpoint, &body, reading, &policy, &input, expired)
     })
     .await
     .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn plan_now(
+/// The configured policy, or with recall off.
+fn policy_for(app: &App, recall: bool) -> Cow<'_, crate::rewrite::Policy> {
+    if recall {
+        return Cow::Borrowed(&app.config.policy);
+    }
+    Cow::Owned(crate::rewrite::Policy {
+        recall_enabled: false,
+        ..app.config.policy.clone()
+    })
+}
+
+fn read<'b>(
+    body: &'b [u8],
+    policy: &crate::rewrite::Policy,
+    endpoint: &'static Endpoint,
+    input: &RewriteInput,
+) -> Result<Reading<'b>, crate::rewrite::Unchanged> {
+    let facts = RequestFacts {
+        path_model: input.path_model.as_deref(),
+        long_context: input.long_context,
+        expired: &[],
+    };
+    Reading::of(body, policy, endpoint.protocol, facts)
+}
+
+/// The rewrite of a parsed body, owned (so it can cross from the blocking
+/// pool), each output's text left where it is in the body when it can be.
+fn finish(
     app: &App,
     endpoint: &'static Endpoint,
     body: &[u8],
-    mode: Mode,
-    recall: bool,
-    path_model: Option<&str>,
-    long_context: bool,
+    reading: Reading<'_>,
+    policy: &crate::rewrite::Policy,
+    input: &RewriteInput,
     expired: Vec<usize>,
 ) -> RewriteOutcome {
-    let policy;
-    let policy = if recall {
-        &app.config.policy
-    } else {
-        policy = crate::rewrite::Policy {
-            recall_enabled: false,
-            ..app.config.policy.clone()
-        };
-        &policy
-    };
-    let facts = RequestFacts {
-        path_model,
-        long_context,
-        expired: &expired,
-    };
-    match rewrite_reading_for(body, policy, endpoint.protocol, mode, &app.memo, facts) {
+    let mode = input.mode;
+    let rewritten = reading.rewrite(policy, endpoint.protocol, mode, &app.memo, &expired);
+    match rewritten {
         (Outcome::Unchanged(why), read) => RewriteOutcome::Unchanged(why.as_str(), read),
         (Outcome::Rewritten(r), _) => RewriteOutcome::Rewritten(Box::new(OwnedRewrite {
             body: Bytes::from(r.body),
@@ -984,7 +983,6 @@ fn plan_now(
             turns: r.turns,
             last_canon: r.last_canon,
             cache_anchor: r.cache_anchor,
-            clock: r.clock,
             expired,
             outputs: r
                 .outputs

@@ -24,7 +24,7 @@
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
-use super::api::{exchange_key, plan, RewriteOutcome};
+use super::api::{exchange_key, plan, Expiries, RewriteInput, RewriteOutcome};
 use super::body::{collect_reserving, full, BoxBody, ChannelBody, Collected};
 use super::decode::Decoded;
 use super::error::ProxyError;
@@ -109,11 +109,7 @@ impl RecallRequest {
                 app,
                 self.endpoint,
                 self.original.clone(),
-                Mode::WithRefs,
-                false,
-                self.endpoint.model_in(self.parts.uri.path()),
-                super::api::asks_long_context(&self.parts.headers),
-                self.expired.clone(),
+                self.last_round_input(),
             )
             .await?
             {
@@ -124,6 +120,18 @@ impl RecallRequest {
                 RewriteOutcome::Unchanged(..) => self.original.clone(),
             },
         )
+    }
+
+    /// The last round's rewrite: without the recall tools, given the
+    /// expiries the request's own was.
+    fn last_round_input(&self) -> RewriteInput {
+        RewriteInput {
+            mode: Mode::WithRefs,
+            recall: false,
+            path_model: self.endpoint.model_in(self.parts.uri.path()),
+            long_context: super::api::asks_long_context(&self.parts.headers),
+            expiries: Expiries::Known(self.expired.clone()),
+        }
     }
 
     /// The body of the next round: the base plus what the rounds appended.

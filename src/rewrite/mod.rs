@@ -316,22 +316,77 @@ pub fn rewrite_reading_for<'b>(
     memo: &Memo,
     facts: RequestFacts<'_>,
 ) -> (Outcome<'b>, Option<Read>) {
-    if !policy.enabled {
-        return (Outcome::Unchanged(Unchanged::Disabled), None);
+    match Reading::of(body, policy, protocol, facts) {
+        Ok(reading) => reading.rewrite(policy, protocol, mode, memo, facts.expired),
+        Err(why) => (Outcome::Unchanged(why), None),
     }
-    let Ok(text) = std::str::from_utf8(body) else {
-        return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
-    };
-    let Some(mut parsed) = protocol.parse(text) else {
-        return (Outcome::Unchanged(Unchanged::NotUnderstood), None);
-    };
-    if parsed.model.is_none() {
-        parsed.model = facts.path_model.map(str::to_string);
+}
+
+/// A body the rewrite has parsed and not yet decided anything about. What
+/// the conversation's prompt-cache clock needs of it ([`Reading::opening`],
+/// [`Reading::clock`]) is known here, so the proxy asks the clock which of
+/// the conversation's requests came after an expiry first, and then
+/// rewrites the body once, with the answer.
+pub struct Reading<'b> {
+    text: &'b str,
+    parsed: ParsedRequest<'b>,
+}
+
+impl<'b> Reading<'b> {
+    /// Parses `body` as `protocol` says; why it is left as it is when the
+    /// rewrite is off or the body is not a request the protocol knows.
+    /// `facts.expired` is not read here ([`Reading::rewrite`] takes it).
+    pub fn of(
+        body: &'b [u8],
+        policy: &Policy,
+        protocol: &dyn Protocol,
+        facts: RequestFacts<'_>,
+    ) -> Result<Reading<'b>, Unchanged> {
+        if !policy.enabled {
+            return Err(Unchanged::Disabled);
+        }
+        let text = std::str::from_utf8(body).map_err(|_| Unchanged::NotUnderstood)?;
+        let mut parsed = protocol.parse(text).ok_or(Unchanged::NotUnderstood)?;
+        if parsed.model.is_none() {
+            parsed.model = facts.path_model.map(str::to_string);
+        }
+        parsed.long_context |= facts.long_context;
+        Ok(Reading { text, parsed })
     }
-    parsed.long_context |= facts.long_context;
-    match rewrite_parsed(text, parsed, policy, protocol, mode, memo, facts.expired) {
-        Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
-        Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),
+
+    /// The conversation's opening ([`derive_session`]'s input).
+    pub fn opening(&self) -> &str {
+        &self.parsed.opening
+    }
+
+    /// The clock's facts of the body (whether an expiry matters is known
+    /// only once it is rewritten: `false` here).
+    pub fn clock(&self) -> ClockFacts {
+        clock_facts(&self.parsed, false)
+    }
+
+    /// Rewrites the body; `expired` as [`RequestFacts::expired`]. For a body
+    /// it leaves unchanged, what it read ([`Read`]).
+    pub fn rewrite(
+        self,
+        policy: &Policy,
+        protocol: &dyn Protocol,
+        mode: Mode,
+        memo: &Memo,
+        expired: &[usize],
+    ) -> (Outcome<'b>, Option<Read>) {
+        match rewrite_parsed(
+            self.text,
+            self.parsed,
+            policy,
+            protocol,
+            mode,
+            memo,
+            expired,
+        ) {
+            Ok(rewritten) => (Outcome::Rewritten(rewritten), None),
+            Err(read) => (Outcome::Unchanged(Unchanged::NothingOverBudget), Some(read)),
+        }
     }
 }
 

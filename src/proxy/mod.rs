@@ -1,7 +1,6 @@
 //! The proxy server: accept loop, graceful shutdown, routing, and the
-//! passthrough path. The rewritten API routes (chat completions, Anthropic
-//! messages and count_tokens) live in [`api`], their recall rounds in
-//! [`recall`].
+//! passthrough path. The endpoints the protocol adapters declare go through
+//! [`pipeline`], their recall rounds through [`recall_rounds`].
 //!
 //! One request goes through named phases (as Pingora does it): classify the
 //! route (the protocol is chosen by path); for a rewritten route read the
@@ -15,7 +14,6 @@
 //! the protocol adapters' job.
 
 mod access;
-mod api;
 mod aws;
 mod body;
 mod dashboard;
@@ -26,6 +24,7 @@ mod ledger;
 mod limits;
 pub mod memory;
 mod operator;
+mod pipeline;
 mod recall_rounds;
 mod responses;
 mod timeouts;
@@ -514,7 +513,7 @@ async fn serve_route(
                 text,
             ))
         }
-        Route::Api(endpoint) => api::handle(app, endpoint, &conn.memo, caller, req).await,
+        Route::Api(endpoint) => pipeline::handle(app, endpoint, &conn.memo, caller, req).await,
         Route::ResponseById => {
             let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
             Box::pin(responses::by_id(app, tenant, req)).await

@@ -24,20 +24,17 @@
 //! When the answer is complete, its hidden exchange is stored for history
 //! restoration before the client gets the last bytes.
 
-use super::api::{exchange_key, plan, Expiries, RewriteInput, RewriteOutcome};
 use super::body::{collect_reserving, full, BoxBody, ChannelBody, Collected};
 use super::decode::Decoded;
 use super::error::ProxyError;
+use super::pipeline::{exchange_key, plan, Expiries, RewriteInput, RewriteOutcome};
 use super::timeouts::{find, UpstreamIdle};
 use super::upstream::UpstreamBody;
 use super::usage_tap::{FiledRequest, Tapped};
 use super::{stream_back, upstream_request, App};
-use crate::protocol::endpoint::Endpoint;
 use crate::protocol::framing::Framing;
 use crate::protocol::RoundsContext;
 use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
-use crate::rewrite::Mode;
-use crate::store::Tenant;
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response};
@@ -61,17 +58,17 @@ type RoundBody = Tapped<Decoded<UpstreamBody>>;
 
 /// One request that carries stubs and offers the recall tools.
 pub(super) struct RecallRequest {
-    pub endpoint: &'static Endpoint,
-    pub parts: http::request::Parts,
-    pub tenant: Tenant,
+    /// The request, as the pipeline carried it: `original` is the client's
+    /// body, from which the last round's is derived without recall tools;
+    /// its part of the buffered-bytes bound is held as long as the rounds
+    /// run.
+    pub exchange: super::pipeline::Exchange,
     pub session: String,
     pub names: RecallToolNames,
     /// The canonical form of the request's last message (restoration).
     pub last_canon: Option<String>,
     /// The rewritten body, recall tools included, history restored.
     pub body: Bytes,
-    /// The client's body, to derive the last round's body without recall tools.
-    pub original: Bytes,
     /// The hidden exchanges restored into `body`, by identity.
     pub restorations: BTreeMap<String, String>,
     /// The requests after which the provider's cache had expired that
@@ -84,14 +81,11 @@ pub(super) struct RecallRequest {
     /// Where each round's usage, and the recall calls, go (the request's
     /// note in the ledger).
     pub tap: Option<FiledRequest>,
-    /// The request body's part of the buffered-bytes bound: `body` and
-    /// `original` are held as long as the rounds run.
-    pub _held: super::limits::Held,
 }
 
 impl RecallRequest {
     fn rounds(&self) -> Box<dyn Rounds> {
-        self.endpoint.protocol.rounds(RoundsContext {
+        self.exchange.endpoint.protocol.rounds(RoundsContext {
             names: self.names.clone(),
             last_canon: self.last_canon.clone(),
         })
@@ -101,23 +95,28 @@ impl RecallRequest {
     /// protocol keeps the recall tools, otherwise the request rewritten
     /// without them (history restored the same way).
     async fn last_base(&self, app: &Arc<App>) -> Result<Bytes, ProxyError> {
-        if self.endpoint.protocol.keeps_recall_tools_in_last_round() {
+        if self
+            .exchange
+            .endpoint
+            .protocol
+            .keeps_recall_tools_in_last_round()
+        {
             return Ok(self.body.clone());
         }
         Ok(
             match plan(
                 app,
-                self.endpoint,
-                self.original.clone(),
+                self.exchange.endpoint,
+                self.exchange.original.clone(),
                 self.last_round_input(),
             )
             .await?
             {
                 RewriteOutcome::Rewritten(mut r) => {
-                    r.restore(&self.restorations, self.endpoint.protocol);
+                    r.restore(&self.restorations, self.exchange.endpoint.protocol);
                     r.body
                 }
-                RewriteOutcome::Unchanged(..) => self.original.clone(),
+                RewriteOutcome::Unchanged(..) => self.exchange.original.clone(),
             },
         )
     }
@@ -125,12 +124,10 @@ impl RecallRequest {
     /// The last round's rewrite: without the recall tools, given the
     /// expiries the request's own was.
     fn last_round_input(&self) -> RewriteInput {
+        let known = Expiries::Known(self.expired.clone());
         RewriteInput {
-            mode: Mode::WithRefs,
             recall: false,
-            path_model: self.endpoint.model_in(self.parts.uri.path()),
-            long_context: super::api::asks_long_context(&self.parts.headers),
-            expiries: Expiries::Known(self.expired.clone()),
+            ..RewriteInput::of(self.exchange.endpoint, &self.exchange.parts, known)
         }
     }
 
@@ -141,7 +138,12 @@ impl RecallRequest {
         }
         std::str::from_utf8(base)
             .ok()
-            .and_then(|text| self.endpoint.protocol.append_items(text, rounds.appended()))
+            .and_then(|text| {
+                self.exchange
+                    .endpoint
+                    .protocol
+                    .append_items(text, rounds.appended())
+            })
             .map(Bytes::from)
             .ok_or_else(|| ProxyError::Internal("cannot append recall messages".to_string()))
     }
@@ -154,13 +156,14 @@ impl RecallRequest {
     /// call in it.
     async fn send(&self, app: &App, body: Bytes) -> Result<Response<RoundBody>, ProxyError> {
         let length = body.len();
-        let mut request = upstream_request(app, &self.parts, full(body.clone()), Some(length))?;
+        let mut request =
+            upstream_request(app, &self.exchange.parts, full(body.clone()), Some(length))?;
         request.headers_mut().insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
         // Signed last: the signature covers the headers as sent.
-        super::cloud_auth(app, &mut request, &body, &self.parts).await;
+        super::cloud_auth(app, &mut request, &body, &self.exchange.parts).await;
         let response = app.send(request).await?;
         let response = if response.status().is_success() {
             super::decode::decoded(response).map_err(|coding| {
@@ -178,7 +181,7 @@ impl RecallRequest {
     async fn run_calls(&self, app: &App, calls: Vec<RecallCall>) -> Vec<CallResult> {
         let scope = RecallScope {
             store: &app.store,
-            tenant: &self.tenant,
+            tenant: &self.exchange.tenant,
             session: &self.session,
         };
         if let Some(tap) = &self.tap {
@@ -224,7 +227,7 @@ impl RecallRequest {
         if answer.exchange.is_none() && answer.response_id.is_none() {
             return;
         }
-        match app.store.put_answer(&self.tenant, answer).await {
+        match app.store.put_answer(&self.exchange.tenant, answer).await {
             Ok(true) => app.metrics.exchange_kept(),
             Ok(false) => {}
             Err(e) => {
@@ -238,7 +241,7 @@ impl RecallRequest {
         for (name, value) in &self.extra_headers {
             response.headers_mut().insert(*name, value.clone());
         }
-        super::api::saved_tokens_header(response, self.saved_tokens.as_deref());
+        super::pipeline::saved_tokens_header(response, self.saved_tokens.as_deref());
     }
 }
 
@@ -336,7 +339,7 @@ pub(super) async fn streaming(
             tx,
             last_sent: Instant::now(),
             keepalive: app.config.keepalive,
-            framing: req.endpoint.framing,
+            framing: req.exchange.endpoint.framing,
         };
         drive(&app, &req, upstream_body, rounds, &mut client).await;
     });

@@ -81,7 +81,7 @@ fn claude_code_read_with_offset() {
 /// code, with the file's declarations as symbols, never a statement.
 #[test]
 fn listed_rust_file_is_code_with_declarations() {
-    let file = include_str!("../../src/proxy/api.rs");
+    let file = include_str!("../../src/proxy/pipeline.rs");
     for text in [
         claude_read(file, 1),
         cat_n(file, "\t"),
@@ -277,7 +277,7 @@ fn offsets_are_the_originals() {
 #[test]
 fn codex_cat_n_is_a_listing_inside_a_command() {
     let text = codex_exec(
-        &cat_n(include_str!("../../src/proxy/api.rs"), "\t"),
+        &cat_n(include_str!("../../src/proxy/pipeline.rs"), "\t"),
         0,
         3400,
     );

@@ -1,13 +1,17 @@
-//! The rewritten API routes (Chat Completions, the Responses API, Anthropic Messages and its
-//! `count_tokens`), phase by phase, the same for every protocol: decide
-//! whether to look at the body at all; read it within the cap; rewrite it
-//! (pure, off the runtime when large); commit the originals to the store
-//! and look up hidden recall exchanges to restore, before anything goes
-//! upstream; forward, or run the recall rounds; stream the response back
-//! with the toolstub headers.
+//! The request pipeline of every endpoint a protocol adapter declares, the
+//! same for every protocol, in named phases over one per-request context
+//! ([`Exchange`]): the proxy's `handle` has authenticated the caller and
+//! routed the request; here its body is read within the cap (or not at
+//! all), its signature checked where the endpoint is signed, it is
+//! rewritten once (pure, off the runtime when large, the prompt-cache clock
+//! asked between the parse and the rewrite), its originals committed to the
+//! store and hidden recall exchanges looked up, before anything goes
+//! upstream; it is filed with the ledger; then it is sent upstream or the
+//! recall rounds run; the response streams back with the toolstub headers.
 //!
-//! Whatever cannot be read or understood goes upstream as it came: bypassed,
-//! compressed, oversized or unparsable bodies are forwarded byte for byte.
+//! Whatever cannot be read or understood goes upstream as it came, through
+//! one exit ([`Exchange::as_it_came`]): bypassed, compressed, oversized or
+//! unparsable bodies are forwarded byte for byte.
 
 use super::body::{boxed, Collected};
 use super::error::ProxyError;
@@ -40,88 +44,133 @@ const DEFER_MAX: usize = 64 << 10;
 /// synopsis never stalls other requests on the same runtime thread.
 const INLINE_REWRITE_BYTES: usize = 256 * 1024;
 
-/// A request's accounting: whose it is, which API, and when it came.
-/// `None` for `count_tokens`, which is no turn of a conversation and
-/// reports no usage.
-struct Accounting {
-    tenant: Tenant,
-    endpoint: &'static Endpoint,
-    at: i64,
-}
-
-impl Accounting {
-    fn of(endpoint: &'static Endpoint, tenant: &Tenant) -> Option<Accounting> {
-        if !endpoint.is_turn() {
-            return None;
-        }
-        Some(Accounting {
-            tenant: tenant.clone(),
-            endpoint,
-            at: crate::store::system_now_ms(),
-        })
-    }
-
-    /// Files the request with the ledger (before anything goes upstream,
-    /// so the turn comes before the usage of its responses); the tap its
-    /// responses report through.
-    fn turn(
-        &self,
-        app: &App,
-        session: SessionOf,
-        tallies: Vec<Tally>,
-        counting: Option<Counting>,
-    ) -> FiledRequest {
-        let note = RequestNote::new(self.tenant.clone(), self.endpoint.label, self.at);
-        app.ledger.turn(crate::proxy::ledger::Turn {
-            note: note.clone(),
-            session,
-            tallies,
-            counting,
-        });
-        FiledRequest {
-            ledger: app.ledger.clone(),
-            note,
-            protocol: self.endpoint.protocol,
-        }
-    }
+/// One API request on its way through the pipeline: what every phase reads
+/// of it, carried from one phase to the next (as Pingora's per-request
+/// context), so that no phase works it out again or packs it anew.
+pub(super) struct Exchange {
+    pub endpoint: &'static Endpoint,
+    /// The client's request head. Its extensions carry what earlier phases
+    /// decided: the route's flavour, the AWS signing decision.
+    pub parts: http::request::Parts,
+    /// Whose outputs the request may store and read.
+    pub tenant: Tenant,
+    /// The session the client named (`x-toolstub-session`).
+    session_header: Option<String>,
+    /// When a turn came (the ledger's clock); `None` for a count of tokens,
+    /// which is no turn of a conversation and reports no usage.
+    accounted_at: Option<i64>,
+    started: std::time::Instant,
+    /// The client's body, once read (empty until then).
+    pub original: Bytes,
+    /// How long reading the body took.
+    read_us: u64,
+    /// The body's part of the buffered-bytes bound, held as long as the
+    /// exchange (a recall loop holds it until its last round).
+    held: Option<super::limits::Held>,
 }
 
 /// What goes upstream of a request forwarded as it came.
 enum AsItCame {
     /// Still being read from the client.
     Streamed(BoxBody),
-    /// Read whole (and signed again for AWS where the proxy signs).
-    Whole(Bytes),
+    /// The body as read (signed again for AWS where the proxy signs).
+    Read,
 }
 
-/// Forwards a request as it came: the one exit of every request the proxy
-/// leaves unchanged, however it got there. Counted under `why` where the
-/// proxy chose to leave it (a failure is counted where it happened), and
-/// filed with the ledger as unread, with what is known of its session:
-/// its response's usage is accounted when the response ends.
-async fn as_it_came(
-    app: &App,
-    parts: &http::request::Parts,
-    accounting: &Option<Accounting>,
-    why: Option<&'static str>,
-    session: SessionOf,
-    body: AsItCame,
-) -> Result<Response<BoxBody>, ProxyError> {
-    if let Some(why) = why {
-        app.metrics.unchanged(why);
+impl Exchange {
+    fn new(endpoint: &'static Endpoint, parts: http::request::Parts, tenant: Tenant) -> Exchange {
+        let session_header = parts
+            .headers
+            .get(&SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|s| !s.is_empty() && s.len() <= 256)
+            .map(str::to_string);
+        Exchange {
+            accounted_at: endpoint.is_turn().then(crate::store::system_now_ms),
+            endpoint,
+            parts,
+            tenant,
+            session_header,
+            started: std::time::Instant::now(),
+            original: Bytes::new(),
+            read_us: 0,
+            held: None,
+        }
     }
-    let tap = accounting.as_ref().map(|a| {
-        let unread = app
-            .ledger
-            .unread(a.tenant.clone(), a.endpoint.label, a.at, session);
-        UsageReport::Unfiled(unread, a.endpoint.protocol)
-    });
-    match body {
-        AsItCame::Streamed(body) => forward(app, parts, body, tap).await,
-        AsItCame::Whole(body) => forward_whole(app, parts, body, tap).await,
+
+    /// Files the request with the ledger (before anything goes upstream, so
+    /// the turn comes before the usage of its responses); where its
+    /// responses report. `None` for a request that is no turn.
+    fn file_turn(
+        &self,
+        app: &App,
+        session: SessionOf,
+        tallies: Vec<Tally>,
+        counting: Option<Counting>,
+    ) -> Option<FiledRequest> {
+        let at = self.accounted_at?;
+        let note = RequestNote::new(self.tenant.clone(), self.endpoint.label, at);
+        app.ledger.turn(crate::proxy::ledger::Turn {
+            note: note.clone(),
+            session,
+            tallies,
+            counting,
+        });
+        Some(FiledRequest {
+            ledger: app.ledger.clone(),
+            note,
+            protocol: self.endpoint.protocol,
+        })
+    }
+
+    /// Forwards the request as it came: the one exit of every request the
+    /// proxy leaves unchanged, however it got there. Counted under `why`
+    /// where the proxy chose to leave it (a failure is counted where it
+    /// happened), and filed with the ledger as unread, with what is known of
+    /// its session: its response's usage is accounted when the response
+    /// ends.
+    async fn as_it_came(
+        &self,
+        app: &App,
+        why: Option<&'static str>,
+        session: SessionOf,
+        body: AsItCame,
+    ) -> Result<Response<BoxBody>, ProxyError> {
+        if let Some(why) = why {
+            app.metrics.unchanged(why);
+        }
+        let tap = self.accounted_at.map(|at| {
+            let unread = app
+                .ledger
+                .unread(self.tenant.clone(), self.endpoint.label, at, session);
+            UsageReport::Unfiled(unread, self.endpoint.protocol)
+        });
+        match body {
+            AsItCame::Streamed(body) => forward(app, &self.parts, body, tap).await,
+            AsItCame::Read => forward_whole(app, &self.parts, self.original.clone(), tap).await,
+        }
+    }
+
+    /// What is known of the session of a request left unchanged: the one
+    /// its client named, else what the rewrite read, else (for a small
+    /// body) derived by the ledger later, off the request's path.
+    fn session_of_unchanged(&self, read: Option<crate::rewrite::Read>) -> SessionOf {
+        let path_model = self.endpoint.model_in(self.parts.uri.path());
+        match (&self.session_header, read) {
+            (Some(s), read) => {
+                SessionOf::Known(s.clone(), read.and_then(|r| r.model).or(path_model))
+            }
+            (None, Some(read)) => SessionOf::Read(read, path_model),
+            (None, None) if self.original.len() <= DEFER_MAX => {
+                SessionOf::Derive(self.endpoint.protocol, self.original.clone(), path_model)
+            }
+            (None, None) => SessionOf::Unknown,
+        }
     }
 }
 
+/// The pipeline of a rewritten route, phase by phase (the proxy's `handle`
+/// has authenticated the caller and routed the request to `endpoint`).
 pub(super) async fn handle(
     app: &Arc<App>,
     endpoint: &'static Endpoint,
@@ -129,189 +178,137 @@ pub(super) async fn handle(
     caller: super::access::Caller,
     req: http::Request<Incoming>,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let started = std::time::Instant::now();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let keyed = matches!(caller, super::access::Caller::Key(_));
-    let mut tenant = super::caller_tenant(&caller, &parts.headers, &parts.uri, memo);
-    let mut accounting = Accounting::of(endpoint, &tenant);
-    if let Some(why) = skip_reason(&parts.headers, app.config.max_body_bytes) {
+    let tenant = super::caller_tenant(&caller, &parts.headers, &parts.uri, memo);
+    let mut exchange = Exchange::new(endpoint, parts, tenant);
+
+    // Read the body, within the cap (or not at all).
+    if let Some(why) = skip_reason(&exchange.parts.headers, app.config.max_body_bytes) {
         let body = AsItCame::Streamed(boxed(body));
-        return as_it_came(
-            app,
-            &parts,
-            &accounting,
-            Some(why),
-            SessionOf::Unknown,
-            body,
-        )
-        .await;
+        return (exchange.as_it_came(app, Some(why), SessionOf::Unknown, body)).await;
     }
     let (collected, held) = super::limits::read_body(app, body).await?;
-    let original = match collected {
+    exchange.held = Some(held);
+    exchange.original = match collected {
         Collected::Complete(bytes) => bytes,
         Collected::TooLarge(stream) => {
-            let body = AsItCame::Streamed(boxed(stream));
-            let why = Some("too_large");
-            return as_it_came(app, &parts, &accounting, why, SessionOf::Unknown, body).await;
+            let (why, body) = (Some("too_large"), AsItCame::Streamed(boxed(stream)));
+            return exchange
+                .as_it_came(app, why, SessionOf::Unknown, body)
+                .await;
         }
     };
+    exchange.read_us = exchange.started.elapsed().as_micros() as u64;
 
-    let read_us = started.elapsed().as_micros() as u64;
-    if endpoint.aws_signed {
-        // Whether the proxy signs it, and whose it is, once its signature
-        // (if any) is checked against the body.
-        let (signing, identity) = Box::pin(app.aws.decide(&parts, &original)).await;
-        parts.extensions.insert(signing);
-        // A verified signature names its identity's tenant, unless a
-        // client key named one already.
-        if let Some(identity) = identity.filter(|_| !keyed) {
-            tenant = identity;
-            accounting = Accounting::of(endpoint, &tenant);
-        }
-        // Signed by an identity the proxy does not hold (or holding none):
-        // the signature covers the body, and the caller's outputs would
-        // have no tenant of their own (nothing proves whose they are). It
-        // goes as it came, unread.
-        let foreign = signing == super::aws::Signing::AsSent
-            && parts
-                .headers
-                .get(header::AUTHORIZATION)
-                .is_some_and(|v| v.to_str().is_ok_and(super::aws::is_sigv4));
-        if foreign {
-            let (why, body) = (Some("foreign_signature"), AsItCame::Whole(original));
-            return as_it_came(app, &parts, &accounting, why, SessionOf::Unknown, body).await;
-        }
+    // Authenticate the body: a signature over it names its tenant.
+    if endpoint.aws_signed && Box::pin(check_signature(app, &mut exchange, keyed)).await {
+        let why = Some("foreign_signature");
+        return exchange
+            .as_it_came(app, why, SessionOf::Unknown, AsItCame::Read)
+            .await;
     }
     if let Some(envelope) = &endpoint.envelope {
-        return Box::pin(enveloped(
-            app, &parts, endpoint, envelope, &tenant, original,
-        ))
-        .await;
+        return Box::pin(enveloped(app, &exchange, envelope)).await;
     }
-    let original = if endpoint.chains_responses {
-        Box::pin(super::responses::chain_from_upstream(
-            app, &tenant, original,
-        ))
-        .await
-    } else {
-        original
-    };
-    let session_header = parts
-        .headers
-        .get(&SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty() && s.len() <= 256)
-        .map(str::to_string);
+    if endpoint.chains_responses {
+        let original = std::mem::take(&mut exchange.original);
+        let chained = super::responses::chain_from_upstream(app, &exchange.tenant, original);
+        exchange.original = Box::pin(chained).await;
+    }
 
-    let path_model = endpoint.model_in(parts.uri.path());
-    let small = original.len() <= DEFER_MAX;
-    let plan =
-        if small && app.config.policy.enabled && endpoint.protocol.surely_untouched(&original) {
-            RewriteOutcome::Unchanged("no_tools", None)
-        } else {
-            let ask = Expiries::Ask(tenant.clone(), session_header.clone());
-            plan(
-                app,
-                endpoint,
-                original.clone(),
-                RewriteInput::of(endpoint, &parts, ask),
-            )
-            .await?
-        };
-    match plan {
-        RewriteOutcome::Rewritten(mut rewritten) => {
-            if rewritten.model.is_none() {
-                rewritten.model = path_model;
-            }
-            let request = Request {
-                endpoint,
-                parts,
-                tenant,
-                accounting,
-                original,
-                session_header,
-                started,
-                read_us,
-                held,
-            };
-            // Boxed: storing, restoring and the recall rounds make a
-            // large future, which a request forwarded unchanged (the
-            // common case) would otherwise carry and move on every request.
-            Box::pin(rewritten_request(app, request, rewritten)).await
+    // Rewrite it (once).
+    let untouched = exchange.original.len() <= DEFER_MAX
+        && app.config.policy.enabled
+        && endpoint.protocol.surely_untouched(&exchange.original);
+    let outcome = if untouched {
+        RewriteOutcome::Unchanged("no_tools", None)
+    } else {
+        let ask = Expiries::Ask(exchange.tenant.clone(), exchange.session_header.clone());
+        let input = RewriteInput::of(endpoint, &exchange.parts, ask);
+        plan(app, endpoint, exchange.original.clone(), input).await?
+    };
+    match outcome {
+        // Boxed: storing, restoring and the recall rounds make a large
+        // future, which a request forwarded unchanged (the common case)
+        // would otherwise carry and move on every request.
+        RewriteOutcome::Rewritten(rewritten) => {
+            Box::pin(rewritten_request(app, exchange, rewritten)).await
         }
         RewriteOutcome::Unchanged(why, read) => {
-            let derive = match (session_header, read) {
-                (Some(s), read) => SessionOf::Known(s, read.and_then(|r| r.model).or(path_model)),
-                (None, Some(read)) => SessionOf::Read(read, path_model),
-                (None, None) if small => {
-                    SessionOf::Derive(endpoint.protocol, original.clone(), path_model)
-                }
-                (None, None) => SessionOf::Unknown,
-            };
-            let body = AsItCame::Whole(original);
-            as_it_came(app, &parts, &accounting, Some(why), derive, body).await
+            let session = exchange.session_of_unchanged(read);
+            exchange
+                .as_it_came(app, Some(why), session, AsItCame::Read)
+                .await
         }
     }
 }
 
-/// What [`rewritten_request`] needs of the request, past its rewrite.
-struct Request {
-    endpoint: &'static Endpoint,
-    parts: http::request::Parts,
-    tenant: Tenant,
-    accounting: Option<Accounting>,
-    original: Bytes,
-    session_header: Option<String>,
-    started: std::time::Instant,
-    read_us: u64,
-    /// The body's part of the buffered-bytes bound, held while it is.
-    held: super::limits::Held,
+/// The body's AWS signature, on an endpoint AWS authenticates by one:
+/// whether the proxy signs the request again is decided once (and carried
+/// in its extensions); a verified signature names its identity's tenant,
+/// unless a client key named one already. True when the request is signed
+/// by an identity the proxy does not hold (or when it holds none): the
+/// signature covers the body, and the caller's outputs would have no tenant
+/// of their own (nothing proves whose they are), so it goes as it came.
+async fn check_signature(app: &App, exchange: &mut Exchange, keyed: bool) -> bool {
+    let (signing, identity) = app.aws.decide(&exchange.parts, &exchange.original).await;
+    exchange.parts.extensions.insert(signing);
+    if let Some(identity) = identity.filter(|_| !keyed) {
+        exchange.tenant = identity;
+    }
+    signing == super::aws::Signing::AsSent
+        && exchange
+            .parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|v| v.to_str().is_ok_and(super::aws::is_sigv4))
 }
 
-/// A request the rewrite changed: its outputs stored and hidden exchanges
-/// restored before it goes upstream, then forwarded or run through the
-/// recall rounds.
+/// A request the rewrite changed, through the phases that follow: its
+/// outputs stored and hidden exchanges restored before it goes upstream,
+/// filed with the ledger, then sent upstream or run through the recall
+/// rounds.
 async fn rewritten_request(
     app: &Arc<App>,
-    request: Request,
+    exchange: Exchange,
     mut rewritten: Box<OwnedRewrite>,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let Request {
-        endpoint,
-        parts,
-        tenant,
-        accounting,
-        original,
-        session_header,
-        started,
-        read_us,
-        held,
-    } = request;
+    let endpoint = exchange.endpoint;
     let expired = rewritten.expired.clone();
     let plan_of = |mode| {
         let known = Expiries::Known(expired.clone());
         let input = RewriteInput {
             mode,
-            ..RewriteInput::of(endpoint, &parts, known)
+            ..RewriteInput::of(endpoint, &exchange.parts, known)
         };
-        plan(app, endpoint, original.clone(), input)
+        plan(app, endpoint, exchange.original.clone(), input)
     };
-    let session =
-        session_header.unwrap_or_else(|| derive_session(tenant.as_str(), &rewritten.opening));
+    let session = exchange
+        .session_header
+        .clone()
+        .unwrap_or_else(|| derive_session(exchange.tenant.as_str(), &rewritten.opening));
     for output in &mut rewritten.outputs {
         output.new.session_id.clone_from(&session);
     }
-    let rewritten_us = started.elapsed().as_micros() as u64;
-    let mut counting = accounting
-        .as_ref()
-        .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
+    let rewritten_us = exchange.started.elapsed().as_micros() as u64;
+    let original = &exchange.original;
+    let tenant = &exchange.tenant;
+    let count = |rewritten: &OwnedRewrite| {
+        exchange
+            .accounted_at
+            .map(|_| app.ledger.count(to_count(app, rewritten, original)))
+    };
+    let mut counting = count(&rewritten);
+
+    // Store the originals and find the hidden exchanges to restore.
     let turns = std::mem::take(&mut rewritten.turns);
     let (stored, found) = tokio::join!(
-        store_outputs(app, &tenant, &mut rewritten, &original),
+        store_outputs(app, tenant, &mut rewritten, original),
         async {
             let restores = app.config.restore_history || endpoint.protocol.may_need_restoration();
             if restores && !turns.is_empty() {
-                find_exchanges(app, &tenant, &session, &turns).await
+                find_exchanges(app, tenant, &session, &turns).await
             } else {
                 BTreeMap::new()
             }
@@ -319,9 +316,9 @@ async fn rewritten_request(
     );
     rewritten.turns = turns;
     tracing::debug!(
-        read_us,
-        rewrite_us = rewritten_us - read_us,
-        store_us = started.elapsed().as_micros() as u64 - rewritten_us,
+        read_us = exchange.read_us,
+        rewrite_us = rewritten_us - exchange.read_us,
+        store_us = exchange.started.elapsed().as_micros() as u64 - rewritten_us,
         outputs = rewritten.outputs.len(),
         restored = found.len(),
         "request rewritten"
@@ -334,26 +331,23 @@ async fn rewritten_request(
         Err(e) => {
             app.metrics.store_error("put");
             tracing::error!(error = %e, "storing tool outputs failed");
+            let known = SessionOf::Known(session.clone(), rewritten.model.clone());
             match app.config.failure_mode {
                 FailureMode::PreserveRaw => {
-                    let known = SessionOf::Known(session, rewritten.model.clone());
-                    let body = AsItCame::Whole(original);
-                    return as_it_came(app, &parts, &accounting, None, known, body).await;
+                    return exchange.as_it_came(app, None, known, AsItCame::Read).await;
                 }
                 FailureMode::Reject => return Err(ProxyError::StoreRejected(e.to_string())),
+                // A second rewrite, of another kind (stubs without refs),
+                // and only on this failure.
                 FailureMode::PreviewOnly => match plan_of(Mode::PreviewOnly).await? {
                     // No recall tools, so no restored recall calls either.
                     RewriteOutcome::Rewritten(preview_only) => {
                         rewritten = preview_only;
                         restorations.clear();
-                        counting = accounting
-                            .as_ref()
-                            .map(|_| app.ledger.count(to_count(app, &rewritten, &original)));
+                        counting = count(&rewritten);
                     }
                     RewriteOutcome::Unchanged(..) => {
-                        let known = SessionOf::Known(session, rewritten.model.clone());
-                        let body = AsItCame::Whole(original);
-                        return as_it_came(app, &parts, &accounting, None, known, body).await;
+                        return exchange.as_it_came(app, None, known, AsItCame::Read).await;
                     }
                 },
             }
@@ -382,6 +376,8 @@ async fn rewritten_request(
     if !restorations.is_empty() {
         extra_headers.push(("x-toolstub-restored", HeaderValue::from(restorations.len())));
     }
+
+    // Account: the turn filed with the ledger, its stubs tallied.
     let saved_tokens = counting.as_ref().map(Counting::probe);
     let tallies = rewritten
         .outputs
@@ -395,28 +391,23 @@ async fn rewritten_request(
             chars_saved: o.chars_saved as u64,
         })
         .collect();
-    let tap = accounting.as_ref().map(|a| {
-        let known = SessionOf::Known(session.clone(), rewritten.model.clone());
-        a.turn(app, known, tallies, counting)
-    });
+    let known = SessionOf::Known(session.clone(), rewritten.model.clone());
+    let tap = exchange.file_turn(app, known, tallies, counting);
 
+    // Send it upstream, or run the recall rounds.
     if rewritten.recall_offered && endpoint.is_turn() {
         let streaming = rewritten.streaming;
         let req = RecallRequest {
-            endpoint,
-            parts,
-            tenant,
+            exchange,
             session,
             names: rewritten.recall_names,
             last_canon: rewritten.last_canon,
             expired: rewritten.expired,
             body: rewritten.body,
-            original,
             restorations,
             extra_headers,
             saved_tokens,
             tap,
-            _held: held,
         };
         return if streaming {
             Box::pin(recall_rounds::streaming(app, req)).await
@@ -425,7 +416,7 @@ async fn rewritten_request(
         };
     }
     let length = rewritten.body.len();
-    let request = whole_request(app, &parts, rewritten.body, Some(length)).await?;
+    let request = whole_request(app, &exchange.parts, rewritten.body, Some(length)).await?;
     let response = app.send(request).await?;
     let mut response = stream_back(super::tapped(response, tap.map(UsageReport::FiledRequest)));
     for (name, value) in extra_headers {
@@ -745,31 +736,18 @@ async fn store_outputs(
 /// it goes as it came.
 async fn enveloped(
     app: &Arc<App>,
-    parts: &http::request::Parts,
-    endpoint: &'static Endpoint,
+    exchange: &Exchange,
     envelope: &Envelope,
-    tenant: &Tenant,
-    original: Bytes,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let Some(inner) = (envelope.open)(&original).map(Bytes::from) else {
-        let body = AsItCame::Whole(original);
-        return as_it_came(
-            app,
-            parts,
-            &None,
-            Some("not_json"),
-            SessionOf::Unknown,
-            body,
-        )
-        .await;
+    let (parts, tenant, original) = (&exchange.parts, &exchange.tenant, &exchange.original);
+    let as_it_came = |why| exchange.as_it_came(app, why, SessionOf::Unknown, AsItCame::Read);
+    let Some(inner) = (envelope.open)(original).map(Bytes::from) else {
+        return as_it_came(Some("not_json")).await;
     };
-    let input = RewriteInput::of(endpoint, parts, Expiries::Known(Vec::new()));
+    let input = RewriteInput::of(exchange.endpoint, parts, Expiries::Known(Vec::new()));
     let mut rewritten = match plan(app, envelope.inner, inner.clone(), input).await? {
         RewriteOutcome::Rewritten(r) => r,
-        RewriteOutcome::Unchanged(why, _) => {
-            let body = AsItCame::Whole(original);
-            return as_it_came(app, parts, &None, Some(why), SessionOf::Unknown, body).await;
-        }
+        RewriteOutcome::Unchanged(why, _) => return as_it_came(Some(why)).await,
     };
     let session = derive_session(tenant.as_str(), &rewritten.opening);
     for output in &mut rewritten.outputs {
@@ -778,12 +756,10 @@ async fn enveloped(
     if let Err(e) = store_outputs(app, tenant, &mut rewritten, &inner).await {
         app.metrics.store_error("put");
         tracing::error!(error = %e, "storing tool outputs failed");
-        let body = AsItCame::Whole(original);
-        return as_it_came(app, parts, &None, None, SessionOf::Unknown, body).await;
+        return as_it_came(None).await;
     }
-    let Some(body) = (envelope.close)(&original, &rewritten.body) else {
-        let body = AsItCame::Whole(original);
-        return as_it_came(app, parts, &None, None, SessionOf::Unknown, body).await;
+    let Some(body) = (envelope.close)(original, &rewritten.body) else {
+        return as_it_came(None).await;
     };
     let length = body.len();
     let request = whole_request(app, parts, Bytes::from(body), Some(length)).await?;
@@ -874,7 +850,11 @@ pub(super) struct RewriteInput {
 
 impl RewriteInput {
     /// The request's own rewrite: with refs and recall, the clock asked.
-    fn of(endpoint: &'static Endpoint, parts: &http::request::Parts, expiries: Expiries) -> Self {
+    pub(super) fn of(
+        endpoint: &'static Endpoint,
+        parts: &http::request::Parts,
+        expiries: Expiries,
+    ) -> Self {
         RewriteInput {
             mode: Mode::WithRefs,
             recall: true,

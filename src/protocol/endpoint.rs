@@ -2,12 +2,13 @@
 //! declares in its own folder: which paths it serves, what a request to it
 //! is, the model its path names, how its streamed responses are framed and
 //! what the proxy does before the rewrite (check an AWS signature, resolve
-//! a stored response chain, open an envelope). [`ENDPOINTS`] is the one
-//! list that names every protocol; the proxy routes through [`route`] and
-//! names none. A new protocol is its folder, one line here and its tests.
+//! a stored response chain, open an envelope). [`ENDPOINTS`] (with
+//! [`host_named_by`], where a cloud's path goes) is the one list that names
+//! every protocol; the proxy routes through [`route`] and names none. A
+//! new protocol is its folder, one line here and its tests.
 
 use super::framing::Framing;
-use super::{anthropic, bedrock, gemini, openai_chat, responses, Flavor, Protocol};
+use super::{anthropic, bedrock, gemini, openai_chat, responses, vertex, Flavor, Protocol};
 
 /// Every endpoint, in the order [`route`] tries them (none serves a path
 /// another serves: `each_path_has_one_endpoint` checks).
@@ -42,6 +43,24 @@ pub fn flavor_elsewhere(path: &str, headers: &http::HeaderMap) -> Flavor {
     } else {
         Flavor::OpenAi
     }
+}
+
+/// The host a path names itself, where the proxy has no single upstream
+/// (each provider at its own base URL): a Bedrock runtime path goes to the
+/// runtime host of the proxy's AWS region (`Err`: what to set, when none
+/// is known), a Vertex AI path to the host of the location it names,
+/// rewritten or not. `None`: the path names no host.
+pub fn host_named_by(path: &str, aws_region: Option<&str>) -> Option<Result<String, &'static str>> {
+    bedrock::host_of_path(path, aws_region).or_else(|| vertex::host_of_path(path).map(Ok))
+}
+
+/// An AWS service whose requests carry a SigV4 signature over their body.
+pub struct AwsService {
+    /// Its signing name (`bedrock`).
+    pub name: &'static str,
+    /// The region a host of the service names, which a request to it is
+    /// signed for.
+    pub region_of_host: fn(&str) -> Option<&str>,
 }
 
 /// What a request to an endpoint is.
@@ -84,10 +103,10 @@ pub struct Endpoint {
     /// and on Bedrock: their bodies name none).
     pub model_in_path: fn(&str) -> Option<String>,
     pub framing: Framing,
-    /// Bedrock's: the request may carry an AWS SigV4 signature over its
-    /// body, which the proxy checks (and may sign for the caller) before
-    /// it reads the body.
-    pub aws_signed: bool,
+    /// The AWS service that authenticates requests to it by a SigV4
+    /// signature over the body (Bedrock's): the proxy checks a client's
+    /// signature before it reads the body, and may sign for the caller.
+    pub aws: Option<&'static AwsService>,
     /// The Responses API's: a request may continue a response stored
     /// upstream (`previous_response_id`), which the proxy resolves before
     /// the rewrite.
@@ -110,7 +129,7 @@ impl Endpoint {
             purpose: Purpose::Turn,
             model_in_path: no_model,
             framing: Framing::Sse,
-            aws_signed: false,
+            aws: None,
             chains_responses: false,
             envelope: None,
         }
@@ -241,7 +260,7 @@ mod tests {
                 e.framing == Framing::EventStream,
                 e.label == "bedrock_invoke_stream"
             );
-            assert_eq!(e.aws_signed, e.label.starts_with("bedrock_"), "{e:?}");
+            assert_eq!(e.aws.is_some(), e.label.starts_with("bedrock_"), "{e:?}");
             if let Some(envelope) = &e.envelope {
                 assert!(envelope.inner.is_turn() && envelope.inner.envelope.is_none());
             }

@@ -37,6 +37,7 @@ pub mod openai_chat;
 #[cfg(test)]
 mod openai_chat_serde;
 pub mod responses;
+pub mod vertex;
 
 use crate::recall::Rounds;
 use crate::stub::RecallToolNames;

@@ -26,6 +26,7 @@ use http::{header, HeaderMap, HeaderValue, Request};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::protocol::endpoint::AwsService;
 use crate::store::Tenant;
 
 /// Credentials this close to their expiry are fetched again.
@@ -103,11 +104,12 @@ impl AwsSigner {
     /// of its identity when its signature is checked good.
     pub async fn decide(
         &self,
+        service: &'static AwsService,
         parts: &http::request::Parts,
         body: &[u8],
     ) -> (Signing, Option<Tenant>) {
         let Some(auth) = parts.headers.get(header::AUTHORIZATION) else {
-            return (Signing::Resign, None);
+            return (Signing::Resign(service), None);
         };
         if !auth.to_str().is_ok_and(is_sigv4) {
             return (Signing::AsSent, None);
@@ -123,7 +125,7 @@ impl AwsSigner {
             SystemTime::now(),
         ) {
             Some(key) => (
-                Signing::Resign,
+                Signing::Resign(service),
                 Some(identity_tenant(key, credentials.secret_access_key())),
             ),
             None => (Signing::AsSent, None),
@@ -133,9 +135,15 @@ impl AwsSigner {
     /// Signs `request` (whose body is `body`) anew; `client` are the
     /// client's headers (its signature's scope names a region). Leaves it
     /// as it is when no credentials or no region are found.
-    pub async fn sign(&self, request: &mut Request<BoxBody>, body: &[u8], client: &HeaderMap) {
+    pub async fn sign(
+        &self,
+        service: &AwsService,
+        request: &mut Request<BoxBody>,
+        body: &[u8],
+        client: &HeaderMap,
+    ) {
         let host = request.uri().host().unwrap_or("").to_string();
-        let region = crate::protocol::bedrock::region_of_host(&host)
+        let region = (service.region_of_host)(&host)
             .map(str::to_string)
             .or_else(|| scope_region(client))
             .or_else(|| self.region.clone());
@@ -162,7 +170,7 @@ impl AwsSigner {
         let params = match v4::SigningParams::builder()
             .identity(&identity)
             .region(&region)
-            .name("bedrock")
+            .name(service.name)
             .time(SystemTime::now())
             .settings(SigningSettings::default())
             .build()
@@ -405,14 +413,15 @@ mod tests {
     }
 }
 
-/// What the proxy may do with a Bedrock request's signature, decided once
-/// per client request (kept in its extensions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the proxy may do with a signed endpoint's request's signature,
+/// decided once per client request (kept in its extensions).
+#[derive(Clone, Copy)]
 pub enum Signing {
-    /// Sign it again with the proxy's credentials: the client sent no
-    /// `Authorization` (it skipped its own AWS auth for this gateway), or
-    /// its SigV4 signature was checked good against the proxy's own key.
-    Resign,
+    /// Sign it again for the service with the proxy's credentials: the
+    /// client sent no `Authorization` (it skipped its own AWS auth for this
+    /// gateway), or its SigV4 signature was checked good against the
+    /// proxy's own key.
+    Resign(&'static AwsService),
     /// Leave it as the client sent it (a Bedrock API key, or a signature
     /// by a key the proxy does not hold).
     AsSent,

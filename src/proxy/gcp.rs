@@ -23,19 +23,14 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
-/// Whether `host` is Google's Vertex AI (`aiplatform.googleapis.com` or a
-/// region's `{region}-aiplatform.googleapis.com`): the only place a token
-/// of the operator's goes, never a gateway or another provider.
-pub fn is_vertex_host(host: &str) -> bool {
-    host == "aiplatform.googleapis.com"
-        || host
-            .strip_suffix("-aiplatform.googleapis.com")
-            .is_some_and(|region| {
-                !region.is_empty()
-                    && region
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
+/// Whether a request on `path` to `host` may be given a Google token: a
+/// call on a Vertex AI publisher's model, to Vertex AI's own hosts or one
+/// the operator listed (`upstream.google_token_hosts`), never a gateway or
+/// another provider.
+pub fn may_authorize(path: &str, host: Option<&str>, listed: &[String]) -> bool {
+    use crate::protocol::vertex;
+    vertex::is_model_path(path)
+        && host.is_some_and(|h| vertex::is_host(h) || listed.iter().any(|t| t == h))
 }
 
 #[derive(Default)]
@@ -84,5 +79,36 @@ impl GcpAuth {
             }
             Err(e) => tracing::warn!(error = %e, "cannot get a Google access token"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_authorize;
+
+    #[test]
+    fn a_google_token_goes_only_to_vertex_ai_or_a_listed_host() {
+        let path = "/v1/projects/p/locations/us-east5/publishers/anthropic/models/c:rawPredict";
+        let listed = vec!["gateway.internal".to_string()];
+        assert!(may_authorize(
+            path,
+            Some("us-east5-aiplatform.googleapis.com"),
+            &[]
+        ));
+        assert!(may_authorize(path, Some("gateway.internal"), &listed));
+        for host in [
+            "api.anthropic.com",
+            "aiplatform.googleapis.com.attacker.example",
+            "gateway.internal",
+        ] {
+            assert!(!may_authorize(path, Some(host), &[]), "{host}");
+        }
+        assert!(!may_authorize(path, None, &listed));
+        let not_a_model = "/v1beta/models/m:generateContent";
+        assert!(!may_authorize(
+            not_a_model,
+            Some("aiplatform.googleapis.com"),
+            &[]
+        ));
     }
 }

@@ -733,25 +733,19 @@ async fn cloud_auth(
     // decision on it (set once its signature, if any, was checked).
     if let Some(signing) = client.extensions.get::<aws::Signing>() {
         let host = request.uri().host().unwrap_or("");
-        let resign = *signing == aws::Signing::Resign;
-        if resign && aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts) {
-            // Boxed, as the other rare awaits of a request's path: the
-            // request's future is as large as its largest await, and it is
-            // moved and touched on every request.
-            Box::pin(app.aws.sign(request, body, &client.headers)).await;
+        if let aws::Signing::Resign(service) = *signing {
+            if aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts) {
+                // Boxed, as the other rare awaits of a request's path: the
+                // request's future is as large as its largest await, and it
+                // is moved and touched on every request.
+                Box::pin(app.aws.sign(service, request, body, &client.headers)).await;
+            }
         }
-    } else if path.contains("/locations/")
-        && path.contains("/publishers/")
-        && request.uri().host().is_some_and(|h| {
-            gcp::is_vertex_host(h)
-                || app
-                    .config
-                    .upstream
-                    .google_token_hosts
-                    .iter()
-                    .any(|t| t == h)
-        })
-    {
+    } else if gcp::may_authorize(
+        path,
+        request.uri().host(),
+        &app.config.upstream.google_token_hosts,
+    ) {
         Box::pin(app.gcp.authorize(request)).await;
     }
 }

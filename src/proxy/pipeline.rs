@@ -20,7 +20,7 @@ use super::recall_rounds::{self, RecallRequest};
 use super::usage_tap::{FiledRequest, UsageReport};
 use super::{forward, forward_whole, stream_back, whole_request, App, BoxBody};
 use crate::config::FailureMode;
-use crate::protocol::endpoint::{Endpoint, Envelope, Purpose};
+use crate::protocol::endpoint::{AwsService, Endpoint, Envelope, Purpose};
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
 use crate::rewrite::{derive_session, splice, Mode, Outcome, Reading, RequestFacts, Turn};
 use crate::store::{NewOutput, Tenant};
@@ -202,11 +202,14 @@ pub(super) async fn handle(
     exchange.read_us = exchange.started.elapsed().as_micros() as u64;
 
     // Authenticate the body: a signature over it names its tenant.
-    if endpoint.aws_signed && Box::pin(check_signature(app, &mut exchange, keyed)).await {
-        let why = Some("foreign_signature");
-        return exchange
-            .as_it_came(app, why, SessionOf::Unknown, AsItCame::Read)
-            .await;
+    if let Some(service) = endpoint.aws {
+        if Box::pin(check_signature(app, service, &mut exchange, keyed)).await {
+            let why = Some("foreign_signature");
+            let body = AsItCame::Read;
+            return exchange
+                .as_it_came(app, why, SessionOf::Unknown, body)
+                .await;
+        }
     }
     if let Some(envelope) = &endpoint.envelope {
         return Box::pin(enveloped(app, &exchange, envelope)).await;
@@ -251,13 +254,20 @@ pub(super) async fn handle(
 /// by an identity the proxy does not hold (or when it holds none): the
 /// signature covers the body, and the caller's outputs would have no tenant
 /// of their own (nothing proves whose they are), so it goes as it came.
-async fn check_signature(app: &App, exchange: &mut Exchange, keyed: bool) -> bool {
-    let (signing, identity) = app.aws.decide(&exchange.parts, &exchange.original).await;
+async fn check_signature(
+    app: &App,
+    service: &'static AwsService,
+    exchange: &mut Exchange,
+    keyed: bool,
+) -> bool {
+    let (signing, identity) = (app.aws)
+        .decide(service, &exchange.parts, &exchange.original)
+        .await;
     exchange.parts.extensions.insert(signing);
     if let Some(identity) = identity.filter(|_| !keyed) {
         exchange.tenant = identity;
     }
-    signing == super::aws::Signing::AsSent
+    matches!(signing, super::aws::Signing::AsSent)
         && exchange
             .parts
             .headers

@@ -11,7 +11,7 @@
 use super::body::BoxBody;
 use super::error::ProxyError;
 use crate::config::{HeldKeys, UpstreamConfig};
-use crate::protocol::Flavor;
+use crate::protocol::{endpoint, Flavor};
 use anyhow::{Context, Result};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
@@ -45,9 +45,9 @@ pub struct Upstream {
     anthropic_base: Option<Uri>,
     /// Where Gemini API requests go when no `upstream.base_url` is set.
     gemini_base: Option<Uri>,
-    /// Where Bedrock invoke requests go when no `upstream.base_url` is set:
-    /// the runtime endpoint of `AWS_REGION`, if set.
-    bedrock_base: Option<Uri>,
+    /// The proxy's AWS region (`AWS_REGION`), read once: where a Bedrock
+    /// runtime path goes when no `upstream.base_url` is set.
+    aws_region: Option<String>,
     /// (path prefix, base URL), longest prefix first (`upstream.routes`).
     routes: Vec<(String, Uri)>,
     first_byte_timeout: Duration,
@@ -104,11 +104,7 @@ impl Upstream {
             base_host: host_value(&config.base_url),
             anthropic_base: config.anthropic_base.clone(),
             gemini_base: config.gemini_base.clone(),
-            bedrock_base: config
-                .gemini_base
-                .as_ref()
-                .and(super::aws_region())
-                .and_then(|r| crate::protocol::bedrock::runtime_endpoint(&r).parse().ok()),
+            aws_region: super::aws_region(),
             routes: config.routes.clone(),
             first_byte_timeout: config.first_byte_timeout,
             idle_timeout: config.idle_timeout,
@@ -152,40 +148,23 @@ impl Upstream {
             .authority()
             .map(|a| a.as_str())
             .ok_or_else(|| ProxyError::Internal("upstream URL has no host".to_string()))?;
-        // With no single upstream, a Bedrock runtime path (invoke,
-        // converse, ...) goes to the runtime endpoint of the proxy's AWS
-        // region (none known: refused, rather than sent to another provider).
-        if route.is_empty()
-            && self.gemini_base.is_some()
-            && crate::protocol::bedrock::is_runtime_path(
-                path_and_query.split('?').next().unwrap_or(""),
-            )
-        {
-            let base = self.bedrock_base.as_ref().ok_or_else(|| {
-                ProxyError::BadRequest(
-                    "a Bedrock request needs an upstream: set AWS_REGION, or --upstream https://bedrock-runtime.REGION.amazonaws.com".to_string(),
-                )
-            })?;
-            let authority = base.authority().map_or("", |a| a.as_str());
-            return format!("https://{authority}{path_and_query}")
-                .parse()
-                .map_err(|e| {
-                    ProxyError::BadRequest(format!("cannot build the upstream URL: {e}"))
-                });
+        // With no single upstream, a path that names its host (a cloud's:
+        // Bedrock's runtime, Vertex AI's locations) goes there over HTTPS,
+        // as the client would have sent it.
+        if route.is_empty() && self.gemini_base.is_some() {
+            let path = path_and_query.split('?').next().unwrap_or("");
+            match endpoint::host_named_by(path, self.aws_region.as_deref()) {
+                Some(Ok(host)) => {
+                    return format!("https://{host}{path_and_query}")
+                        .parse()
+                        .map_err(|e| {
+                            ProxyError::BadRequest(format!("cannot build the upstream URL: {e}"))
+                        })
+                }
+                Some(Err(why)) => return Err(ProxyError::BadRequest(why.to_string())),
+                None => {}
+            }
         }
-        // With no single upstream, a Vertex AI path (Gemini's or Claude's)
-        // goes to the region it names, as the client would have sent it.
-        let vertex = (route.is_empty() && self.gemini_base.is_some())
-            .then(|| {
-                let path = path_and_query.split('?').next().unwrap_or("");
-                vertex_location(path)
-            })
-            .flatten()
-            .map(vertex_host);
-        let (prefix, authority) = match &vertex {
-            Some(host) => ("", host.as_str()),
-            None => (prefix, authority),
-        };
         format!("{scheme}://{authority}{prefix}{path_and_query}")
             .parse()
             .map_err(|e| ProxyError::BadRequest(format!("cannot build the upstream URL: {e}")))
@@ -398,42 +377,6 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// The location of a Vertex AI path (`/v1/projects/{p}/locations/{l}/...`,
-/// or `/v1beta1/...`), when it is a plain region name (letters, digits,
-/// `-`): the host Vertex AI serves it from is built of it.
-pub fn vertex_location(path: &str) -> Option<&str> {
-    let rest = path
-        .strip_prefix("/v1/")
-        .or_else(|| path.strip_prefix("/v1beta1/"))?;
-    let mut segments = rest.splitn(5, '/');
-    let (Some("projects"), Some(project), Some("locations"), Some(location), Some(_)) = (
-        segments.next(),
-        segments.next(),
-        segments.next(),
-        segments.next(),
-        segments.next(),
-    ) else {
-        return None;
-    };
-    let plain = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    (!project.is_empty() && plain(location)).then_some(location)
-}
-
-/// Vertex AI's host for a location: `{location}-aiplatform.googleapis.com`,
-/// `aiplatform.googleapis.com` for `global`.
-pub fn vertex_host(location: &str) -> String {
-    if location == "global" {
-        "aiplatform.googleapis.com".to_string()
-    } else {
-        format!("{location}-aiplatform.googleapis.com")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,41 +407,6 @@ mod tests {
         let out = upstream_headers(&h);
         let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization"]);
-    }
-
-    #[test]
-    fn a_vertex_path_names_its_location() {
-        for (path, location) in [
-            (
-                "/v1/projects/p-1/locations/us-central1/publishers/google/models/m:generateContent",
-                Some("us-central1"),
-            ),
-            (
-                "/v1beta1/projects/p/locations/global/publishers/google/models/m:countTokens",
-                Some("global"),
-            ),
-            (
-                "/v1/projects/p/locations/evil.example.com%2F/publishers/google/models/m:x",
-                None,
-            ),
-            (
-                "/v1/projects/p/locations/EU/publishers/google/models/m:x",
-                None,
-            ),
-            (
-                "/v1/projects//locations/us/publishers/google/models/m:x",
-                None,
-            ),
-            ("/v1beta/models/m:generateContent", None),
-            ("/v1/projects/p/locations/us", None),
-        ] {
-            assert_eq!(vertex_location(path), location, "{path}");
-        }
-        assert_eq!(
-            vertex_host("europe-west4"),
-            "europe-west4-aiplatform.googleapis.com"
-        );
-        assert_eq!(vertex_host("global"), "aiplatform.googleapis.com");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 pub mod eventstream;
 
 use super::anthropic::AnthropicMessages;
-use super::endpoint::{Endpoint, Envelope, Purpose};
+use super::endpoint::{AwsService, Endpoint, Envelope, Purpose};
 use super::framing::Framing;
 use super::{Flavor, ParsedRequest, Protocol, RecallToolNames, RoundsContext};
 use crate::recall::Rounds;
@@ -82,7 +82,7 @@ impl Protocol for OnBedrock {
 /// `POST .../model/{id}/invoke`.
 pub static INVOKE: Endpoint = Endpoint {
     model_in_path: |path| model_in(path, "invoke"),
-    aws_signed: true,
+    aws: Some(&AWS),
     ..Endpoint::turn("bedrock_invoke", &OnBedrock::INVOKE, |path| {
         model_segment(path, "invoke").is_some()
     })
@@ -93,7 +93,7 @@ pub static INVOKE: Endpoint = Endpoint {
 pub static INVOKE_STREAM: Endpoint = Endpoint {
     model_in_path: |path| model_in(path, "invoke-with-response-stream"),
     framing: Framing::EventStream,
-    aws_signed: true,
+    aws: Some(&AWS),
     ..Endpoint::turn("bedrock_invoke_stream", &OnBedrock::STREAM, |path| {
         model_segment(path, "invoke-with-response-stream").is_some()
     })
@@ -104,7 +104,7 @@ pub static INVOKE_STREAM: Endpoint = Endpoint {
 pub static COUNT_TOKENS: Endpoint = Endpoint {
     purpose: Purpose::CountTokens,
     model_in_path: |path| model_in(path, "count-tokens"),
-    aws_signed: true,
+    aws: Some(&AWS),
     envelope: Some(Envelope {
         inner: &INVOKE,
         open: count_tokens_inner,
@@ -168,6 +168,12 @@ fn count_tokens_wrap(body: &[u8], inner: &[u8]) -> Option<Vec<u8>> {
     serde_json::to_vec(&value).ok()
 }
 
+/// Bedrock's runtime, as AWS signs for it.
+pub static AWS: AwsService = AwsService {
+    name: "bedrock",
+    region_of_host,
+};
+
 /// The region of a Bedrock runtime host
 /// (`bedrock-runtime.{region}.amazonaws.com`, `-fips` too).
 pub fn region_of_host(host: &str) -> Option<&str> {
@@ -178,9 +184,20 @@ pub fn region_of_host(host: &str) -> Option<&str> {
     (domain.starts_with("amazonaws.") && !region.is_empty()).then_some(region)
 }
 
-/// The runtime endpoint of a region: `https://bedrock-runtime.{region}.amazonaws.com`.
-pub fn runtime_endpoint(region: &str) -> String {
-    format!("https://bedrock-runtime.{region}.amazonaws.com")
+/// The runtime host of a region.
+fn runtime_host(region: &str) -> String {
+    format!("bedrock-runtime.{region}.amazonaws.com")
+}
+
+/// Where a runtime path goes when no single upstream is set: the runtime
+/// host of the proxy's AWS region; `Err` (what to set) when none is known,
+/// rather than another provider's host. `None` for any other path.
+pub fn host_of_path(path: &str, aws_region: Option<&str>) -> Option<Result<String, &'static str>> {
+    is_runtime_path(path).then(|| {
+        aws_region.map(runtime_host).ok_or(
+            "a Bedrock request needs an upstream: set AWS_REGION, or --upstream https://bedrock-runtime.REGION.amazonaws.com",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -215,9 +232,14 @@ mod tests {
         );
         assert_eq!(region_of_host("127.0.0.1"), None);
         assert_eq!(
-            runtime_endpoint("us-west-2"),
-            "https://bedrock-runtime.us-west-2.amazonaws.com"
+            host_of_path("/model/m/converse", Some("us-west-2")),
+            Some(Ok("bedrock-runtime.us-west-2.amazonaws.com".to_string()))
         );
+        assert!(matches!(
+            host_of_path("/model/m/invoke", None),
+            Some(Err(_))
+        ));
+        assert_eq!(host_of_path("/v1/messages", Some("us-west-2")), None);
     }
 
     #[test]

@@ -332,15 +332,6 @@ pub trait Protocol: Send + Sync {
     /// The usage a response (whole) or one of its stream events reports
     /// (`crate::usage`); `None` when it reports none.
     fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported>;
-
-    /// When [`Protocol::usage`] reads OpenAI's shape from a response's
-    /// top-level `usage` object, its member names: the usage tap then reads
-    /// them straight from the text, building no values
-    /// ([`crate::usage::OpenAiFields`]). `None` (the default): read as
-    /// values, through `usage`.
-    fn usage_fields(&self) -> Option<&'static crate::usage::OpenAiFields> {
-        None
-    }
 }
 
 /// The identity of an assistant message for history restoration: the

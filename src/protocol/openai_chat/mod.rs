@@ -269,14 +269,10 @@ impl Protocol for OpenAiChat {
         Some(crate::usage::Reported::openai(
             value,
             usage,
-            USAGE_FIELDS.input,
-            USAGE_FIELDS.details,
-            USAGE_FIELDS.output,
+            "prompt_tokens",
+            "prompt_tokens_details",
+            "completion_tokens",
         ))
-    }
-
-    fn usage_fields(&self) -> Option<&'static crate::usage::OpenAiFields> {
-        Some(&USAGE_FIELDS)
     }
 
     fn flavor(&self) -> Flavor {
@@ -423,13 +419,6 @@ fn is_plain_string(raw: &str) -> bool {
             .iter()
             .all(|&b| b != b'\\' && b != b'"' && b >= 0x20)
 }
-
-/// Where a response keeps its usage, for the tap's reading of the text.
-static USAGE_FIELDS: crate::usage::OpenAiFields = crate::usage::OpenAiFields {
-    input: "prompt_tokens",
-    details: "prompt_tokens_details",
-    output: "completion_tokens",
-};
 
 #[cfg(test)]
 mod tests {

@@ -885,41 +885,37 @@ pub(super) async fn plan(
     input: RewriteInput,
 ) -> Result<RewriteOutcome, ProxyError> {
     if body.len() <= INLINE_REWRITE_BYTES {
-        let policy = policy_for(app, input.recall);
-        let reading = match read(&body, &policy, endpoint, &input) {
-            Ok(reading) => reading,
-            Err(why) => return Ok(RewriteOutcome::Unchanged(why.as_str(), None)),
-        };
-        let expired = match &input.expiries {
-            Expiries::Known(expired) => expired.clone(),
-            Expiries::Ask(tenant, session) => {
-                let asked = (tenant, session.as_deref());
-                Box::pin(cache_expiries(app, endpoint, asked, &body, &reading)).await
-            }
-        };
-        return Ok(finish(
-            app, endpoint, &body, reading, &policy, &input, expired,
-        ));
+        return Ok(Box::pin(rewrite_once(app, endpoint, &body, &input)).await);
     }
     let app = app.clone();
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let policy = policy_for(&app, input.recall);
-        let reading = match read(&body, &policy, endpoint, &input) {
-            Ok(reading) => reading,
-            Err(why) => return RewriteOutcome::Unchanged(why.as_str(), None),
-        };
-        let expired = match &input.expiries {
-            Expiries::Known(expired) => expired.clone(),
-            Expiries::Ask(tenant, session) => {
-                let asked = (tenant, session.as_deref());
-                runtime.block_on(cache_expiries(&app, endpoint, asked, &body, &reading))
-            }
-        };
-        finish(&app, endpoint, &body, reading, &policy, &input, expired)
+        runtime.block_on(rewrite_once(&app, endpoint, &body, &input))
     })
     .await
     .map_err(|e| ProxyError::Internal(format!("rewrite task failed: {e}")))
+}
+
+/// Parses the body, asks the clock where `input` says to, rewrites once.
+async fn rewrite_once(
+    app: &App,
+    endpoint: &'static Endpoint,
+    body: &Bytes,
+    input: &RewriteInput,
+) -> RewriteOutcome {
+    let policy = policy_for(app, input.recall);
+    let reading = match read(body, &policy, endpoint, input) {
+        Ok(reading) => reading,
+        Err(why) => return RewriteOutcome::Unchanged(why.as_str(), None),
+    };
+    let expired = match &input.expiries {
+        Expiries::Known(expired) => expired.clone(),
+        Expiries::Ask(tenant, session) => {
+            let asked = (tenant, session.as_deref());
+            cache_expiries(app, endpoint, asked, body, &reading).await
+        }
+    };
+    finish(app, endpoint, body, reading, &policy, input, expired)
 }
 
 /// The configured policy, or with recall off.

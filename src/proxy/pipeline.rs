@@ -23,6 +23,7 @@ use crate::config::FailureMode;
 use crate::protocol::endpoint::{AwsService, Endpoint, Envelope, Purpose};
 use crate::protocol::{json_text, span_in_bytes, Content, Protocol};
 use crate::rewrite::{derive_session, splice, Mode, Outcome, Reading, RequestFacts, Turn};
+use crate::store::cache_clock::{on_branch, ClockRequest};
 use crate::store::{NewOutput, Tenant};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -794,10 +795,11 @@ pub(super) enum Expiries {
 /// conversation's requests the provider's cache had expired (more than its
 /// lifetime since the request before: `externalization.prompt_cache_ttl_ms`,
 /// or longer where the request asks, [`Protocol::cache_lifetime_ms`]). The
-/// store decides each once, so every replica and retry rewrites alike. It
-/// is asked between the body's parse and its rewrite, so the body is
-/// rewritten once. A store that fails answers none: the request goes as if
-/// no cache had expired.
+/// store decides each once, so every replica and retry rewrites alike; of
+/// the points it answers, the request keeps those of its own branch of the
+/// conversation ([`on_branch`]). It is asked between the body's parse and
+/// its rewrite, so the body is rewritten once. A store that fails answers
+/// none: the request goes as if no cache had expired.
 async fn cache_expiries(
     app: &App,
     endpoint: &'static Endpoint,
@@ -820,10 +822,21 @@ async fn cache_expiries(
         .ok()
         .and_then(|text| endpoint.protocol.cache_lifetime_ms(text))
         .unwrap_or(default_ttl);
-    let count = u32::try_from(clock.messages).unwrap_or(u32::MAX);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
-    match app.store.cache_expiries(tenant, &session, count, ttl).await {
-        Ok(points) => points.into_iter().map(|p| p as usize).collect(),
+    let protocol = endpoint.protocol;
+    let last_message = reading
+        .message_identity(protocol, clock.messages)
+        .unwrap_or_default();
+    let request = ClockRequest {
+        messages: u32::try_from(clock.messages).unwrap_or(u32::MAX),
+        last_message: &last_message,
+    };
+    match app
+        .store
+        .cache_expiries(tenant, &session, request, ttl)
+        .await
+    {
+        Ok(points) => on_branch(&points, |count| reading.message_identity(protocol, count)),
         Err(e) => {
             app.metrics.store_error("cache_expiries");
             tracing::warn!(error = %e, "reading the prompt-cache clock failed");

@@ -38,7 +38,9 @@ use crate::protocol::openai_chat::OpenAiChat;
 use crate::protocol::responses::OpenAiResponses;
 use crate::protocol::Protocol;
 use crate::rewrite::memo::Memo;
-use crate::rewrite::{rewrite_reading, rewrite_reading_for, Mode, Outcome, Policy, RequestFacts};
+use crate::rewrite::{
+    rewrite_reading, rewrite_reading_for, Mode, Outcome, Policy, Reading, RequestFacts,
+};
 use cache::{Cache, CacheKind};
 use price::PriceModel;
 use prompt::{Counter, Prompt};
@@ -265,11 +267,29 @@ pub fn replay(session: &Recorded, policy: &Policy, prices: &Prices) -> SessionRe
             let ttl = protocol
                 .cache_lifetime_ms(&request.body)
                 .unwrap_or(policy.prompt_cache_ttl_ms);
-            let points =
-                clocks
-                    .entry(opening.clone())
-                    .or_default()
-                    .observe(clock.messages, at, ttl);
+            // Parsed again only for the identities of its messages (the
+            // replay is offline; the proxy parses once).
+            let reading = std::cell::OnceCell::new();
+            let identity_at = |count: usize| {
+                reading
+                    .get_or_init(|| {
+                        Reading::of(
+                            request.body.as_bytes(),
+                            policy,
+                            protocol,
+                            RequestFacts::default(),
+                        )
+                        .ok()
+                    })
+                    .as_ref()?
+                    .message_identity(protocol, count)
+            };
+            let points = clocks.entry(opening.clone()).or_default().observe(
+                clock.messages,
+                at,
+                ttl,
+                identity_at,
+            );
             if clock.expiry_matters && !points.is_empty() {
                 report.after_expiry += usize::from(points.contains(&clock.messages));
                 let facts = RequestFacts {

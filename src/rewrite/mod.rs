@@ -365,6 +365,19 @@ impl<'b> Reading<'b> {
         clock_facts(&self.parsed, false)
     }
 
+    /// The identity of the message that ends the conversation at `count`
+    /// messages (the body's message `count - 1`): a hash of its canonical
+    /// text ([`Protocol::message_canon`]), so the same message sent again,
+    /// re-serialized or with its cache markers moved, has the same one.
+    /// The prompt-cache clock names a point by it, so a point applies to
+    /// its own branch of a forked conversation only. `None` when the body
+    /// has fewer messages or the message no canonical text.
+    pub fn message_identity(&self, protocol: &dyn Protocol, count: usize) -> Option<String> {
+        let message = self.parsed.messages.get(count.checked_sub(1)?)?;
+        let canon = protocol.message_canon(self.text.get(message.span.clone())?)?;
+        Some(crate::refs::sha256_hex(&canon))
+    }
+
     /// Rewrites the body; `expired` as [`RequestFacts::expired`]. For a body
     /// it leaves unchanged, what it read ([`Read`]).
     pub fn rewrite(

@@ -1393,3 +1393,41 @@ fn after_a_pause_the_newest_outputs_age_too_where_the_model_answered_them() {
     // the model and stays.
     assert_eq!(stubbed_after(&conversation(&outputs), &[5]), ["call_0"]);
 }
+
+/// The identity of a message (what names a prompt-cache expiry point's
+/// branch) survives what a client changes when it sends the message again
+/// (Anthropic's cache marker moved off it, its keys reordered), and tells
+/// apart the same place in two branches (another tool call).
+#[test]
+fn a_message_identity_survives_a_moved_cache_marker_and_tells_branches_apart() {
+    let body = |last: &str| {
+        format!(
+            r#"{{"model":"claude","max_tokens":9,"messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":[{{"type":"tool_use","id":"toolu_1","name":"Read","input":{{}}}}]}},{last}]}}"#
+        )
+    };
+    let marked = body(
+        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x","cache_control":{"type":"ephemeral"}}]}"#,
+    );
+    let resent = body(
+        r#"{"content":[{"content":"x","tool_use_id":"toolu_1","type":"tool_result"}],"role":"user"}"#,
+    );
+    let other = body(
+        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"x"}]}"#,
+    );
+    let identity = |b: &str, count: usize| {
+        Reading::of(
+            b.as_bytes(),
+            &Policy::default(),
+            &AnthropicMessages,
+            RequestFacts::default(),
+        )
+        .expect("read")
+        .message_identity(&AnthropicMessages, count)
+    };
+    let first = identity(&marked, 3).expect("an identity");
+    assert_eq!(identity(&resent, 3).as_deref(), Some(first.as_str()));
+    assert_ne!(identity(&other, 3).as_deref(), Some(first.as_str()));
+    assert_eq!(identity(&marked, 2), identity(&other, 2));
+    assert_eq!(identity(&marked, 0), None);
+    assert_eq!(identity(&marked, 4), None);
+}

@@ -147,17 +147,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<ResponseId>, StoreError>;
 
     /// The requests of one conversation at which the provider's prompt
-    /// cache had expired, as message counts, ascending, up to `messages`;
-    /// deciding this request's first (see below).
+    /// cache had expired, ascending, up to the request's message count;
+    /// deciding this request's first (see below). Points recorded on
+    /// other branches of a forked conversation are among them; the caller
+    /// keeps its own branch's ([`crate::store::cache_clock::on_branch`]).
     ///
     /// A conversation is (`tenant`, `session_id`); a request of it is named
-    /// by its message count. As if in one write transaction holding the
+    /// by its message count, a point by that and the identity of the
+    /// request's last message. As if in one write transaction holding the
     /// session's clock (the writer on SQLite; the row's lock on PostgreSQL,
     /// so two replicas racing on one session decide once), as of the store
     /// clock's "now": a first request starts the clock and records nothing; a
     /// request with more messages than any before, more than `ttl_ms` after
-    /// the clock's last request, records its message count as an expiry
-    /// point; the clock then keeps the latest time and the most messages.
+    /// the clock's last request, records its message count and last
+    /// message as an expiry point; the clock then keeps the latest time and the most messages.
     /// A request with as many or fewer messages (a retry, a request from
     /// before a fork) records nothing, so a retry, whenever it comes, gets
     /// the answer its first attempt got: every replica and every retry send
@@ -176,9 +179,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         tenant: &Tenant,
         session_id: &str,
-        messages: u32,
+        request: crate::store::cache_clock::ClockRequest<'_>,
         ttl_ms: i64,
-    ) -> Result<Vec<u32>, StoreError>;
+    ) -> Result<Vec<crate::store::cache_clock::ExpiryPoint>, StoreError>;
 
     /// Adds ledger rows and sets output token counts, in one commit
     /// (token accounting; committed less durably than outputs on SQLite);

@@ -53,6 +53,20 @@
 //!   does: one later request may then find the cache expired when it was
 //!   not (one cache write more).
 //!
+//! Why a point names a message: a conversation's session is derived from
+//! its opening, so the branches of a forked conversation (an edited
+//! message sent again, a harness running one task several times) share a
+//! session and its clock. A point applies to the requests that continue
+//! the request that recorded it, and to no other branch: it is stored with
+//! the identity of that request's last message (a hash of its canonical
+//! text, which survives a client's re-serialization of it), and a request
+//! gets a point only when its own message at that place has the same
+//! identity ([`on_branch`]). A point with no identity (none could be taken)
+//! applies to every branch. What forks still share is the clock's row: a
+//! branch shorter than the longest request of its session never records a
+//! point, so it goes as if its cache had not expired (a missed saving,
+//! never a changed byte).
+//!
 //! Who can read what: every row is keyed by tenant, and every statement
 //! here is scoped by it; one session id under two tenants is two clocks.
 //!
@@ -79,12 +93,16 @@ pub const CLOCK: &str =
 pub const SET_CLOCK: &str = "UPDATE session_clocks SET last_at = ?3, last_messages = ?4 \
      WHERE tenant = ?1 AND session_id = ?2";
 
-/// Records an expiry point (`?3` messages), once.
-pub const INSERT_POINT: &str = "INSERT INTO cache_expiries (tenant, session_id, messages) \
-     VALUES (?1, ?2, ?3) ON CONFLICT (tenant, session_id, messages) DO NOTHING";
+/// Records an expiry point (`?3` messages, `?4` the identity of the
+/// request's last message), once. Only a request with more messages than
+/// any before records one, so no two points of a session share a count.
+pub const INSERT_POINT: &str = "INSERT INTO cache_expiries (tenant, session_id, messages, \
+     last_message) VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (tenant, session_id, messages) DO NOTHING";
 
-/// The session's expiry points up to `?3` messages, ascending.
-pub const POINTS: &str = "SELECT messages FROM cache_expiries \
+/// The session's expiry points up to `?3` messages, ascending: (messages,
+/// last_message).
+pub const POINTS: &str = "SELECT messages, last_message FROM cache_expiries \
      WHERE tenant = ?1 AND session_id = ?2 AND messages <= ?3 ORDER BY messages";
 
 /// Moves the clock without deciding (`?3` now, `?4` messages), starting it
@@ -104,9 +122,12 @@ pub const TOUCH_POSTGRES: &str = "INSERT INTO session_clocks (tenant, session_id
 
 /// PostgreSQL's read of the fast path in one statement (one snapshot):
 /// always one row, the clock's (last_at, last_messages) or NULLs, and the
-/// points up to `?3`, ascending, as an array.
+/// points up to `?3`, ascending, as two arrays in one order (messages,
+/// last_message; no two points share a count).
 pub const READ_POSTGRES: &str = "SELECT c.last_at, c.last_messages, \
      ARRAY(SELECT p.messages FROM cache_expiries p \
+     WHERE p.tenant = ?1 AND p.session_id = ?2 AND p.messages <= ?3 ORDER BY p.messages), \
+     ARRAY(SELECT p.last_message FROM cache_expiries p \
      WHERE p.tenant = ?1 AND p.session_id = ?2 AND p.messages <= ?3 ORDER BY p.messages) \
      FROM (SELECT 1) AS one LEFT JOIN session_clocks c ON c.tenant = ?1 AND c.session_id = ?2";
 
@@ -141,14 +162,53 @@ pub fn decide(last_at: i64, last_messages: i64, now: i64, messages: i64, ttl_ms:
     }
 }
 
-/// A stored point as a message count (the column holds only what a `u32`
-/// put there).
-pub fn point(stored: i64) -> Result<u32, StoreError> {
-    u32::try_from(stored).map_err(|_| {
+/// A request as its conversation's clock sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockRequest<'a> {
+    /// The messages (or items) of its conversation.
+    pub messages: u32,
+    /// The identity of the last of them ("" when none could be taken).
+    pub last_message: &'a str,
+}
+
+/// A request of a conversation at which the provider's prompt cache had
+/// expired: its message count and the identity of its last message (""
+/// for every branch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpiryPoint {
+    pub messages: u32,
+    pub last_message: String,
+}
+
+/// A stored point (the count column holds only what a `u32` put there).
+pub fn point(messages: i64, last_message: String) -> Result<ExpiryPoint, StoreError> {
+    let messages = u32::try_from(messages).map_err(|_| {
         StoreError::Corrupt(format!(
-            "prompt-cache expiry point {stored} is not a message count"
+            "prompt-cache expiry point {messages} is not a message count"
         ))
+    })?;
+    Ok(ExpiryPoint {
+        messages,
+        last_message,
     })
+}
+
+/// The message counts of the points that lie on the request's own branch
+/// of its conversation, ascending: a point with an identity is kept when
+/// `identity_at(count)` (the identity of the request's message that ends
+/// the conversation at `count` messages) is that identity.
+pub fn on_branch(
+    points: &[ExpiryPoint],
+    identity_at: impl Fn(usize) -> Option<String>,
+) -> Vec<usize> {
+    points
+        .iter()
+        .filter(|p| {
+            p.last_message.is_empty()
+                || identity_at(p.messages as usize).as_deref() == Some(p.last_message.as_str())
+        })
+        .map(|p| p.messages as usize)
+        .collect()
 }
 
 /// What a read of a session found: its clock (last_at, last_messages), if
@@ -157,7 +217,7 @@ pub fn point(stored: i64) -> Result<u32, StoreError> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Seen {
     pub clock: Option<(i64, i64)>,
-    pub points: Vec<i64>,
+    pub points: Vec<ExpiryPoint>,
 }
 
 /// The fast path's answer: `Some(points)` when the read answers the call
@@ -172,21 +232,17 @@ pub fn answer(
     now: i64,
     messages: i64,
     ttl_ms: i64,
-) -> Result<Option<Vec<u32>>, StoreError> {
+) -> Option<Vec<ExpiryPoint>> {
     let clock = match (seen.clock, pending) {
         (Some((at, m)), Some((p_at, p_m))) => Some((at.max(p_at), m.max(p_m))),
         (clock, None) | (None, clock) => clock,
     };
     if let Some((last_at, last_messages)) = clock {
         if decide(last_at, last_messages, now, messages, ttl_ms).record {
-            return Ok(None);
+            return None;
         }
     }
-    seen.points
-        .into_iter()
-        .map(point)
-        .collect::<Result<_, _>>()
-        .map(Some)
+    Some(seen.points)
 }
 
 /// This process's touches not yet landed, per session: the clock each
@@ -349,32 +405,42 @@ mod tests {
         assert!(decide(i64::MIN, 0, i64::MAX, 1, 1).record);
     }
 
-    fn seen(clock: Option<(i64, i64)>, points: &[i64]) -> Seen {
+    fn points(counts: &[u32]) -> Vec<ExpiryPoint> {
+        counts
+            .iter()
+            .map(|&messages| ExpiryPoint {
+                messages,
+                last_message: String::new(),
+            })
+            .collect()
+    }
+
+    fn seen(clock: Option<(i64, i64)>, counts: &[u32]) -> Seen {
         Seen {
             clock,
-            points: points.to_vec(),
+            points: points(counts),
         }
     }
 
     #[test]
     fn the_read_answers_unless_the_clock_looks_expired() {
-        let ans = |s: Seen, pending, now, messages| answer(s, pending, now, messages, 300).unwrap();
+        let ans = |s: Seen, pending, now, messages| answer(s, pending, now, messages, 300);
         // No clock: a first request, answered (its points, if any).
         assert_eq!(ans(seen(None, &[]), None, 9_000, 4), Some(vec![]));
         // Within the ttl, or not a new request: what was read.
         assert_eq!(
             ans(seen(Some((1_000, 4)), &[2]), None, 1_300, 6),
-            Some(vec![2])
+            Some(points(&[2]))
         );
         assert_eq!(
             ans(seen(Some((1_000, 6)), &[2, 6]), None, 9_000, 6),
-            Some(vec![2, 6])
+            Some(points(&[2, 6]))
         );
         // A new request past the ttl: the atomic path decides.
         assert_eq!(ans(seen(Some((1_000, 4)), &[2]), None, 1_301, 6), None);
         // The ttl off: never.
         assert_eq!(
-            answer(seen(Some((1_000, 4)), &[]), None, 9_000, 6, 0).unwrap(),
+            answer(seen(Some((1_000, 4)), &[]), None, 9_000, 6, 0),
             Some(vec![])
         );
         // A touch in flight counts as landed: a later time or more
@@ -398,9 +464,57 @@ mod tests {
             ans(seen(None, &[]), Some((1_000, 4)), 1_300, 6),
             Some(vec![])
         );
-        // A stored value no count can be is corruption.
+    }
+
+    /// A fork shares its conversation's clock, not the points recorded on
+    /// another branch after it forked.
+    #[test]
+    fn a_point_applies_to_its_own_branch_only() {
+        let at = |messages: u32, last: &str| ExpiryPoint {
+            messages,
+            last_message: last.to_string(),
+        };
+        let stored = vec![at(3, "a3"), at(6, "a6"), at(8, ""), at(9, "b9")];
+        // Branch a: its own messages at 3 and 6; the point without an
+        // identity applies to every branch.
+        let branch_a = |count: usize| Some(format!("a{count}"));
+        assert_eq!(on_branch(&stored, branch_a), [3, 6, 8]);
+        // Branch b forked after message 3: a's first point is its history
+        // too (its message 3 is a's), a's second is not.
+        let branch_b = |count: usize| {
+            Some(if count <= 3 {
+                format!("a{count}")
+            } else {
+                format!("b{count}")
+            })
+        };
+        assert_eq!(on_branch(&stored, branch_b), [3, 8, 9]);
+        // A request whose messages have no identity gets only the points
+        // that apply to every branch.
+        assert_eq!(on_branch(&stored, |_| None), [8]);
+    }
+
+    #[test]
+    fn a_stored_point_is_a_message_count_or_corruption() {
+        assert_eq!(
+            point(7, "x".to_string()).ok(),
+            Some(ExpiryPoint {
+                messages: 7,
+                last_message: "x".to_string()
+            })
+        );
+        assert_eq!(
+            point(i64::from(u32::MAX), String::new())
+                .map(|p| p.messages)
+                .ok(),
+            Some(u32::MAX)
+        );
         assert!(matches!(
-            answer(seen(None, &[-1]), None, 0, 1, 300),
+            point(-1, String::new()),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(matches!(
+            point(i64::from(u32::MAX) + 1, String::new()),
             Err(StoreError::Corrupt(_))
         ));
     }
@@ -437,16 +551,5 @@ mod tests {
         // A new touch starts from its own clock, not the forgotten one.
         let _third = touches.begin(&alice, "s", 500, 2);
         assert_eq!(touches.pending(&alice, "s"), Some((500, 2)));
-    }
-
-    #[test]
-    fn a_stored_point_is_a_message_count_or_corruption() {
-        assert_eq!(point(7).ok(), Some(7));
-        assert_eq!(point(i64::from(u32::MAX)).ok(), Some(u32::MAX));
-        assert!(matches!(point(-1), Err(StoreError::Corrupt(_))));
-        assert!(matches!(
-            point(i64::from(u32::MAX) + 1),
-            Err(StoreError::Corrupt(_))
-        ));
     }
 }

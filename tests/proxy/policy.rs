@@ -730,3 +730,63 @@ async fn after_the_cache_expired_seen_outputs_become_stubs_and_retries_agree() {
         s.proxy.shutdown().await;
     }
 }
+
+/// A fork of a conversation (its history up to a turn, then turns of its
+/// own: a message edited and sent again) shares its session and clock, but
+/// not a point recorded on the other branch after they parted: a fork
+/// whose cache is warm goes as it came, and the first branch, continuing,
+/// keeps every byte it sent.
+#[tokio::test]
+async fn a_fork_does_not_take_the_other_branchs_cache_expiry() {
+    for route in ROUTES {
+        let s = setup_with(
+            answers(),
+            &[("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")],
+        )
+        .await;
+        let mut shared = Vec::new();
+        for turn in 0..2 {
+            shared.extend(route.turn(turn, &[("Read", text_of(turn, 3_000), false)]));
+            let (status, _) = post(&s, route, route.body(&shared)).await;
+            assert_eq!(status, 200);
+        }
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let mut first = shared.clone();
+        first.extend(route.turn(2, &[("Read", text_of(2, 3_000), false)]));
+        let (status, headers) = post(&s, route, route.body(&first)).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            headers
+                .get("x-toolstub-externalized")
+                .and_then(|v| v.to_str().ok()),
+            Some("2"),
+            "{route:?}: the first branch found the cache expired"
+        );
+        let first_sent = s.mock.last().body.to_vec();
+        // The fork, at once: longer than the first branch's request, its
+        // cache warm. It goes as it came.
+        let mut fork = shared.clone();
+        fork.extend(route.turn(5, &[("Read", text_of(5, 3_000), false)]));
+        fork.extend(route.turn(6, &[("Read", text_of(6, 3_000), false)]));
+        let body = route.body(&fork);
+        let (status, headers) = post(&s, route, body.clone()).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            s.mock.last().body,
+            body.as_bytes(),
+            "{route:?}: the fork took the other branch's expiry"
+        );
+        assert!(
+            headers.get("x-toolstub-externalized").is_none(),
+            "{route:?}"
+        );
+        // The first branch, continuing, keeps what it sent.
+        first.extend(route.turn(3, &[("Read", text_of(3, 3_000), false)]));
+        let (status, _) = post(&s, route, route.body(&first)).await;
+        assert_eq!(status, 200);
+        let before = conversation_of(&first_sent);
+        let now = conversation_of(&s.mock.last().body);
+        assert_eq!(before[..], now[..before.len()], "{route:?}");
+        s.proxy.shutdown().await;
+    }
+}

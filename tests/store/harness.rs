@@ -13,6 +13,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use tempfile::TempDir;
 use toolstub::auth::KeyHash;
+use toolstub::store::cache_clock::{on_branch, ClockRequest};
 use toolstub::store::{
     Answer, AsyncResultStore, Backend, Exchange, Health, KeyRecord, NewOutput, OutputMeta,
     OutputSummary, PostgresOptions, ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig,
@@ -299,6 +300,8 @@ impl Store {
         self.block_on(self.store.response_id(tenant, client_id))
     }
 
+    /// The points of one unforked conversation: its message at count `n`
+    /// has the identity `m{n}`.
     pub fn cache_expiries(
         &self,
         tenant: &Tenant,
@@ -306,10 +309,31 @@ impl Store {
         messages: u32,
         ttl_ms: i64,
     ) -> Result<Vec<u32>, StoreError> {
-        self.block_on(
+        let points =
+            self.cache_expiries_on(tenant, session_id, messages, ttl_ms, |n| format!("m{n}"))?;
+        Ok(points.into_iter().map(|p| p as u32).collect())
+    }
+
+    /// The points on the branch whose message at count `n` has the
+    /// identity `identity(n)`.
+    pub fn cache_expiries_on(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        messages: u32,
+        ttl_ms: i64,
+        identity: impl Fn(usize) -> String,
+    ) -> Result<Vec<usize>, StoreError> {
+        let last_message = identity(messages as usize);
+        let request = ClockRequest {
+            messages,
+            last_message: &last_message,
+        };
+        let points = self.block_on(
             self.store
-                .cache_expiries(tenant, session_id, messages, ttl_ms),
-        )
+                .cache_expiries(tenant, session_id, request, ttl_ms),
+        )?;
+        Ok(on_branch(&points, |n| Some(identity(n))))
     }
 
     /// How many rows `sql` (a count) finds, on either backend.

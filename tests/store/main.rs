@@ -1687,6 +1687,7 @@ mod cache_clock {
     //! prompt cache expired; decided once in the store, so every retry and
     //! every replica answer alike.
     use super::*;
+    use toolstub::store::cache_clock::{ClockRequest, ExpiryPoint};
 
     /// The cache's lifetime in these tests (five minutes).
     const TTL: i64 = 300_000;
@@ -1808,6 +1809,33 @@ mod cache_clock {
             assert_eq!(store.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
             assert_eq!(store.cache_expiries(&alice(), "s", 11, TTL).unwrap(), [4, 8]);
             assert_eq!(store.cache_expiries(&alice(), "s", 13, TTL).unwrap(), [4, 8, 12]);
+        }
+
+        /// Two branches of one conversation (a message edited and sent
+        /// again) share its session and clock, not the points each
+        /// recorded after they parted; a point from before they parted is
+        /// both branches' history.
+        fn a_fork_gets_only_the_points_of_its_own_branch() {
+            let (_d, store, now) = open_with_clock(config());
+            let a = |n: usize| format!("a{n}");
+            // Branch b is a up to 4 messages, its own from the fifth on.
+            let b = |n: usize| if n <= 4 { format!("a{n}") } else { format!("b{n}") };
+            assert!(store.cache_expiries_on(&alice(), "s", 2, TTL, a).unwrap().is_empty());
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 4, TTL, a).unwrap(), [4]);
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 6, TTL, a).unwrap(), [4, 6]);
+            // b at 8 messages, after a pause: its own point at 8; a's at 6
+            // is not on b.
+            now.fetch_add(2 * TTL, Ordering::SeqCst);
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 8, TTL, b).unwrap(), [4, 8]);
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 8, TTL, b).unwrap(), [4, 8]);
+            // a, continuing, sees neither of b's.
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 9, TTL, a).unwrap(), [4, 6]);
+            // The branches share the clock: a at 9 moved it, so b's next
+            // request, within the ttl of it, records nothing.
+            assert_eq!(store.cache_expiries_on(&alice(), "s", 10, TTL, b).unwrap(), [4, 8]);
+            assert_eq!(store.count("SELECT count(*) FROM cache_expiries"), 3);
         }
 
         fn one_session_id_under_two_tenants_is_two_conversations() {
@@ -2007,11 +2035,22 @@ mod cache_clock {
         let dir = tempfile::tempdir().unwrap();
         let (cfg, now) = clocked();
         let store = ResultStore::open(dir.path().join("t.db"), cfg).unwrap();
-        assert_eq!(store.cache_expiries(&alice(), "s", 2, TTL).unwrap(), NONE);
+        let ask = |tenant: &Tenant, messages: u32| {
+            let request = ClockRequest {
+                messages,
+                last_message: "m",
+            };
+            store.cache_expiries(tenant, "s", request, TTL).unwrap()
+        };
+        let at_3 = [ExpiryPoint {
+            messages: 3,
+            last_message: "m".to_string(),
+        }];
+        assert_eq!(ask(&alice(), 2), []);
         now.fetch_add(TTL + 1, Ordering::SeqCst);
-        assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), [3]);
-        assert_eq!(store.cache_expiries(&alice(), "s", 3, TTL).unwrap(), [3]);
-        assert_eq!(store.cache_expiries(&bob(), "s", 3, TTL).unwrap(), NONE);
+        assert_eq!(ask(&alice(), 3), at_3);
+        assert_eq!(ask(&alice(), 3), at_3);
+        assert_eq!(ask(&bob(), 3), []);
     }
 }
 

@@ -20,7 +20,7 @@ mod schema;
 mod write;
 
 use super::backend::{Health, Store};
-use super::cache_clock::{self, Touches};
+use super::cache_clock::{self, ClockRequest, ExpiryPoint, Touches};
 use super::error::PgContext;
 #[cfg(any(test, feature = "testing"))]
 use super::StoreStats;
@@ -379,10 +379,10 @@ impl Store for PostgresBackend {
         &self,
         tenant: &Tenant,
         session_id: &str,
-        messages: u32,
+        request: ClockRequest<'_>,
         ttl_ms: i64,
-    ) -> Result<Vec<u32>, StoreError> {
-        let count = i64::from(messages);
+    ) -> Result<Vec<ExpiryPoint>, StoreError> {
+        let count = i64::from(request.messages);
         // Before the read: a touch that lands meanwhile is then either
         // merged in here or committed before the read's snapshot.
         let now = self.inner.config.clock.now_ms();
@@ -392,7 +392,7 @@ impl Store for PostgresBackend {
             self.inner
                 .note(read::cache_clock(&conn, tenant, session_id, count).await)?
         };
-        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms)? {
+        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms) {
             self.touch(tenant, session_id, now, count);
             return Ok(points);
         }
@@ -408,7 +408,7 @@ impl Store for PostgresBackend {
         let mut conn = self.inner.conn().await?;
         let now = self.inner.config.clock.now_ms();
         self.inner
-            .note(write::cache_expiries(&mut conn, tenant, session_id, messages, ttl_ms, now).await)
+            .note(write::cache_expiries(&mut conn, tenant, session_id, request, ttl_ms, now).await)
     }
 
     async fn read(

@@ -150,9 +150,20 @@ pub async fn cache_clock(
         .pg("reading a session's prompt-cache clock")?;
     let last_at: Option<i64> = row.get(0);
     let last_messages: Option<i64> = row.get(1);
+    let counts: Vec<i64> = row.get(2);
+    let identities: Vec<String> = row.get(3);
+    if counts.len() != identities.len() {
+        return Err(StoreError::Corrupt(
+            "a session's prompt-cache expiry points read unevenly".to_string(),
+        ));
+    }
     Ok(clock::Seen {
         clock: last_at.zip(last_messages),
-        points: row.get(2),
+        points: counts
+            .into_iter()
+            .zip(identities)
+            .map(|(messages, last)| clock::point(messages, last))
+            .collect::<Result<_, _>>()?,
     })
 }
 

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_ledger_write_cost.sql"),
     include_str!("migrations/0007_client_keys.sql"),
     include_str!("migrations/0008_cache_clocks.sql"),
+    include_str!("migrations/0009_expiry_branches.sql"),
 ];
 
 /// The schema version this build writes.

@@ -366,13 +366,13 @@ pub async fn cache_expiries(
     conn: &mut Conn,
     tenant: &Tenant,
     session_id: &str,
-    messages: u32,
+    request: crate::store::cache_clock::ClockRequest<'_>,
     ttl_ms: i64,
     now: i64,
-) -> Result<Vec<u32>, StoreError> {
+) -> Result<Vec<crate::store::cache_clock::ExpiryPoint>, StoreError> {
     use crate::store::cache_clock as clock;
     use crate::store::ledger_sql::postgres_sql;
-    let messages = i64::from(messages);
+    let messages = i64::from(request.messages);
     let tenant = tenant.as_str();
     let tx = conn
         .transaction()
@@ -418,7 +418,7 @@ pub async fn cache_expiries(
         if d.record {
             tx.execute(
                 &postgres_sql(clock::INSERT_POINT),
-                &[&tenant, &session_id, &messages],
+                &[&tenant, &session_id, &messages, &request.last_message],
             )
             .await
             .pg("recording a prompt-cache expiry")?;
@@ -442,7 +442,9 @@ pub async fn cache_expiries(
     tx.commit()
         .await
         .pg("committing a prompt-cache clock decision")?;
-    rows.iter().map(|r| clock::point(r.get(0))).collect()
+    rows.iter()
+        .map(|r| clock::point(r.get(0), r.get(1)))
+        .collect()
 }
 
 /// Moves a session's prompt-cache clock to `at` and `messages` if they are

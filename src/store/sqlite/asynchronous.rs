@@ -9,7 +9,7 @@ use super::{
     prepare, Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch,
     ResponseId, ResultStore, SearchHit, StoreError, Stored, SweepReport, Tenant,
 };
-use crate::store::cache_clock::{self, Touches};
+use crate::store::cache_clock::{self, ClockRequest, ExpiryPoint, Touches};
 #[cfg(any(test, feature = "testing"))]
 use crate::store::StoreStats;
 use crate::store::{Health, Store};
@@ -312,10 +312,10 @@ impl Store for SqliteBackend {
         &self,
         tenant: &Tenant,
         session_id: &str,
-        messages: u32,
+        request: ClockRequest<'_>,
         ttl_ms: i64,
-    ) -> Result<Vec<u32>, StoreError> {
-        let count = i64::from(messages);
+    ) -> Result<Vec<ExpiryPoint>, StoreError> {
+        let count = i64::from(request.messages);
         // Before the read: a touch that lands meanwhile is then either
         // merged in here or committed before the read's snapshot.
         let now = self.store.config().clock.now_ms();
@@ -325,7 +325,7 @@ impl Store for SqliteBackend {
             self.blocking(move |s| s.cache_clock(&tenant, &session_id, count))
                 .await?
         };
-        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms)? {
+        if let Some(points) = cache_clock::answer(seen, pending, now, count, ttl_ms) {
             self.touch(tenant, session_id, now, count);
             return Ok(points);
         }
@@ -333,7 +333,8 @@ impl Store for SqliteBackend {
         self.ask(|reply| Job::CacheExpiries {
             tenant,
             session_id,
-            messages,
+            messages: request.messages,
+            last_message: request.last_message.to_string(),
             ttl_ms,
             reply,
         })

@@ -359,21 +359,22 @@ impl ResultStore {
     }
 
     /// The requests of one conversation at which the provider's prompt
-    /// cache had expired, as message counts, ascending, up to `messages`;
+    /// cache had expired, ascending, up to the request's messages;
     /// deciding this request's first, through the writer (see
     /// [`crate::store::AsyncResultStore::cache_expiries`]).
     pub fn cache_expiries(
         &self,
         tenant: &Tenant,
         session_id: &str,
-        messages: u32,
+        request: super::cache_clock::ClockRequest<'_>,
         ttl_ms: i64,
-    ) -> Result<Vec<u32>, StoreError> {
+    ) -> Result<Vec<super::cache_clock::ExpiryPoint>, StoreError> {
         let (tenant, session_id) = (tenant.clone(), session_id.to_string());
         self.ask_writer(|reply| writer::Job::CacheExpiries {
             tenant,
             session_id,
-            messages,
+            messages: request.messages,
+            last_message: request.last_message.to_string(),
             ttl_ms,
             reply,
         })

@@ -176,24 +176,28 @@ pub(crate) fn cache_clock(
     })
 }
 
-/// A session's expiry points up to `messages`, ascending, as stored (the
-/// fast path's read and the writer's decision both answer with them).
+/// A session's expiry points up to `messages`, ascending (the fast path's
+/// read and the writer's decision both answer with them).
 pub(crate) fn expiry_points(
     conn: &Connection,
     tenant: &Tenant,
     session_id: &str,
     messages: i64,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<Vec<crate::store::cache_clock::ExpiryPoint>, StoreError> {
     let mut stmt = conn
         .prepare_cached(crate::store::cache_clock::POINTS)
         .ctx("preparing the prompt-cache expiry lookup")?;
     let rows = stmt
         .query_map(params![tenant.as_str(), session_id, messages], |r| {
-            r.get::<_, i64>(0)
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
         })
         .ctx("reading a session's prompt-cache expiries")?;
-    rows.collect::<Result<Vec<_>, _>>()
-        .ctx("reading a session's prompt-cache expiries")
+    let rows = rows
+        .collect::<Result<Vec<_>, _>>()
+        .ctx("reading a session's prompt-cache expiries")?;
+    rows.into_iter()
+        .map(|(messages, last)| crate::store::cache_clock::point(messages, last))
+        .collect()
 }
 
 /// The upstream response a client's response id stands for.

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_client_keys.sql"),
     include_str!("migrations/0009_write_probe.sql"),
     include_str!("migrations/0010_cache_clocks.sql"),
+    include_str!("migrations/0011_expiry_branches.sql"),
 ];
 
 /// The schema version this build writes.
@@ -86,5 +87,33 @@ mod tests {
             migrate(&mut conn),
             Err(StoreError::SchemaTooNew { .. })
         ));
+    }
+
+    /// A prompt-cache expiry point recorded before points named a message
+    /// applies to every branch of its conversation after the migration.
+    #[test]
+    fn points_from_before_version_11_name_no_message() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..10] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 10).unwrap();
+        conn.execute(
+            "INSERT INTO cache_expiries (tenant, session_id, messages) VALUES ('t', 's', 6)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let tenant = crate::store::Tenant::new("t").unwrap();
+        let points = super::super::reader::expiry_points(&conn, &tenant, "s", 9).unwrap();
+        assert_eq!(
+            points,
+            [crate::store::cache_clock::ExpiryPoint {
+                messages: 6,
+                last_message: String::new()
+            }]
+        );
+        let on_any = crate::store::cache_clock::on_branch(&points, |n| Some(format!("x{n}")));
+        assert_eq!(on_any, [6]);
     }
 }

@@ -25,6 +25,7 @@ use super::text_index::CHUNK_BITS;
 use super::{
     age_cutoff, Answer, KeyRecord, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
 };
+use crate::store::cache_clock::{ClockRequest, ExpiryPoint};
 use crate::store::{size_victims, Kept, KeptKind, Victim};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::VecDeque;
@@ -98,8 +99,9 @@ pub(crate) enum Job {
         tenant: Tenant,
         session_id: String,
         messages: u32,
+        last_message: String,
         ttl_ms: i64,
-        reply: Reply<Vec<u32>>,
+        reply: Reply<Vec<ExpiryPoint>>,
     },
     /// Moves a session's prompt-cache clock ([`crate::store::cache_clock::TOUCH`]);
     /// nobody waits for it. `touch` is dropped once it committed or failed.
@@ -265,11 +267,16 @@ impl Writer {
                     tenant,
                     session_id,
                     messages,
+                    last_message,
                     ttl_ms,
                     reply,
                 } => {
                     self.write(reply, |w| {
-                        w.cache_expiries(&tenant, &session_id, messages, ttl_ms)
+                        let request = ClockRequest {
+                            messages,
+                            last_message: &last_message,
+                        };
+                        w.cache_expiries(&tenant, &session_id, request, ttl_ms)
                     });
                     // On a request's path, as a put is: background work waits.
                     self.last_put = std::time::Instant::now();
@@ -548,13 +555,13 @@ impl Writer {
         &mut self,
         tenant: &Tenant,
         session_id: &str,
-        messages: u32,
+        request: ClockRequest<'_>,
         ttl_ms: i64,
-    ) -> Result<Vec<u32>, StoreError> {
+    ) -> Result<Vec<ExpiryPoint>, StoreError> {
         use crate::store::cache_clock as clock;
         self.set_synchronous("NORMAL")?;
         let now = self.config.clock.now_ms();
-        let messages = i64::from(messages);
+        let messages = i64::from(request.messages);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -576,7 +583,14 @@ impl Writer {
                 let d = clock::decide(last_at, last_messages, now, messages, ttl_ms);
                 if d.record {
                     tx.prepare_cached(clock::INSERT_POINT)
-                        .and_then(|mut s| s.execute(params![tenant.as_str(), session_id, messages]))
+                        .and_then(|mut s| {
+                            s.execute(params![
+                                tenant.as_str(),
+                                session_id,
+                                messages,
+                                request.last_message
+                            ])
+                        })
                         .ctx("recording a prompt-cache expiry")?;
                 }
                 if (d.last_at, d.last_messages) != (last_at, last_messages) {
@@ -597,7 +611,7 @@ impl Writer {
         tx.commit()
             .ctx("committing a prompt-cache clock decision")?;
         self.wal_dirty += 1;
-        points.into_iter().map(clock::point).collect()
+        Ok(points)
     }
 
     /// Moves a session's prompt-cache clock to `at` and `messages` if they

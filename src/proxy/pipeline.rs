@@ -824,9 +824,11 @@ async fn cache_expiries(
         .unwrap_or(default_ttl);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
     let protocol = endpoint.protocol;
-    let last_message = reading
-        .message_identity(protocol, clock.messages)
-        .unwrap_or_default();
+    let last_message = || {
+        reading
+            .message_identity(protocol, clock.messages)
+            .unwrap_or_default()
+    };
     let request = ClockRequest {
         messages: u32::try_from(clock.messages).unwrap_or(u32::MAX),
         last_message: &last_message,

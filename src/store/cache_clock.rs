@@ -163,12 +163,15 @@ pub fn decide(last_at: i64, last_messages: i64, now: i64, messages: i64, ttl_ms:
 }
 
 /// A request as its conversation's clock sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct ClockRequest<'a> {
     /// The messages (or items) of its conversation.
     pub messages: u32,
-    /// The identity of the last of them ("" when none could be taken).
-    pub last_message: &'a str,
+    /// The identity of the last of them ("" when none could be taken),
+    /// taken only when the request may record a point: it reads the whole
+    /// message, which may be a megabyte of tool output, and most requests
+    /// record nothing.
+    pub last_message: &'a (dyn Fn() -> String + Sync),
 }
 
 /// A request of a conversation at which the provider's prompt cache had

@@ -322,9 +322,9 @@ impl Store {
         session_id: &str,
         messages: u32,
         ttl_ms: i64,
-        identity: impl Fn(usize) -> String,
+        identity: impl Fn(usize) -> String + Sync,
     ) -> Result<Vec<usize>, StoreError> {
-        let last_message = identity(messages as usize);
+        let last_message = || identity(messages as usize);
         let request = ClockRequest {
             messages,
             last_message: &last_message,

@@ -2038,7 +2038,7 @@ mod cache_clock {
         let ask = |tenant: &Tenant, messages: u32| {
             let request = ClockRequest {
                 messages,
-                last_message: "m",
+                last_message: &|| "m".to_string(),
             };
             store.cache_expiries(tenant, "s", request, TTL).unwrap()
         };

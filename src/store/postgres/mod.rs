@@ -405,10 +405,11 @@ impl Store for PostgresBackend {
         {
             tracing::debug!("a prompt-cache clock move did not land in time; deciding without it");
         }
+        let point = (request.messages, (request.last_message)());
         let mut conn = self.inner.conn().await?;
         let now = self.inner.config.clock.now_ms();
         self.inner
-            .note(write::cache_expiries(&mut conn, tenant, session_id, request, ttl_ms, now).await)
+            .note(write::cache_expiries(&mut conn, tenant, session_id, point, ttl_ms, now).await)
     }
 
     async fn read(

@@ -366,13 +366,13 @@ pub async fn cache_expiries(
     conn: &mut Conn,
     tenant: &Tenant,
     session_id: &str,
-    request: crate::store::cache_clock::ClockRequest<'_>,
+    (messages, last_message): (u32, String),
     ttl_ms: i64,
     now: i64,
 ) -> Result<Vec<crate::store::cache_clock::ExpiryPoint>, StoreError> {
     use crate::store::cache_clock as clock;
     use crate::store::ledger_sql::postgres_sql;
-    let messages = i64::from(request.messages);
+    let messages = i64::from(messages);
     let tenant = tenant.as_str();
     let tx = conn
         .transaction()
@@ -418,7 +418,7 @@ pub async fn cache_expiries(
         if d.record {
             tx.execute(
                 &postgres_sql(clock::INSERT_POINT),
-                &[&tenant, &session_id, &messages, &request.last_message],
+                &[&tenant, &session_id, &messages, &last_message],
             )
             .await
             .pg("recording a prompt-cache expiry")?;

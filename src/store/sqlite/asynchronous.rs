@@ -334,7 +334,7 @@ impl Store for SqliteBackend {
             tenant,
             session_id,
             messages: request.messages,
-            last_message: request.last_message.to_string(),
+            last_message: (request.last_message)(),
             ttl_ms,
             reply,
         })

@@ -374,7 +374,7 @@ impl ResultStore {
             tenant,
             session_id,
             messages: request.messages,
-            last_message: request.last_message.to_string(),
+            last_message: (request.last_message)(),
             ttl_ms,
             reply,
         })

@@ -25,7 +25,7 @@ use super::text_index::CHUNK_BITS;
 use super::{
     age_cutoff, Answer, KeyRecord, StoreConfig, StoreError, Stored, SweepReport, Tenant, DAY_MS,
 };
-use crate::store::cache_clock::{ClockRequest, ExpiryPoint};
+use crate::store::cache_clock::ExpiryPoint;
 use crate::store::{size_victims, Kept, KeptKind, Victim};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::VecDeque;
@@ -272,11 +272,7 @@ impl Writer {
                     reply,
                 } => {
                     self.write(reply, |w| {
-                        let request = ClockRequest {
-                            messages,
-                            last_message: &last_message,
-                        };
-                        w.cache_expiries(&tenant, &session_id, request, ttl_ms)
+                        w.cache_expiries(&tenant, &session_id, messages, &last_message, ttl_ms)
                     });
                     // On a request's path, as a put is: background work waits.
                     self.last_put = std::time::Instant::now();
@@ -555,13 +551,14 @@ impl Writer {
         &mut self,
         tenant: &Tenant,
         session_id: &str,
-        request: ClockRequest<'_>,
+        messages: u32,
+        last_message: &str,
         ttl_ms: i64,
     ) -> Result<Vec<ExpiryPoint>, StoreError> {
         use crate::store::cache_clock as clock;
         self.set_synchronous("NORMAL")?;
         let now = self.config.clock.now_ms();
-        let messages = i64::from(request.messages);
+        let messages = i64::from(messages);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -584,12 +581,7 @@ impl Writer {
                 if d.record {
                     tx.prepare_cached(clock::INSERT_POINT)
                         .and_then(|mut s| {
-                            s.execute(params![
-                                tenant.as_str(),
-                                session_id,
-                                messages,
-                                request.last_message
-                            ])
+                            s.execute(params![tenant.as_str(), session_id, messages, last_message])
                         })
                         .ctx("recording a prompt-cache expiry")?;
                 }

@@ -61,7 +61,10 @@
 //! the identity of that request's last message (a hash of its canonical
 //! text, which survives a client's re-serialization of it), and a request
 //! gets a point only when its own message at that place has the same
-//! identity ([`on_branch`]). A point with no identity (none could be taken)
+//! identity ([`on_branch`]). Branches are told apart as far as that
+//! message tells them apart (its tool call ids, its text; two branches
+//! that hold the same message there share the point). A point with no
+//! identity (none could be taken, or recorded before points had one)
 //! applies to every branch. What forks still share is the clock's row: a
 //! branch shorter than the longest request of its session never records a
 //! point, so it goes as if its cache had not expired (a missed saving,
@@ -168,9 +171,11 @@ pub struct ClockRequest<'a> {
     /// The messages (or items) of its conversation.
     pub messages: u32,
     /// The identity of the last of them ("" when none could be taken),
-    /// taken only when the request may record a point: it reads the whole
-    /// message, which may be a megabyte of tool output, and most requests
-    /// record nothing.
+    /// taken by the store only when the request may record a point: it
+    /// reads the whole message, which may be a megabyte of tool output,
+    /// and most requests record nothing. (The caller's [`on_branch`] takes
+    /// the identity of its message at each point there is: one per pause
+    /// longer than the cache's lifetime.)
     pub last_message: &'a (dyn Fn() -> String + Sync),
 }
 

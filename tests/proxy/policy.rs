@@ -660,6 +660,38 @@ async fn send_beta(
     (status, headers, body.to_vec())
 }
 
+/// A proxy whose prompt cache lasts 1 s, after two turns of a conversation
+/// (each with a 3,000-character output, gone byte for byte) and a pause
+/// longer than that: the proxy and the turns' messages.
+async fn two_turns_then_a_pause(route: Route) -> (Setup, Vec<Value>) {
+    let s = setup_with(
+        answers(),
+        &[("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")],
+    )
+    .await;
+    let mut messages = Vec::new();
+    for turn in 0..2 {
+        messages.extend(route.turn(turn, &[("Read", text_of(turn, 3_000), false)]));
+        let body = route.body(&messages);
+        let (status, _) = post(&s, route, body.clone()).await;
+        assert_eq!(status, 200);
+        assert_eq!(s.mock.last().body, body.as_bytes(), "{route:?} turn {turn}");
+    }
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    (s, messages)
+}
+
+/// The conversation's next turn (a fourth) keeps every message of `sent`,
+/// the body its last request went upstream as.
+async fn next_turn_keeps(s: &Setup, route: Route, messages: &mut Vec<Value>, sent: &[u8]) {
+    messages.extend(route.turn(3, &[("Read", text_of(3, 3_000), false)]));
+    let (status, _) = post(s, route, route.body(messages)).await;
+    assert_eq!(status, 200);
+    let before = conversation_of(sent);
+    let now = conversation_of(&s.mock.last().body);
+    assert_eq!(before[..], now[..before.len()], "{route:?}");
+}
+
 /// After the provider's cache expired (a pause longer than
 /// `prompt_cache_ttl_ms`, here 1 s), the outputs the model saw in earlier
 /// requests become stubs there, on every route; every retry of that
@@ -669,20 +701,7 @@ async fn send_beta(
 #[tokio::test]
 async fn after_the_cache_expired_seen_outputs_become_stubs_and_retries_agree() {
     for route in ROUTES {
-        let s = setup_with(
-            answers(),
-            &[("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")],
-        )
-        .await;
-        let mut messages = Vec::new();
-        for turn in 0..2 {
-            messages.extend(route.turn(turn, &[("Read", text_of(turn, 3_000), false)]));
-            let body = route.body(&messages);
-            let (status, _) = post(&s, route, body.clone()).await;
-            assert_eq!(status, 200);
-            assert_eq!(s.mock.last().body, body.as_bytes(), "{route:?} turn {turn}");
-        }
-        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let (s, mut messages) = two_turns_then_a_pause(route).await;
         messages.extend(route.turn(2, &[("Read", text_of(2, 3_000), false)]));
         let body = route.body(&messages);
         let (status, headers) = post(&s, route, body.clone()).await;
@@ -720,13 +739,7 @@ async fn after_the_cache_expired_seen_outputs_become_stubs_and_retries_agree() {
                 "{route:?}: retry after {pause} ms"
             );
         }
-        // The next turn keeps every message sent before.
-        messages.extend(route.turn(3, &[("Read", text_of(3, 3_000), false)]));
-        let (status, _) = post(&s, route, route.body(&messages)).await;
-        assert_eq!(status, 200);
-        let before = conversation_of(&sent);
-        let now = conversation_of(&s.mock.last().body);
-        assert_eq!(before[..], now[..before.len()], "{route:?}");
+        next_turn_keeps(&s, route, &mut messages, &sent).await;
         s.proxy.shutdown().await;
     }
 }
@@ -739,18 +752,7 @@ async fn after_the_cache_expired_seen_outputs_become_stubs_and_retries_agree() {
 #[tokio::test]
 async fn a_fork_does_not_take_the_other_branchs_cache_expiry() {
     for route in ROUTES {
-        let s = setup_with(
-            answers(),
-            &[("TOOLSTUB_EXTERNALIZATION_PROMPT_CACHE_TTL_MS", "1000")],
-        )
-        .await;
-        let mut shared = Vec::new();
-        for turn in 0..2 {
-            shared.extend(route.turn(turn, &[("Read", text_of(turn, 3_000), false)]));
-            let (status, _) = post(&s, route, route.body(&shared)).await;
-            assert_eq!(status, 200);
-        }
-        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let (s, shared) = two_turns_then_a_pause(route).await;
         let mut first = shared.clone();
         first.extend(route.turn(2, &[("Read", text_of(2, 3_000), false)]));
         let (status, headers) = post(&s, route, route.body(&first)).await;
@@ -781,12 +783,7 @@ async fn a_fork_does_not_take_the_other_branchs_cache_expiry() {
             "{route:?}"
         );
         // The first branch, continuing, keeps what it sent.
-        first.extend(route.turn(3, &[("Read", text_of(3, 3_000), false)]));
-        let (status, _) = post(&s, route, route.body(&first)).await;
-        assert_eq!(status, 200);
-        let before = conversation_of(&first_sent);
-        let now = conversation_of(&s.mock.last().body);
-        assert_eq!(before[..], now[..before.len()], "{route:?}");
+        next_turn_keeps(&s, route, &mut first, &first_sent).await;
         s.proxy.shutdown().await;
     }
 }

@@ -824,11 +824,18 @@ async fn cache_expiries(
         .unwrap_or(default_ttl);
     let ttl = i64::try_from(ttl).unwrap_or(i64::MAX);
     let protocol = endpoint.protocol;
-    let last_message = || {
-        reading
-            .message_identity(protocol, clock.messages)
-            .unwrap_or_default()
+    // Taken once: the store asks for it when it records a point, and
+    // `on_branch` then checks that very point.
+    let last = std::sync::OnceLock::new();
+    let identity_at = |count: usize| {
+        if count == clock.messages {
+            return last
+                .get_or_init(|| reading.message_identity(protocol, count))
+                .clone();
+        }
+        reading.message_identity(protocol, count)
     };
+    let last_message = || identity_at(clock.messages).unwrap_or_default();
     let request = ClockRequest {
         messages: u32::try_from(clock.messages).unwrap_or(u32::MAX),
         last_message: &last_message,
@@ -838,7 +845,7 @@ async fn cache_expiries(
         .cache_expiries(tenant, &session, request, ttl)
         .await
     {
-        Ok(points) => on_branch(&points, |count| reading.message_identity(protocol, count)),
+        Ok(points) => on_branch(&points, identity_at),
         Err(e) => {
             app.metrics.store_error("cache_expiries");
             tracing::warn!(error = %e, "reading the prompt-cache clock failed");

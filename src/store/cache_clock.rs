@@ -125,14 +125,14 @@ pub const TOUCH_POSTGRES: &str = "INSERT INTO session_clocks (tenant, session_id
 
 /// PostgreSQL's read of the fast path in one statement (one snapshot):
 /// always one row, the clock's (last_at, last_messages) or NULLs, and the
-/// points up to `?3`, ascending, as two arrays in one order (messages,
-/// last_message; no two points share a count).
+/// points up to `?3`, ascending, as two arrays aggregated in one scan, in
+/// one order (messages, last_message).
 pub const READ_POSTGRES: &str = "SELECT c.last_at, c.last_messages, \
-     ARRAY(SELECT p.messages FROM cache_expiries p \
-     WHERE p.tenant = ?1 AND p.session_id = ?2 AND p.messages <= ?3 ORDER BY p.messages), \
-     ARRAY(SELECT p.last_message FROM cache_expiries p \
-     WHERE p.tenant = ?1 AND p.session_id = ?2 AND p.messages <= ?3 ORDER BY p.messages) \
-     FROM (SELECT 1) AS one LEFT JOIN session_clocks c ON c.tenant = ?1 AND c.session_id = ?2";
+     COALESCE(p.messages, '{}'), COALESCE(p.last_messages, '{}') \
+     FROM (SELECT 1) AS one LEFT JOIN session_clocks c ON c.tenant = ?1 AND c.session_id = ?2 \
+     CROSS JOIN (SELECT array_agg(messages ORDER BY messages) AS messages, \
+     array_agg(last_message ORDER BY messages) AS last_messages FROM cache_expiries \
+     WHERE tenant = ?1 AND session_id = ?2 AND messages <= ?3) AS p";
 
 /// Clocks the sweep forgets (last used before `?1`), `?2` at most, with
 /// their points. PostgreSQL appends `FOR UPDATE SKIP LOCKED`.

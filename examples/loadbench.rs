@@ -69,7 +69,8 @@
 //! `LOADBENCH_PROXY_CPU` (set by `scripts/load`: the CPU of the proxy and
 //! the bare forwarder), `LOADBENCH_PROXY_LOG` (the proxy's log filter),
 //! `LOADBENCH_TRACE=DIR` (every paced request's latency, see
-//! [`write_trace`]). The proxy inherits the rest, e.g.
+//! [`write_trace`]), `LOADBENCH_PACED_RATE` (the paced rows' rate, 2,000
+//! requests a second). The proxy inherits the rest, e.g.
 //! `TOOLSTUB_STORE_DURABILITY=normal`.
 
 mod support;
@@ -91,7 +92,17 @@ const ROUNDS: usize = 5;
 const BATCH: Duration = Duration::from_millis(1500);
 /// The open-loop rate of the paced runs: well under both paths' capacity, so
 /// latency is the proxy's cost, not queueing behind a saturated core.
+/// `LOADBENCH_PACED_RATE` sets another, to compare CPU per request at a
+/// load nearer the proxy's capacity.
 const PACED_RATE: u32 = 2000;
+
+fn paced_rate() -> u32 {
+    std::env::var("LOADBENCH_PACED_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&rate| rate > 0)
+        .unwrap_or(PACED_RATE)
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -239,10 +250,11 @@ fn main() {
             Only::Gemini => vec![("non-streaming", &chat_small, true), (GEMINI, &gemini_small, false), ("streaming", &chat_stream, true), (GEMINI_STREAM, &gemini_stream, false)],
             Only::All | Only::Paced => vec![("non-streaming", &chat_small, true), (MESSAGES, &messages_small, false), (RESPONSES, &responses_small, false), (GEMINI, &gemini_small, false), ("streaming", &chat_stream, true), (GEMINI_STREAM, &gemini_stream, false)],
         };
+        let paced = Some(paced_rate());
         let configurations: &[(usize, Option<u32>)] = if only == Only::Paced {
-            &[(32, Some(PACED_RATE))]
+            &[(32, paced)]
         } else {
-            &[(1, None), (32, None), (32, Some(PACED_RATE))]
+            &[(1, None), (32, None), (32, paced)]
         };
         // Configuration by configuration, every scenario in turn, so the
         // chat and messages rows of one configuration run minutes apart at

@@ -803,7 +803,7 @@ mod tests {
     use super::*;
 
     /// Per-minute peaks in KiB: `base` MiB, a swing of `swing` MiB every
-    /// third minute, and `leak` MiB more each minute.
+    /// third minute, and `leak_kib` KiB more each minute.
     fn peaks(minutes: u64, base: u64, swing: u64, leak_kib: u64) -> Vec<u64> {
         (0..minutes)
             .map(|m| base * 1024 + if m % 3 == 1 { swing * 1024 } else { 0 } + m * leak_kib)

@@ -2,7 +2,7 @@
 //!
 //! Layout: `schema` (versioned migrations), `writer` (the single writer
 //! thread: puts with group commit, background FTS indexing, retention
-//! sweeps), `reader` (queries on a pooled read connection), `pool`,
+//! sweeps), `reader` (queries on a pooled read connection), `pool` (r2d2's),
 //! `retention` (the background sweep timer), `asynchronous` (the handle the
 //! store's [`AsyncResultStore`](super::AsyncResultStore) drives).
 //!
@@ -163,7 +163,7 @@ impl ResultStore {
         let (tx, rx) = mpsc::channel(config.queue);
         let health = Arc::new(health::WriteHealth::new());
         let writer = writer::spawn(conn, rx, config.clone(), health.clone())?;
-        let readers = pool::Pool::new(path.clone(), config.readers);
+        let readers = pool::Pool::open(path.clone(), config.readers)?;
         let retention = match config.sweep_interval {
             Some(every) => Some(retention::spawn(tx.clone(), every, config.clock.clone())?),
             None => None,

@@ -1,87 +1,101 @@
-//! A small pool of read connections. WAL lets any number of readers run
-//! beside the one writer; the pool bounds how many this process opens and
-//! makes callers wait (on a condition variable) when all are busy.
+//! The read connections: an r2d2 pool of `readers` read-only connections.
+//! WAL lets any number of readers run beside the one writer; the pool
+//! bounds how many this process opens and makes a caller wait when all are
+//! busy (callers through the async handle never do: its semaphore admits
+//! at most `readers` reads at once).
+//!
+//! Every connection is opened with the store, none later: r2d2 retries a
+//! failed open in the background until a caller's wait ends, so an open
+//! that fails should fail where it can be answered at once, when the store
+//! opens. A connection is never judged broken (an SQLite connection to a
+//! local file does not drop) and never retired for its age.
 
 use super::error::SqlContext;
 use super::{open_connection, StoreError};
 use rusqlite::Connection;
 use std::path::PathBuf;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Page cache per read connection, in KiB (a negative `cache_size`).
 const READER_CACHE_KIB: i64 = -1024;
 
-pub(crate) struct Pool {
-    path: PathBuf,
-    size: usize,
-    state: Mutex<State>,
-    freed: Condvar,
-}
+/// The longest a caller waits for a free read connection (or the store's
+/// opening, for all of them): as long as SQLite's busy handler would wait
+/// on a lock.
+const WAIT: Duration = Duration::from_secs(10);
 
-struct State {
-    idle: Vec<Connection>,
-    opened: usize,
+pub(crate) struct Pool {
+    readers: r2d2::Pool<ReadOnly>,
+    size: usize,
 }
 
 impl Pool {
-    pub fn new(path: PathBuf, size: usize) -> Pool {
-        Pool {
-            path,
-            size,
-            state: Mutex::new(State {
-                idle: Vec::new(),
-                opened: 0,
-            }),
-            freed: Condvar::new(),
-        }
+    /// Opens `size` read connections to the database at `path`.
+    pub fn open(path: PathBuf, size: usize) -> Result<Pool, StoreError> {
+        let max = u32::try_from(size).unwrap_or(u32::MAX);
+        // One thread opens connections: all of them at the start, and none
+        // after, since no connection is ever dropped as broken or old.
+        let opener = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("sqlite-open")
+                .build(),
+        );
+        let readers = r2d2::Pool::builder()
+            .max_size(max)
+            .min_idle(Some(max))
+            .test_on_check_out(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connection_timeout(WAIT)
+            .error_handler(Box::new(LogOpenFailure))
+            .thread_pool(opener.clone())
+            .build(ReadOnly { path })
+            .map_err(|e| StoreError::Unavailable(format!("opening read connections: {e}")))?;
+        // `build` returns once the last connection is in the pool, a moment
+        // before the job that opened it lets go of the pool. A job queued
+        // behind it on the one thread runs after that: from then on this
+        // handle is the pool's only owner, so dropping the store closes
+        // every connection before the drop returns (and SQLite removes the
+        // WAL file then, as a reopening of the file expects).
+        let (done, opened) = std::sync::mpsc::channel();
+        opener.execute(move || {
+            let _ = done.send(());
+        });
+        let _ = opened.recv_timeout(WAIT);
+        Ok(Pool { readers, size })
     }
 
     pub fn size(&self) -> usize {
         self.size
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the Vec inconsistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `f` on a pooled read connection.
+    /// Runs `f` on a pooled read connection; the connection goes back to
+    /// the pool afterwards, also when `f` panicked (its transaction guard
+    /// has rolled back by then).
     pub fn with<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut lease = Lease {
-            pool: self,
-            conn: Some(self.checkout()?),
-        };
-        match lease.conn.as_mut() {
-            Some(conn) => f(conn),
-            None => Err(StoreError::Closed),
-        }
+        let mut conn = self.readers.get().map_err(|e| {
+            StoreError::Unavailable(format!("no read connection within {WAIT:?}: {e}"))
+        })?;
+        f(&mut conn)
     }
+}
 
-    fn checkout(&self) -> Result<Connection, StoreError> {
-        let mut state = self.lock();
-        loop {
-            if let Some(conn) = state.idle.pop() {
-                return Ok(conn);
-            }
-            if state.opened < self.size {
-                state.opened += 1;
-                drop(state);
-                return match self.open() {
-                    Ok(conn) => Ok(conn),
-                    Err(e) => {
-                        self.lock().opened -= 1;
-                        Err(e)
-                    }
-                };
-            }
-            state = self.freed.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
-    }
+/// Opens a read connection to one file.
+#[derive(Debug)]
+struct ReadOnly {
+    path: PathBuf,
+}
 
-    fn open(&self) -> Result<Connection, StoreError> {
+impl r2d2::ManageConnection for ReadOnly {
+    type Connection = Connection;
+    type Error = StoreError;
+
+    fn connect(&self) -> Result<Connection, StoreError> {
         let conn = open_connection(&self.path)?;
         conn.pragma_update(None, "query_only", "ON")
             .ctx("making a read connection read-only")?;
@@ -94,20 +108,76 @@ impl Pool {
         super::rank::register(&conn)?;
         Ok(conn)
     }
+
+    fn is_valid(&self, _: &mut Connection) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn has_broken(&self, _: &mut Connection) -> bool {
+        false
+    }
 }
 
-/// A checked-out connection; goes back to the pool when dropped, also when
-/// the closure panicked (its transaction guard has rolled back by then).
-struct Lease<'a> {
-    pool: &'a Pool,
-    conn: Option<Connection>,
+/// Says why a read connection did not open (r2d2's default handler writes
+/// through the `log` crate, which this program does not print).
+#[derive(Debug)]
+struct LogOpenFailure;
+
+impl r2d2::HandleError<StoreError> for LogOpenFailure {
+    fn handle_error(&self, error: StoreError) {
+        tracing::warn!(error = %error, "a read connection to the store did not open");
+    }
 }
 
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.pool.lock().idle.push(conn);
-            self.pool.freed.notify_one();
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_caller_waits_for_a_connection_and_dropping_the_pool_closes_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open_connection(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        drop(conn);
+        let pool = Arc::new(Pool::open(path.clone(), 1).unwrap());
+        let (held, release) = (mpsc::channel::<()>(), mpsc::channel::<()>());
+        let holder = {
+            let pool = pool.clone();
+            let (held, release) = (held.0, release.1);
+            std::thread::spawn(move || {
+                pool.with(|_| {
+                    held.send(()).unwrap();
+                    release.recv().unwrap();
+                    Ok(())
+                })
+            })
+        };
+        held.1.recv().unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                pool.with(|c| {
+                    c.query_row("SELECT 7", [], |r| r.get::<_, i64>(0))
+                        .ctx("select")
+                })
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "the one connection is taken");
+        release.0.send(()).unwrap();
+        holder.join().unwrap().unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), 7);
+        // Read-only: a write is refused.
+        let write = pool.with(|c| c.execute("CREATE TABLE t (x)", []).ctx("create"));
+        assert!(write.is_err(), "{write:?}");
+        // Every connection closed when the pool is dropped: the file can be
+        // opened exclusively.
+        drop(Arc::into_inner(pool).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .unwrap();
+        conn.execute("CREATE TABLE t (x)", []).unwrap();
     }
 }

@@ -1,14 +1,21 @@
 //! The read connections: an r2d2 pool of `readers` read-only connections.
 //! WAL lets any number of readers run beside the one writer; the pool
-//! bounds how many this process opens and makes a caller wait when all are
-//! busy (callers through the async handle never do: its semaphore admits
-//! at most `readers` reads at once).
+//! bounds how many this process opens and makes a caller wait, at most
+//! [`WAIT`], when all are busy. Callers through the async handle seldom
+//! wait: its semaphore admits `readers` reads at once, and only a read
+//! whose caller went away can still hold a connection a permit no longer
+//! counts.
 //!
 //! Every connection is opened with the store, none later: r2d2 retries a
-//! failed open in the background until a caller's wait ends, so an open
-//! that fails should fail where it can be answered at once, when the store
-//! opens. A connection is never judged broken (an SQLite connection to a
-//! local file does not drop) and never retired for its age.
+//! failed open in the background for as long as the pool lives, so an
+//! open that fails should fail where it can be answered at once, when the
+//! store opens (one connection is opened here first, so a file that cannot
+//! be read fails the opening at once, with SQLite's own error). A
+//! connection is never judged broken (an SQLite connection to a local file
+//! does not drop), tested on checkout or retired for its age: any of those
+//! would have r2d2 open replacements on its thread, which then holds the
+//! pool for a moment, and a dropped store would no longer close every
+//! connection before its drop returns (see [`Pool::open`]).
 
 use super::error::SqlContext;
 use super::{open_connection, StoreError};
@@ -34,6 +41,10 @@ impl Pool {
     /// Opens `size` read connections to the database at `path`.
     pub fn open(path: PathBuf, size: usize) -> Result<Pool, StoreError> {
         let max = u32::try_from(size).unwrap_or(u32::MAX);
+        let manager = ReadOnly { path };
+        // A file no connection can read fails here, with its own error,
+        // rather than after r2d2's retries for the whole wait.
+        r2d2::ManageConnection::connect(&manager)?;
         // One thread opens connections: all of them at the start, and none
         // after, since no connection is ever dropped as broken or old.
         let opener = Arc::new(
@@ -51,7 +62,7 @@ impl Pool {
             .connection_timeout(WAIT)
             .error_handler(Box::new(LogOpenFailure))
             .thread_pool(opener.clone())
-            .build(ReadOnly { path })
+            .build(manager)
             .map_err(|e| StoreError::Unavailable(format!("opening read connections: {e}")))?;
         // `build` returns once the last connection is in the pool, a moment
         // before the job that opened it lets go of the pool. A job queued
@@ -179,5 +190,17 @@ mod tests {
         conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
             .unwrap();
         conn.execute("CREATE TABLE t (x)", []).unwrap();
+    }
+
+    #[test]
+    fn a_file_no_connection_can_open_fails_with_sqlites_own_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no such folder").join("t.db");
+        // r2d2 alone would retry for the whole wait and then say only
+        // "unavailable".
+        match Pool::open(path, 2) {
+            Err(StoreError::Sqlite { context, .. }) => assert_eq!(context, "opening the database"),
+            other => panic!("expected SQLite's error, got {:?}", other.err()),
+        }
     }
 }

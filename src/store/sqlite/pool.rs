@@ -34,7 +34,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Pool {
     readers: r2d2::Pool<ReadOnly>,
-    size: usize,
 }
 
 impl Pool {
@@ -75,11 +74,12 @@ impl Pool {
             let _ = done.send(());
         });
         let _ = opened.recv_timeout(WAIT);
-        Ok(Pool { readers, size })
+        Ok(Pool { readers })
     }
 
+    /// How many connections the pool holds.
     pub fn size(&self) -> usize {
-        self.size
+        self.readers.max_size() as usize
     }
 
     /// Runs `f` on a pooled read connection; the connection goes back to

@@ -6,13 +6,15 @@
 //! from the prompt cache, input written to it, and output. A response is
 //! whole JSON or a stream of server-sent events; [`UsageScanner`] reads
 //! either as it passes, parsing only what can hold usage, and never holds
-//! more than one event (or a bounded whole body).
+//! more than one event (or a bounded whole body). Each protocol reads its
+//! usage into a typed shape of its own with serde, which skips every other
+//! member unbuilt (a whole response's content is most of its bytes).
 //!
 //! Architecture invariant: pure; no I/O, and nothing here changes a byte
 //! of what the client gets.
 
-use serde::Serialize;
-use serde_json::Value;
+use crate::protocol::Protocol;
+use serde::{Deserialize, Serialize};
 
 /// Token usage, in the parts that are priced apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -60,36 +62,50 @@ pub struct Reported {
 }
 
 impl Reported {
-    /// The members of `object` named `name`, as a count.
-    pub fn field(object: &Value, name: &str) -> Option<u64> {
-        object.get(name).and_then(Value::as_u64)
-    }
-
     /// OpenAI's shape (Chat Completions and Responses): an input count
-    /// that includes the cached tokens, given under `details.cached_tokens`;
-    /// no cache write. `holder` is the object with the `model`.
+    /// that includes the cached tokens, given apart as `cached`; no cache
+    /// write.
     pub fn openai(
-        holder: &Value,
-        usage: &Value,
-        input: &str,
-        details: &str,
-        output: &str,
+        model: Option<String>,
+        input: Option<u64>,
+        cached: Option<Cached>,
+        output: Option<u64>,
     ) -> Reported {
-        let cached = usage
-            .get(details)
-            .and_then(|d| Reported::field(d, "cached_tokens"))
-            .unwrap_or(0);
-        let total = Reported::field(usage, input);
+        let cached = cached.and_then(|c| c.cached_tokens.0).unwrap_or(0);
         Reported {
-            input: total.map(|t| t.saturating_sub(cached)),
-            cache_read: total.map(|_| cached),
-            cache_write: total.map(|_| 0),
-            output: Reported::field(usage, output),
-            model: holder
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            input: input.map(|t| t.saturating_sub(cached)),
+            cache_read: input.map(|_| cached),
+            cache_write: input.map(|_| 0),
+            output,
+            model,
         }
+    }
+}
+
+/// OpenAI's `prompt_tokens_details` / `input_tokens_details`: the part of
+/// the input read from the prompt cache.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Cached {
+    pub cached_tokens: Lenient<u64>,
+}
+
+/// A member read leniently: a value of another type than the one expected
+/// (a float count, a numeric model) reads as absent, so one odd member
+/// does not hide the rest of a response's usage. A number is built without an allocation.
+#[derive(Debug)]
+pub struct Lenient<T>(pub Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(Lenient(serde_json::from_value(value).ok()))
     }
 }
 
@@ -120,33 +136,6 @@ impl Observed {
     }
 }
 
-/// A reading of usage out of a JSON value, as a function.
-pub type ExtractFn = Box<dyn Fn(&Value) -> Option<Reported> + Send + Sync>;
-
-/// Reads one protocol's usage out of a JSON value (a whole response or one
-/// event's data).
-pub enum Extract {
-    /// The protocol's own reading ([`crate::protocol::Protocol::usage`]):
-    /// the proxy's, set up per response without an allocation.
-    Protocol(&'static dyn crate::protocol::Protocol),
-    Fn(ExtractFn),
-}
-
-impl Extract {
-    fn reported(&self, value: &Value) -> Option<Reported> {
-        match self {
-            Extract::Protocol(protocol) => protocol.usage(value),
-            Extract::Fn(f) => f(value),
-        }
-    }
-
-    /// What `text` reports: its members that can hold usage, read as
-    /// values ([`slim`]), then as the protocol reads them.
-    fn reported_in(&self, text: &str) -> Option<Reported> {
-        slim(text).and_then(|v| self.reported(&v))
-    }
-}
-
 /// A whole JSON body is kept for its usage up to this size; a larger one
 /// is passed through unread (responses carry usage at their end, and no
 /// chat response is near this).
@@ -158,7 +147,7 @@ const MAX_EVENT: usize = 16 << 20;
 
 /// Watches a response's bytes go by and keeps what they say of usage.
 pub struct UsageScanner {
-    extract: Extract,
+    protocol: &'static dyn Protocol,
     mode: Mode,
     observed: Observed,
 }
@@ -214,24 +203,9 @@ impl JsonBody {
 }
 
 impl UsageScanner {
-    /// A scanner for a body of this content type.
-    pub fn new(
-        content_type: Option<&str>,
-        extract: impl Fn(&Value) -> Option<Reported> + Send + Sync + 'static,
-    ) -> UsageScanner {
-        UsageScanner::with(content_type, Extract::Fn(Box::new(extract)))
-    }
-
-    /// A scanner for a body of this content type, read as `protocol` reads
-    /// usage.
-    pub fn for_protocol(
-        content_type: Option<&str>,
-        protocol: &'static dyn crate::protocol::Protocol,
-    ) -> UsageScanner {
-        UsageScanner::with(content_type, Extract::Protocol(protocol))
-    }
-
-    fn with(content_type: Option<&str>, extract: Extract) -> UsageScanner {
+    /// A scanner for a body of this content type, read as `protocol`
+    /// reads usage.
+    pub fn new(content_type: Option<&str>, protocol: &'static dyn Protocol) -> UsageScanner {
         let content_type = content_type.unwrap_or("").as_bytes();
         let starts = |prefix: &str| {
             content_type
@@ -251,7 +225,7 @@ impl UsageScanner {
             Mode::Off
         };
         UsageScanner {
-            extract,
+            protocol,
             mode,
             observed: Observed::default(),
         }
@@ -265,11 +239,11 @@ impl UsageScanner {
                 while let Some(end) = memchr::memchr(b'\n', rest) {
                     let line = &rest[..end];
                     if partial.is_empty() {
-                        read_line(&mut self.observed, &self.extract, line);
+                        read_line(&mut self.observed, self.protocol, line);
                     } else {
                         partial.extend_from_slice(line);
                         let whole = std::mem::take(partial);
-                        read_line(&mut self.observed, &self.extract, &whole);
+                        read_line(&mut self.observed, self.protocol, &whole);
                     }
                     rest = &rest[end + 1..];
                 }
@@ -291,7 +265,7 @@ impl UsageScanner {
                 Ok(events) => {
                     for event in events {
                         if let Some(data) = &event.data {
-                            read_into(&mut self.observed, &self.extract, data.as_bytes());
+                            read_into(&mut self.observed, self.protocol, data.as_bytes());
                         }
                     }
                 }
@@ -325,8 +299,8 @@ impl UsageScanner {
                 return match std::mem::replace(body, JsonBody::Empty) {
                     JsonBody::Empty => Reading::Read(self.observed),
                     // A copy: hyper's read buffer is not held past the body.
-                    JsonBody::One(one) => Reading::Later(self.extract, one.to_vec()),
-                    JsonBody::Many(many) => Reading::Later(self.extract, many),
+                    JsonBody::One(one) => Reading::Later(self.protocol, one.to_vec()),
+                    JsonBody::Many(many) => Reading::Later(self.protocol, many),
                 };
             }
         }
@@ -338,9 +312,9 @@ impl UsageScanner {
         match &mut self.mode {
             Mode::Sse(partial) => {
                 let last = std::mem::take(partial);
-                read_line(&mut self.observed, &self.extract, &last);
+                read_line(&mut self.observed, self.protocol, &last);
             }
-            Mode::Json(body) => read_into(&mut self.observed, &self.extract, body.as_slice()),
+            Mode::Json(body) => read_into(&mut self.observed, self.protocol, body.as_slice()),
             Mode::EventStream(_) | Mode::Off => {}
         }
         self.observed
@@ -357,7 +331,7 @@ pub enum Reading {
     /// What it reported, read.
     Read(Observed),
     /// A whole JSON body, not read yet.
-    Later(Extract, Vec<u8>),
+    Later(&'static dyn Protocol, Vec<u8>),
 }
 
 impl Reading {
@@ -365,9 +339,9 @@ impl Reading {
     pub fn read(self) -> Observed {
         match self {
             Reading::Read(observed) => observed,
-            Reading::Later(extract, body) => {
+            Reading::Later(protocol, body) => {
                 let mut observed = Observed::default();
-                read_into(&mut observed, &extract, &body);
+                read_into(&mut observed, protocol, &body);
                 observed
             }
         }
@@ -380,86 +354,45 @@ impl Reading {
 }
 
 /// One SSE line: the data of a `data:` line (CR and one space trimmed).
-fn read_line(observed: &mut Observed, extract: &Extract, line: &[u8]) {
+fn read_line(observed: &mut Observed, protocol: &dyn Protocol, line: &[u8]) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if let Some(data) = line.strip_prefix(b"data:") {
-        read_into(observed, extract, data.strip_prefix(b" ").unwrap_or(data));
+        read_into(observed, protocol, data.strip_prefix(b" ").unwrap_or(data));
     }
 }
 
 /// Parses `data` only if it can hold usage.
-fn read_into(observed: &mut Observed, extract: &Extract, data: &[u8]) {
+fn read_into(observed: &mut Observed, protocol: &dyn Protocol, data: &[u8]) {
     // Built once: a searcher set up per call cost more than the search.
+    // Every API names its usage under a member starting so: `usage`, and
+    // Gemini's `usageMetadata`.
     static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage"));
     if USAGE.find(data).is_none() {
         return;
     }
     let reported = std::str::from_utf8(data)
         .ok()
-        .and_then(|text| extract.reported_in(text));
+        .and_then(|text| protocol.usage(text));
     if let Some(reported) = reported {
         observed.apply(reported);
     }
-}
-
-/// The members of a response or event where usage and the model can be
-/// (`usage`, `model`, and those of a `message` or `response` object within),
-/// as an object of them alone: everything else is skipped by the scanner,
-/// unbuilt (a whole response's content is most of its bytes). `None`
-/// unless `text` is one valid JSON object.
-fn slim(text: &str) -> Option<Value> {
-    let mut scanner = crate::protocol::json_scan::Scanner::new(text);
-    let value = slim_object(&mut scanner)?;
-    scanner.finish()?;
-    Some(value)
-}
-
-fn slim_object(scanner: &mut crate::protocol::json_scan::Scanner<'_>) -> Option<Value> {
-    let mut object = serde_json::Map::new();
-    scanner.object(|scanner, key| {
-        match key {
-            "usage" | "model" => {
-                let raw = scanner.value()?;
-                if raw != "null" {
-                    object.insert(key.to_string(), serde_json::from_str(raw).ok()?);
-                }
-            }
-            "message" | "response" if scanner.peek()? == b'{' => {
-                let inner = slim_object(scanner)?;
-                object.insert(key.to_string(), inner);
-            }
-            _ => {
-                scanner.value()?;
-            }
-        }
-        Some(())
-    })?;
-    Some(Value::Object(object))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn toy(value: &Value) -> Option<Reported> {
-        let usage = value.get("usage")?;
-        Some(Reported {
-            input: Reported::field(usage, "in"),
-            output: Reported::field(usage, "out"),
-            model: value
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            ..Reported::default()
-        })
-    }
+    /// Chat Completions' reading: `prompt_tokens` (cached included),
+    /// `completion_tokens`, `model`.
+    const CHAT: &dyn Protocol = &crate::protocol::openai_chat::OpenAiChat;
 
     #[test]
     fn a_stream_keeps_the_last_value_of_each_field() {
-        let mut s = UsageScanner::new(Some("text/event-stream; charset=utf-8"), toy);
-        let body = "data: {\"model\":\"m\",\"usage\":{\"in\":10,\"out\":1}}\n\n\
-                    data: {\"x\":1}\n\ndata: {\"usage\":{\"out\":7}}\n\n";
+        let mut s = UsageScanner::new(Some("text/event-stream; charset=utf-8"), CHAT);
+        let body =
+            "data: {\"model\":\"m\",\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":1}}\n\n\
+                    data: {\"x\":1}\n\ndata: {\"usage\":{\"completion_tokens\":7}}\n\n";
         // Cut anywhere: the parser joins the pieces.
         for piece in body.as_bytes().chunks(5) {
             s.push(piece);
@@ -479,40 +412,43 @@ mod tests {
 
     #[test]
     fn a_json_body_is_read_at_its_end() {
-        let mut s = UsageScanner::new(Some("application/json"), toy);
-        s.push(b"{\"usage\":{\"in\":3,");
-        s.push(b"\"out\":4}}");
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(b"{\"usage\":{\"prompt_tokens\":3,");
+        s.push(b"\"completion_tokens\":4}}");
         assert_eq!(s.finish().usage.output, 4);
     }
 
     #[test]
     fn a_json_body_handed_over_as_bytes_reads_as_the_same_bytes_pushed() {
-        let body = bytes::Bytes::from_static(b"{\"usage\":{\"in\":3,\"out\":4}}");
+        let body =
+            bytes::Bytes::from_static(b"{\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}");
         // Whole, in one chunk (kept as it came) ...
-        let mut one = UsageScanner::new(Some("application/json"), toy);
+        let mut one = UsageScanner::new(Some("application/json"), CHAT);
         one.push_bytes(&body);
         // ... in pieces of every split (the first kept, then copied) ...
         for cut in 0..=body.len() {
-            let mut pieces = UsageScanner::new(Some("application/json"), toy);
+            let mut pieces = UsageScanner::new(Some("application/json"), CHAT);
             pieces.push_bytes(&body.slice(..cut));
             pieces.push_bytes(&body.slice(cut..));
             assert_eq!(pieces.finish().usage.output, 4, "cut at {cut}");
         }
         // ... and as plain slices.
-        let mut pushed = UsageScanner::new(Some("application/json"), toy);
+        let mut pushed = UsageScanner::new(Some("application/json"), CHAT);
         pushed.push(&body);
         assert_eq!(one.finish(), pushed.finish());
         // A broken body stays unread however it came.
-        let mut broken = UsageScanner::new(Some("application/json"), toy);
+        let mut broken = UsageScanner::new(Some("application/json"), CHAT);
         broken.push_bytes(&body.slice(..body.len() - 1));
         assert!(!broken.finish().seen);
     }
 
     #[test]
     fn a_small_json_body_is_left_to_read_later_as_it_would_read_now() {
-        let body = bytes::Bytes::from_static(b"{\"model\":\"m\",\"usage\":{\"in\":3,\"out\":4}}");
+        let body = bytes::Bytes::from_static(
+            b"{\"model\":\"m\",\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}",
+        );
         let scanner = || {
-            let mut s = UsageScanner::new(Some("application/json"), toy);
+            let mut s = UsageScanner::new(Some("application/json"), CHAT);
             s.push_bytes(&body);
             s
         };
@@ -521,27 +457,48 @@ mod tests {
         assert!(!later.is_empty());
         assert_eq!(later.read(), scanner().finish());
         // No body, or a stream, is read as it ends.
-        let empty = UsageScanner::new(Some("application/json"), toy).finish_later();
+        let empty = UsageScanner::new(Some("application/json"), CHAT).finish_later();
         assert!(empty.is_empty());
-        let mut stream = UsageScanner::new(Some("text/event-stream"), toy);
-        stream.push(b"data: {\"usage\":{\"out\":7}}\n\n");
+        let mut stream = UsageScanner::new(Some("text/event-stream"), CHAT);
+        stream.push(b"data: {\"usage\":{\"completion_tokens\":7}}\n\n");
         let read = stream.finish_later();
         assert!(matches!(&read, Reading::Read(o) if o.usage.output == 7));
         // A body past the limit too.
-        let mut large = UsageScanner::new(Some("application/json"), toy);
-        large.push(b"{\"usage\":{\"out\":5},\"pad\":\"");
+        let mut large = UsageScanner::new(Some("application/json"), CHAT);
+        large.push(b"{\"usage\":{\"completion_tokens\":5},\"pad\":\"");
         large.push(&vec![b'x'; LATER_MAX]);
         large.push(b"\"}");
         assert!(matches!(large.finish_later(), Reading::Read(o) if o.usage.output == 5));
     }
 
+    /// A member of an odd type reads as absent and hides nothing else; a
+    /// usage that is not an object reports nothing.
+    #[test]
+    fn an_odd_member_hides_nothing_else() {
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"{"model":7,"usage":{"prompt_tokens":9,"completion_tokens":4.5,"prompt_tokens_details":{"cached_tokens":"4"}}}"#);
+        let seen = s.finish();
+        assert!(seen.seen);
+        assert_eq!(
+            seen.usage,
+            Usage {
+                input: 9,
+                ..Usage::default()
+            }
+        );
+        assert_eq!(seen.model, None);
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"{"model":"m","usage":"none"}"#);
+        assert!(!s.finish().seen);
+    }
+
     #[test]
     fn other_bodies_and_broken_json_report_nothing() {
-        let mut s = UsageScanner::new(Some("text/plain"), toy);
-        s.push(b"{\"usage\":{\"in\":3}}");
+        let mut s = UsageScanner::new(Some("text/plain"), CHAT);
+        s.push(b"{\"usage\":{\"prompt_tokens\":3}}");
         assert!(!s.finish().seen);
-        let mut s = UsageScanner::new(Some("application/json"), toy);
-        s.push(b"{\"usage\":{\"in\":3");
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(b"{\"usage\":{\"prompt_tokens\":3");
         assert!(!s.finish().seen);
     }
 }

@@ -329,9 +329,10 @@ pub trait Protocol: Send + Sync {
         None
     }
 
-    /// The usage a response (whole) or one of its stream events reports
-    /// (`crate::usage`); `None` when it reports none.
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported>;
+    /// The usage a response (whole) or one of its stream events reports,
+    /// given as the text of one JSON object (`crate::usage`); `None` when
+    /// it reports none or is not such an object.
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported>;
 }
 
 /// The identity of an assistant message for history restoration: the

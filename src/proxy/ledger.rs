@@ -935,8 +935,7 @@ mod tests {
         let request = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
         let response = br#"{"model":"m-2024","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}"#;
         let protocol = &crate::protocol::openai_chat::OpenAiChat;
-        let mut scanner =
-            crate::usage::UsageScanner::for_protocol(Some("application/json"), protocol);
+        let mut scanner = crate::usage::UsageScanner::new(Some("application/json"), protocol);
         scanner.push(response);
         let turn = PendingTurn {
             tenant: tenant.clone(),

@@ -63,12 +63,7 @@ pub struct Watch(UsageScanner, UsageReport);
 impl Watch {
     /// A watch on a body of this content type, if its usage goes anywhere.
     pub fn of(content_type: Option<&str>, sink: Option<UsageReport>) -> Option<Watch> {
-        sink.map(|sink| {
-            Watch(
-                UsageScanner::for_protocol(content_type, sink.protocol()),
-                sink,
-            )
-        })
+        sink.map(|sink| Watch(UsageScanner::new(content_type, sink.protocol()), sink))
     }
 }
 

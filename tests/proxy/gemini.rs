@@ -1,13 +1,13 @@
 //! The Gemini API through the proxy: a request with nothing over budget
 //! reaches the upstream byte for byte, key and query kept, and its stream
-//! comes back as the upstream sent it; a large `functionResponse` goes up
+//! comes back as the upstream sent it, its usage accounted; a large `functionResponse` goes up
 //! as a stub, the model's recall call is answered inside the proxy
 //! (streaming and not) and the next turn is restored; the proxy's own failures answer in Google's error format; with no
 //! single upstream, Gemini paths are routed to Google (`upstream.rs`'s
 //! unit test), and a `--route` prefix reaches its own upstream.
 
 use super::mock::{self, client, send, Recorded, Reply, Script};
-use super::{setup, KEY};
+use super::{sample, setup, KEY};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,6 +107,21 @@ async fn gemini_requests_and_streams_pass_through_byte_for_byte() {
     assert_eq!(got.path_and_query, path, "path and query kept");
     assert_eq!(got.headers["x-goog-api-key"], "AIza-test-key");
     assert_eq!(got.body, body.as_bytes(), "the body byte for byte");
+    // Its usage, from the last chunk's `usageMetadata`, is accounted.
+    let series = |part: &str| {
+        format!("toolstub_upstream_tokens_total{{api=\"stream_generate_content\",type=\"{part}\"}}")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let (_, _, metrics) = send(&client(), "GET", s.url("/metrics"), &[], "").await;
+        let metrics = String::from_utf8_lossy(&metrics).into_owned();
+        if sample(&metrics, &series("output")) > 0 || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let usage = ["input", "cache_read", "output"].map(|part| sample(&metrics, &series(part)));
+    assert_eq!(usage, [2_000, 28_000, 4], "{metrics}");
 
     // Gemini CLI's routing call, and a key in the query.
     let path = "/v1beta/models/gemini-3.5-flash-lite:generateContent?key=AIza-query-key";

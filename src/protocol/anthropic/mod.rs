@@ -44,6 +44,26 @@ pub use rounds::AnthropicRounds;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AnthropicMessages;
 
+/// What a message, or a stream event, says of usage: its own (a whole
+/// message, `message_delta`), or its `message`'s (`message_start`). Every
+/// other member is skipped unbuilt.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct UsageReply {
+    model: crate::usage::Lenient<String>,
+    usage: Option<MessagesUsage>,
+    message: Option<Box<UsageReply>>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct MessagesUsage {
+    input_tokens: crate::usage::Lenient<u64>,
+    cache_read_input_tokens: crate::usage::Lenient<u64>,
+    cache_creation_input_tokens: crate::usage::Lenient<u64>,
+    output_tokens: crate::usage::Lenient<u64>,
+}
+
 /// `POST .../v1/messages`, and Claude on Vertex AI: Messages under a model
 /// resource (`.../publishers/anthropic/models/{m}:rawPredict`, streamed
 /// when the body says so, as on Anthropic's own API), whose path names the
@@ -383,23 +403,21 @@ impl Protocol for AnthropicMessages {
     /// `cache_creation_input_tokens`, `output_tokens`; on the whole message, in
     /// a stream's `message_start` (under `message`) and `message_delta` (at the
     /// top, cumulative: the last one holds the final output count).
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        let (holder, usage) = match value.get("usage").filter(|u| u.is_object()) {
-            Some(usage) => (value, usage),
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
+        let reply: UsageReply = serde_json::from_str(json).ok()?;
+        let (model, usage) = match reply.usage {
+            Some(usage) => (reply.model, usage),
             None => {
-                let message = value.get("message")?;
-                (message, message.get("usage").filter(|u| u.is_object())?)
+                let message = reply.message?;
+                (message.model, message.usage?)
             }
         };
         Some(crate::usage::Reported {
-            input: crate::usage::Reported::field(usage, "input_tokens"),
-            cache_read: crate::usage::Reported::field(usage, "cache_read_input_tokens"),
-            cache_write: crate::usage::Reported::field(usage, "cache_creation_input_tokens"),
-            output: crate::usage::Reported::field(usage, "output_tokens"),
-            model: holder
-                .get("model")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string),
+            input: usage.input_tokens.0,
+            cache_read: usage.cache_read_input_tokens.0,
+            cache_write: usage.cache_creation_input_tokens.0,
+            output: usage.output_tokens.0,
+            model: model.0,
         })
     }
 

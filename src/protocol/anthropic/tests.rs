@@ -253,7 +253,6 @@ fn error_types_follow_the_status() {
 mod usage {
     use super::*;
     use crate::usage::{Usage, UsageScanner};
-    use serde_json::Value;
 
     #[test]
     fn a_stream_gives_input_at_start_and_output_at_the_end() {
@@ -264,9 +263,7 @@ mod usage {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":42}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
-        let mut s = UsageScanner::new(Some("text/event-stream"), |v: &Value| {
-            AnthropicMessages.usage(v)
-        });
+        let mut s = UsageScanner::new(Some("text/event-stream"), &AnthropicMessages);
         s.push(body.as_bytes());
         let seen = s.finish();
         assert_eq!(
@@ -283,11 +280,9 @@ mod usage {
 
     #[test]
     fn a_whole_message() {
-        let v: Value = serde_json::from_str(
-            r#"{"model":"claude-y","usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":0}}"#,
-        )
-        .unwrap_or_default();
-        let r = AnthropicMessages.usage(&v).unwrap_or_default();
+        let r = AnthropicMessages
+            .usage(r#"{"model":"claude-y","usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":0}}"#)
+            .unwrap_or_default();
         assert_eq!(
             (r.input, r.output, r.cache_read, r.cache_write),
             (Some(5), Some(6), Some(0), None)

@@ -74,8 +74,8 @@ impl Protocol for OnBedrock {
         Flavor::Anthropic
     }
 
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        AnthropicMessages.usage(value)
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
+        AnthropicMessages.usage(json)
     }
 }
 

@@ -100,12 +100,12 @@ impl Protocol for Gemini {
         Flavor::Google
     }
 
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        let usage = value.get("usageMetadata").filter(|u| u.is_object())?;
-        let field = |k: &str| crate::usage::Reported::field(usage, k);
-        let prompt = field("promptTokenCount");
-        let cached = field("cachedContentTokenCount").unwrap_or(0);
-        let output = match (field("candidatesTokenCount"), field("thoughtsTokenCount")) {
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
+        let reply: UsageReply = serde_json::from_str(json).ok()?;
+        let usage = reply.usage_metadata?;
+        let prompt = usage.prompt_token_count.0;
+        let cached = usage.cached_content_token_count.0.unwrap_or(0);
+        let output = match (usage.candidates_token_count.0, usage.thoughts_token_count.0) {
             (None, None) => None,
             (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
         };
@@ -114,12 +114,27 @@ impl Protocol for Gemini {
             cache_read: prompt.map(|_| cached),
             cache_write: prompt.map(|_| 0),
             output,
-            model: value
-                .get("modelVersion")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string),
+            model: reply.model_version.0,
         })
     }
+}
+
+/// What a response, or one streamed chunk, says of usage; every other
+/// member is skipped unbuilt.
+#[derive(Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct UsageReply {
+    model_version: crate::usage::Lenient<String>,
+    usage_metadata: Option<UsageMetadata>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct UsageMetadata {
+    prompt_token_count: crate::usage::Lenient<u64>,
+    cached_content_token_count: crate::usage::Lenient<u64>,
+    candidates_token_count: crate::usage::Lenient<u64>,
+    thoughts_token_count: crate::usage::Lenient<u64>,
 }
 
 /// The Gemini API's wire format, for one route.

@@ -186,3 +186,29 @@ fn a_run_of_contents_of_one_role_is_one_message() {
         None
     );
 }
+
+/// A response's `usageMetadata` is its usage: the cached part apart, the
+/// thoughts counted as output; a stream's last chunk holds the totals.
+#[test]
+fn usage_metadata_is_read_from_a_whole_response_and_a_stream() {
+    use crate::usage::{Usage, UsageScanner};
+    let want = Usage {
+        input: 2_000,
+        cache_read: 28_000,
+        cache_write: 0,
+        output: 9,
+    };
+    let whole = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"they are."}]}}],"usageMetadata":{"promptTokenCount":30000,"candidatesTokenCount":4,"thoughtsTokenCount":5,"cachedContentTokenCount":28000},"modelVersion":"gemini-x"}"#;
+    let mut s = UsageScanner::new(Some("application/json"), &Gemini { streaming: false });
+    s.push(whole.as_bytes());
+    let seen = s.finish();
+    assert_eq!(seen.usage, want);
+    assert_eq!(seen.model.as_deref(), Some("gemini-x"));
+    let stream = format!(
+        "data: {}\r\n\r\ndata: {whole}\r\n\r\n",
+        r#"{"candidates":[],"usageMetadata":{"promptTokenCount":30000,"candidatesTokenCount":1}}"#
+    );
+    let mut s = UsageScanner::new(Some("text/event-stream"), &Gemini { streaming: true });
+    s.push(stream.as_bytes());
+    assert_eq!(s.finish().usage, want);
+}

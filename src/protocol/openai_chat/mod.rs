@@ -29,6 +29,23 @@ pub use rounds::ChatRounds;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiChat;
 
+/// What a response or stream chunk says of usage; every other member is
+/// skipped unbuilt.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct UsageReply {
+    model: crate::usage::Lenient<String>,
+    usage: Option<ChatUsage>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct ChatUsage {
+    prompt_tokens: crate::usage::Lenient<u64>,
+    prompt_tokens_details: Option<crate::usage::Cached>,
+    completion_tokens: crate::usage::Lenient<u64>,
+}
+
 /// `POST .../chat/completions`.
 pub static CHAT_COMPLETIONS: Endpoint = Endpoint::turn("chat_completions", &OpenAiChat, |path| {
     path.ends_with("/chat/completions")
@@ -264,14 +281,14 @@ impl Protocol for OpenAiChat {
     /// `prompt_tokens_details.cached_tokens`, `completion_tokens`; on the whole
     /// response, or on a stream's last chunk (with
     /// `stream_options.include_usage`; `usage: null` on the others).
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        let usage = value.get("usage").filter(|u| u.is_object())?;
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
+        let reply: UsageReply = serde_json::from_str(json).ok()?;
+        let usage = reply.usage?;
         Some(crate::usage::Reported::openai(
-            value,
-            usage,
-            "prompt_tokens",
-            "prompt_tokens_details",
-            "completion_tokens",
+            reply.model.0,
+            usage.prompt_tokens.0,
+            usage.prompt_tokens_details,
+            usage.completion_tokens.0,
         ))
     }
 
@@ -841,9 +858,7 @@ mod differential {
                 "\"total_tokens\":1009,\"prompt_tokens_details\":{\"cached_tokens\":768}}}\n\n",
                 "data: [DONE]\n\n",
             );
-            let mut s = UsageScanner::new(Some("text/event-stream"), |v: &serde_json::Value| {
-                OpenAiChat.usage(v)
-            });
+            let mut s = UsageScanner::new(Some("text/event-stream"), &OpenAiChat);
             s.push(body.as_bytes());
             let seen = s.finish();
             assert_eq!(

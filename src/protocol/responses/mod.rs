@@ -48,6 +48,25 @@ pub use rounds::ResponsesRounds;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenAiResponses;
 
+/// What a response, or a stream event, says of usage: its own, or (in
+/// `response.completed` and its kin) its `response`'s. Every other member
+/// is skipped unbuilt.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct UsageReply {
+    model: crate::usage::Lenient<String>,
+    usage: Option<ResponsesUsage>,
+    response: Option<Box<UsageReply>>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct ResponsesUsage {
+    input_tokens: crate::usage::Lenient<u64>,
+    input_tokens_details: Option<crate::usage::Cached>,
+    output_tokens: crate::usage::Lenient<u64>,
+}
+
 /// `POST .../v1/responses`: a request may continue a response stored
 /// upstream (`previous_response_id`).
 pub static RESPONSES: Endpoint = Endpoint {
@@ -359,18 +378,18 @@ impl Protocol for OpenAiResponses {
     /// response, or under `response` in a stream's `response.completed`
     /// (`response.incomplete`, `response.failed`; earlier events carry
     /// `usage: null`).
-    fn usage(&self, value: &serde_json::Value) -> Option<crate::usage::Reported> {
-        let response = match value.get("response").filter(|r| r.is_object()) {
-            Some(inner) => inner,
-            None => value,
+    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
+        let reply: UsageReply = serde_json::from_str(json).ok()?;
+        let reply = match reply.response {
+            Some(inner) => *inner,
+            None => reply,
         };
-        let usage = response.get("usage").filter(|u| u.is_object())?;
+        let usage = reply.usage?;
         Some(crate::usage::Reported::openai(
-            response,
-            usage,
-            "input_tokens",
-            "input_tokens_details",
-            "output_tokens",
+            reply.model.0,
+            usage.input_tokens.0,
+            usage.input_tokens_details,
+            usage.output_tokens.0,
         ))
     }
 

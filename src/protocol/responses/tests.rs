@@ -254,9 +254,7 @@ mod usage {
             "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"model\":\"gpt-5\",",
             "\"usage\":{\"input_tokens\":500,\"input_tokens_details\":{\"cached_tokens\":400},\"output_tokens\":20,\"total_tokens\":520}}}\n\n",
         );
-        let mut s = UsageScanner::new(Some("text/event-stream"), |v: &Value| {
-            OpenAiResponses.usage(v)
-        });
+        let mut s = UsageScanner::new(Some("text/event-stream"), &OpenAiResponses);
         s.push(body.as_bytes());
         let seen = s.finish();
         assert_eq!(

@@ -10,6 +10,7 @@ use super::{anthropic, bedrock, gemini, openai_chat, responses};
 use super::{ContentShape, Flavor};
 use crate::rewrite::{rewrite, Mode, Outcome, Policy, Unchanged};
 use crate::stub::RecallToolNames;
+use crate::usage::{Usage, UsageScanner};
 use serde_json::{json, Value};
 
 /// One adapter and a conversation in its wire form.
@@ -22,6 +23,117 @@ struct Case {
     /// A request whose conversation is a user message, then per output a
     /// model turn calling `Read` and that output.
     body: fn(&[&str]) -> String,
+    /// The endpoint's answers as its upstream sends them (content type,
+    /// body), each reporting [`REPLY_USAGE`] under the model `m-reply`.
+    replies: fn() -> Vec<(&'static str, Vec<u8>)>,
+}
+
+/// What every reply in [`Case::replies`] reports: 900 input tokens, 800 of
+/// them read from the prompt cache, 7 output tokens. No reply's text says
+/// `usage`, so a reading that finds the word only in a member's name is
+/// the one checked.
+const REPLY_USAGE: Usage = Usage {
+    input: 100,
+    cache_read: 800,
+    cache_write: 0,
+    output: 7,
+};
+
+const JSON: &str = "application/json";
+const SSE: &str = "text/event-stream";
+
+fn sse(events: &[Value]) -> Vec<u8> {
+    let mut out = String::new();
+    for e in events {
+        if let Some(name) = e["type"].as_str() {
+            out.push_str(&format!("event: {name}\n"));
+        }
+        out.push_str(&format!("data: {e}\n\n"));
+    }
+    out.into_bytes()
+}
+
+fn chat_replies() -> Vec<(&'static str, Vec<u8>)> {
+    let usage = json!({"prompt_tokens": 900, "completion_tokens": 7,
+                       "prompt_tokens_details": {"cached_tokens": 800}});
+    let whole = json!({"id": "c", "model": "m-reply", "usage": usage,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}}]});
+    let mut stream = sse(&[
+        json!({"id": "c", "model": "m-reply", "usage": null,
+               "choices": [{"index": 0, "delta": {"content": "done"}}]}),
+        json!({"id": "c", "model": "m-reply", "choices": [], "usage": usage}),
+    ]);
+    stream.extend_from_slice(b"data: [DONE]\n\n");
+    vec![(JSON, whole.to_string().into_bytes()), (SSE, stream)]
+}
+
+fn anthropic_usage(output: u64) -> Value {
+    json!({"input_tokens": 100, "cache_read_input_tokens": 800,
+           "cache_creation_input_tokens": 0, "output_tokens": output})
+}
+
+fn anthropic_whole() -> Vec<u8> {
+    json!({"id": "msg", "type": "message", "role": "assistant", "model": "m-reply",
+           "content": [{"type": "text", "text": "done"}], "usage": anthropic_usage(7)})
+    .to_string()
+    .into_bytes()
+}
+
+fn anthropic_stream() -> Vec<u8> {
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg", "model": "m-reply",
+               "content": [], "usage": anthropic_usage(1)}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "text_delta", "text": "done"}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+               "usage": {"output_tokens": 7}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn messages_replies() -> Vec<(&'static str, Vec<u8>)> {
+    vec![(JSON, anthropic_whole()), (SSE, anthropic_stream())]
+}
+
+fn bedrock_replies() -> Vec<(&'static str, Vec<u8>)> {
+    vec![(JSON, anthropic_whole())]
+}
+
+fn bedrock_stream_replies() -> Vec<(&'static str, Vec<u8>)> {
+    let frames = bedrock::eventstream::encode(&anthropic_stream());
+    vec![(bedrock::eventstream::CONTENT_TYPE, frames.to_vec())]
+}
+
+fn responses_replies() -> Vec<(&'static str, Vec<u8>)> {
+    let usage = json!({"input_tokens": 900, "input_tokens_details": {"cached_tokens": 800},
+                       "output_tokens": 7});
+    let output = json!([{"type": "message", "content": [{"type": "output_text", "text": "done"}]}]);
+    let whole = json!({"id": "r", "object": "response", "model": "m-reply",
+                       "output": output, "usage": usage});
+    let stream = sse(&[
+        json!({"type": "response.created",
+               "response": {"id": "r", "model": "m-reply", "usage": null}}),
+        json!({"type": "response.output_text.delta", "delta": "done"}),
+        json!({"type": "response.completed", "response": whole}),
+    ]);
+    vec![(JSON, whole.to_string().into_bytes()), (SSE, stream)]
+}
+
+fn gemini_whole() -> Value {
+    json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "done"}]}}],
+           "usageMetadata": {"promptTokenCount": 900, "cachedContentTokenCount": 800,
+                             "candidatesTokenCount": 7},
+           "modelVersion": "m-reply"})
+}
+
+fn gemini_replies() -> Vec<(&'static str, Vec<u8>)> {
+    vec![(JSON, gemini_whole().to_string().into_bytes())]
+}
+
+fn gemini_stream_replies() -> Vec<(&'static str, Vec<u8>)> {
+    let first = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "do"}]}}],
+                       "modelVersion": "m-reply"});
+    vec![(SSE, sse(&[first, gemini_whole()]))]
 }
 
 fn chat(outputs: &[&str]) -> String {
@@ -92,42 +204,49 @@ const CASES: &[Case] = &[
         endpoint: &openai_chat::CHAT_COMPLETIONS,
         key: "messages",
         body: chat,
+        replies: chat_replies,
     },
     Case {
         name: "messages",
         endpoint: &anthropic::MESSAGES,
         key: "messages",
         body: messages,
+        replies: messages_replies,
     },
     Case {
         name: "bedrock",
         endpoint: &bedrock::INVOKE,
         key: "messages",
         body: bedrock,
+        replies: bedrock_replies,
     },
     Case {
         name: "bedrock stream",
         endpoint: &bedrock::INVOKE_STREAM,
         key: "messages",
         body: bedrock,
+        replies: bedrock_stream_replies,
     },
     Case {
         name: "responses",
         endpoint: &responses::RESPONSES,
         key: "input",
         body: responses,
+        replies: responses_replies,
     },
     Case {
         name: "gemini",
         endpoint: &gemini::GENERATE_CONTENT,
         key: "contents",
         body: gemini,
+        replies: gemini_replies,
     },
     Case {
         name: "gemini stream",
         endpoint: &gemini::STREAM_GENERATE_CONTENT,
         key: "contents",
         body: gemini,
+        replies: gemini_stream_replies,
     },
 ];
 
@@ -380,5 +499,24 @@ fn an_outputs_span_holds_the_value_its_text_came_from() {
             }),
         };
         assert_eq!(read.as_deref(), Some(t.as_str()), "{}", case.name);
+    }
+}
+
+#[test]
+fn every_reply_reports_its_usage_and_model_as_it_passes() {
+    for case in CASES {
+        let replies = (case.replies)();
+        assert!(!replies.is_empty(), "{}: no reply", case.name);
+        for (content_type, body) in replies {
+            let what = format!("{} ({content_type})", case.name);
+            // In pieces, as a network delivers it.
+            let mut scanner = UsageScanner::new(Some(content_type), case.endpoint.protocol);
+            for piece in body.chunks(7) {
+                scanner.push(piece);
+            }
+            let seen = scanner.finish();
+            assert_eq!(seen.usage, REPLY_USAGE, "{what}");
+            assert_eq!(seen.model.as_deref(), Some("m-reply"), "{what}");
+        }
     }
 }

@@ -14,6 +14,7 @@
 //! of what the client gets.
 
 use crate::protocol::Protocol;
+use serde::de::IntoDeserializer;
 use serde::{Deserialize, Serialize};
 
 /// Token usage, in the parts that are priced apart.
@@ -68,10 +69,10 @@ impl Reported {
     pub fn openai(
         model: Option<String>,
         input: Option<u64>,
-        cached: Option<Cached>,
+        cached: Lenient<Cached>,
         output: Option<u64>,
     ) -> Reported {
-        let cached = cached.and_then(|c| c.cached_tokens.0).unwrap_or(0);
+        let cached = cached.0.and_then(|c| c.cached_tokens.0).unwrap_or(0);
         Reported {
             input: input.map(|t| t.saturating_sub(cached)),
             cache_read: input.map(|_| cached),
@@ -83,7 +84,7 @@ impl Reported {
 }
 
 /// OpenAI's `prompt_tokens_details` / `input_tokens_details`: the part of
-/// the input read from the prompt cache.
+/// the input read from the prompt cache (its other members skipped).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Cached {
@@ -91,8 +92,9 @@ pub struct Cached {
 }
 
 /// A member read leniently: a value of another type than the one expected
-/// (a float count, a numeric model) reads as absent, so one odd member
-/// does not hide the rest of a response's usage. A number is built without an allocation.
+/// (a float count, a numeric model, a `usage` that is a string) reads as
+/// absent, so one odd member does not hide the rest of a response's
+/// usage. A value of the wrong type is skipped, not built.
 #[derive(Debug)]
 pub struct Lenient<T>(pub Option<T>);
 
@@ -102,10 +104,62 @@ impl<T> Default for Lenient<T> {
     }
 }
 
-impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        Ok(Lenient(serde_json::from_value(value).ok()))
+        d.deserialize_any(LenientVisitor(std::marker::PhantomData))
+    }
+}
+
+/// `v` as a `T`, if `T` takes it.
+fn offer<'de, T: Deserialize<'de>, E: serde::de::Error, V: IntoDeserializer<'de, E>>(
+    v: V,
+) -> Lenient<T> {
+    Lenient(T::deserialize(v.into_deserializer()).ok())
+}
+
+/// Offers each scalar to `T` and keeps it if `T` takes it; an object is
+/// read as `T` (whose own members are lenient in turn); an array is
+/// skipped.
+struct LenientVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for LenientVisitor<T> {
+    type Value = Lenient<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Lenient<T>, E> {
+        Ok(offer::<T, E, _>(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Lenient<T>, E> {
+        Ok(offer::<T, E, _>(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Lenient<T>, E> {
+        Ok(offer::<T, E, _>(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Lenient<T>, E> {
+        Ok(offer::<T, E, _>(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Lenient<T>, E> {
+        Ok(offer::<T, E, _>(v))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Lenient<T>, E> {
+        Ok(Lenient(None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Lenient<T>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Lenient(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Lenient<T>, A::Error> {
+        T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
     }
 }
 
@@ -290,9 +344,8 @@ impl UsageScanner {
     /// JSON body of at most [`LATER_MAX`] bytes, the body itself to read
     /// later ([`Reading::read`]). The ledger reads those in its batches, off
     /// the response's path: one response's reading is a few hundred
-    /// nanoseconds with the scanner's code and tables in cache, several
-    /// times that on a request's path, where everything else has evicted
-    /// them.
+    /// nanoseconds with the parser's code in cache, several times that on
+    /// a request's path, where everything else has evicted it.
     pub fn finish_later(mut self) -> Reading {
         if let Mode::Json(body) = &mut self.mode {
             if body.len() <= LATER_MAX {
@@ -368,7 +421,9 @@ fn read_into(observed: &mut Observed, protocol: &dyn Protocol, data: &[u8]) {
     // Gemini's `usageMetadata`.
     static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage"));
-    if USAGE.find(data).is_none() {
+    // An object only: serde would read an array's elements as a typed
+    // shape's members, by position.
+    if USAGE.find(data).is_none() || data.trim_ascii_start().first() != Some(&b'{') {
         return;
     }
     let reported = std::str::from_utf8(data)
@@ -488,7 +543,15 @@ mod tests {
         );
         assert_eq!(seen.model, None);
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"{"model":"m","usage":{"prompt_tokens":9,"prompt_tokens_details":[1,{}]}}"#);
+        assert_eq!(s.finish().usage.input, 9);
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
         s.push(br#"{"model":"m","usage":"none"}"#);
+        assert!(!s.finish().seen);
+        // An array is not an answer: its elements are not read as the
+        // members of one, by position.
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"["usage",{"prompt_tokens":9}]"#);
         assert!(!s.finish().seen);
     }
 

@@ -24,19 +24,28 @@ struct Case {
     /// model turn calling `Read` and that output.
     body: fn(&[&str]) -> String,
     /// The endpoint's answers as its upstream sends them (content type,
-    /// body), each reporting [`REPLY_USAGE`] under the model `m-reply`.
+    /// body), each reporting `reply_usage` under the model `m-reply`, with
+    /// the members real answers carry beside the ones read. No answer's
+    /// text (the model's words) mentions usage, so the reading checked is
+    /// the one that finds it by its member's name.
     replies: fn() -> Vec<(&'static str, Vec<u8>)>,
+    reply_usage: Usage,
 }
 
-/// What every reply in [`Case::replies`] reports: 900 input tokens, 800 of
-/// them read from the prompt cache, 7 output tokens. No reply's text says
-/// `usage`, so a reading that finds the word only in a member's name is
-/// the one checked.
+/// What an OpenAI or Gemini reply reports: 900 input tokens, 800 of them
+/// read from the prompt cache, 7 output tokens (no cache write).
 const REPLY_USAGE: Usage = Usage {
     input: 100,
     cache_read: 800,
     cache_write: 0,
     output: 7,
+};
+
+/// What an Anthropic reply reports: 100 uncached input tokens, 800 read
+/// from the prompt cache, 50 written to it, 7 output tokens.
+const ANTHROPIC_REPLY_USAGE: Usage = Usage {
+    cache_write: 50,
+    ..REPLY_USAGE
 };
 
 const JSON: &str = "application/json";
@@ -54,8 +63,9 @@ fn sse(events: &[Value]) -> Vec<u8> {
 }
 
 fn chat_replies() -> Vec<(&'static str, Vec<u8>)> {
-    let usage = json!({"prompt_tokens": 900, "completion_tokens": 7,
-                       "prompt_tokens_details": {"cached_tokens": 800}});
+    let usage = json!({"prompt_tokens": 900, "completion_tokens": 7, "total_tokens": 907,
+                       "prompt_tokens_details": {"cached_tokens": 800, "audio_tokens": 0},
+                       "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}});
     let whole = json!({"id": "c", "model": "m-reply", "usage": usage,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}}]});
     let mut stream = sse(&[
@@ -69,7 +79,10 @@ fn chat_replies() -> Vec<(&'static str, Vec<u8>)> {
 
 fn anthropic_usage(output: u64) -> Value {
     json!({"input_tokens": 100, "cache_read_input_tokens": 800,
-           "cache_creation_input_tokens": 0, "output_tokens": output})
+           "cache_creation_input_tokens": 50,
+           "cache_creation": {"ephemeral_5m_input_tokens": 50, "ephemeral_1h_input_tokens": 0},
+           "output_tokens": output, "service_tier": "standard",
+           "server_tool_use": {"web_search_requests": 0}})
 }
 
 fn anthropic_whole() -> Vec<u8> {
@@ -86,7 +99,7 @@ fn anthropic_stream() -> Vec<u8> {
         json!({"type": "content_block_delta", "index": 0,
                "delta": {"type": "text_delta", "text": "done"}}),
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-               "usage": {"output_tokens": 7}}),
+               "usage": anthropic_usage(7)}),
         json!({"type": "message_stop"}),
     ])
 }
@@ -106,24 +119,34 @@ fn bedrock_stream_replies() -> Vec<(&'static str, Vec<u8>)> {
 
 fn responses_replies() -> Vec<(&'static str, Vec<u8>)> {
     let usage = json!({"input_tokens": 900, "input_tokens_details": {"cached_tokens": 800},
-                       "output_tokens": 7});
+                       "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 3},
+                       "total_tokens": 907});
     let output = json!([{"type": "message", "content": [{"type": "output_text", "text": "done"}]}]);
     let whole = json!({"id": "r", "object": "response", "model": "m-reply",
                        "output": output, "usage": usage});
     let stream = sse(&[
         json!({"type": "response.created",
-               "response": {"id": "r", "model": "m-reply", "usage": null}}),
+               "response": {"id": "r", "model": "m-reply", "output": [], "usage": null}}),
+        json!({"type": "response.in_progress",
+               "response": {"id": "r", "model": "m-reply", "output": [], "usage": null}}),
         json!({"type": "response.output_text.delta", "delta": "done"}),
         json!({"type": "response.completed", "response": whole}),
     ]);
     vec![(JSON, whole.to_string().into_bytes()), (SSE, stream)]
 }
 
+fn gemini_usage(candidates: u64) -> Value {
+    json!({"promptTokenCount": 900, "cachedContentTokenCount": 800,
+           "candidatesTokenCount": candidates, "thoughtsTokenCount": 3,
+           "totalTokenCount": 903 + candidates,
+           "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 900}],
+           "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 800}]})
+}
+
 fn gemini_whole() -> Value {
-    json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "done"}]}}],
-           "usageMetadata": {"promptTokenCount": 900, "cachedContentTokenCount": 800,
-                             "candidatesTokenCount": 7},
-           "modelVersion": "m-reply"})
+    json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "done"}]},
+                           "finishReason": "STOP"}],
+           "usageMetadata": gemini_usage(4), "modelVersion": "m-reply", "responseId": "g"})
 }
 
 fn gemini_replies() -> Vec<(&'static str, Vec<u8>)> {
@@ -131,8 +154,10 @@ fn gemini_replies() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn gemini_stream_replies() -> Vec<(&'static str, Vec<u8>)> {
+    // Every chunk carries the usage so far.
     let first = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "do"}]}}],
-                       "modelVersion": "m-reply"});
+                       "usageMetadata": gemini_usage(1), "modelVersion": "m-reply",
+                       "responseId": "g"});
     vec![(SSE, sse(&[first, gemini_whole()]))]
 }
 
@@ -205,6 +230,7 @@ const CASES: &[Case] = &[
         key: "messages",
         body: chat,
         replies: chat_replies,
+        reply_usage: REPLY_USAGE,
     },
     Case {
         name: "messages",
@@ -212,6 +238,7 @@ const CASES: &[Case] = &[
         key: "messages",
         body: messages,
         replies: messages_replies,
+        reply_usage: ANTHROPIC_REPLY_USAGE,
     },
     Case {
         name: "bedrock",
@@ -219,6 +246,7 @@ const CASES: &[Case] = &[
         key: "messages",
         body: bedrock,
         replies: bedrock_replies,
+        reply_usage: ANTHROPIC_REPLY_USAGE,
     },
     Case {
         name: "bedrock stream",
@@ -226,6 +254,7 @@ const CASES: &[Case] = &[
         key: "messages",
         body: bedrock,
         replies: bedrock_stream_replies,
+        reply_usage: ANTHROPIC_REPLY_USAGE,
     },
     Case {
         name: "responses",
@@ -233,6 +262,7 @@ const CASES: &[Case] = &[
         key: "input",
         body: responses,
         replies: responses_replies,
+        reply_usage: REPLY_USAGE,
     },
     Case {
         name: "gemini",
@@ -240,6 +270,7 @@ const CASES: &[Case] = &[
         key: "contents",
         body: gemini,
         replies: gemini_replies,
+        reply_usage: REPLY_USAGE,
     },
     Case {
         name: "gemini stream",
@@ -247,6 +278,7 @@ const CASES: &[Case] = &[
         key: "contents",
         body: gemini,
         replies: gemini_stream_replies,
+        reply_usage: REPLY_USAGE,
     },
 ];
 
@@ -515,7 +547,7 @@ fn every_reply_reports_its_usage_and_model_as_it_passes() {
                 scanner.push(piece);
             }
             let seen = scanner.finish();
-            assert_eq!(seen.usage, REPLY_USAGE, "{what}");
+            assert_eq!(seen.usage, case.reply_usage, "{what}");
             assert_eq!(seen.model.as_deref(), Some("m-reply"), "{what}");
         }
     }

@@ -330,8 +330,8 @@ pub trait Protocol: Send + Sync {
     }
 
     /// The usage a response (whole) or one of its stream events reports,
-    /// given as the text of one JSON object (`crate::usage`); `None` when
-    /// it reports none or is not such an object.
+    /// given as the text of one JSON object (`crate::usage` passes nothing
+    /// else); `None` when it reports none or is not valid JSON.
     fn usage(&self, json: &str) -> Option<crate::usage::Reported>;
 }
 

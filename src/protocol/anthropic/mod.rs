@@ -51,8 +51,8 @@ pub struct AnthropicMessages;
 #[serde(default)]
 struct UsageReply {
     model: crate::usage::Lenient<String>,
-    usage: Option<MessagesUsage>,
-    message: Option<Box<UsageReply>>,
+    usage: crate::usage::Lenient<MessagesUsage>,
+    message: crate::usage::Lenient<Box<UsageReply>>,
 }
 
 #[derive(Default, serde::Deserialize)]
@@ -405,11 +405,11 @@ impl Protocol for AnthropicMessages {
     /// top, cumulative: the last one holds the final output count).
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         let reply: UsageReply = serde_json::from_str(json).ok()?;
-        let (model, usage) = match reply.usage {
+        let (model, usage) = match reply.usage.0 {
             Some(usage) => (reply.model, usage),
             None => {
-                let message = reply.message?;
-                (message.model, message.usage?)
+                let message = reply.message.0?;
+                (message.model, message.usage.0?)
             }
         };
         Some(crate::usage::Reported {

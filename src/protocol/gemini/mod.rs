@@ -100,14 +100,26 @@ impl Protocol for Gemini {
         Flavor::Google
     }
 
+    /// Gemini's `usageMetadata`: `promptTokenCount` (cached included) and
+    /// `toolUsePromptTokenCount` as input, `cachedContentTokenCount`
+    /// read from the cache, `candidatesTokenCount` and `thoughtsTokenCount`
+    /// (thinking is billed as output) as output; in a whole response or
+    /// on a stream's chunks, cumulative.
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         let reply: UsageReply = serde_json::from_str(json).ok()?;
-        let usage = reply.usage_metadata?;
-        let prompt = usage.prompt_token_count.0;
+        let usage = reply.usage_metadata.0?;
+        // The prompts of built-in tools are billed as input.
+        let prompt = match (
+            usage.prompt_token_count.0,
+            usage.tool_use_prompt_token_count.0,
+        ) {
+            (None, None) => None,
+            (p, t) => Some(p.unwrap_or(0).saturating_add(t.unwrap_or(0))),
+        };
         let cached = usage.cached_content_token_count.0.unwrap_or(0);
         let output = match (usage.candidates_token_count.0, usage.thoughts_token_count.0) {
             (None, None) => None,
-            (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
         };
         Some(crate::usage::Reported {
             input: prompt.map(|p| p.saturating_sub(cached)),
@@ -125,13 +137,14 @@ impl Protocol for Gemini {
 #[serde(default, rename_all = "camelCase")]
 struct UsageReply {
     model_version: crate::usage::Lenient<String>,
-    usage_metadata: Option<UsageMetadata>,
+    usage_metadata: crate::usage::Lenient<UsageMetadata>,
 }
 
 #[derive(Default, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 struct UsageMetadata {
     prompt_token_count: crate::usage::Lenient<u64>,
+    tool_use_prompt_token_count: crate::usage::Lenient<u64>,
     cached_content_token_count: crate::usage::Lenient<u64>,
     candidates_token_count: crate::usage::Lenient<u64>,
     thoughts_token_count: crate::usage::Lenient<u64>,

@@ -188,17 +188,18 @@ fn a_run_of_contents_of_one_role_is_one_message() {
 }
 
 /// A response's `usageMetadata` is its usage: the cached part apart, the
-/// thoughts counted as output; a stream's last chunk holds the totals.
+/// built-in tools' prompts counted as input and the thoughts as output; a
+/// stream's last chunk holds the totals.
 #[test]
 fn usage_metadata_is_read_from_a_whole_response_and_a_stream() {
     use crate::usage::{Usage, UsageScanner};
     let want = Usage {
-        input: 2_000,
+        input: 2_500,
         cache_read: 28_000,
         cache_write: 0,
         output: 9,
     };
-    let whole = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"they are."}]}}],"usageMetadata":{"promptTokenCount":30000,"candidatesTokenCount":4,"thoughtsTokenCount":5,"cachedContentTokenCount":28000},"modelVersion":"gemini-x"}"#;
+    let whole = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"they are."}]}}],"usageMetadata":{"promptTokenCount":30000,"toolUsePromptTokenCount":500,"candidatesTokenCount":4,"thoughtsTokenCount":5,"cachedContentTokenCount":28000},"modelVersion":"gemini-x"}"#;
     let mut s = UsageScanner::new(Some("application/json"), &Gemini { streaming: false });
     s.push(whole.as_bytes());
     let seen = s.finish();

@@ -35,14 +35,14 @@ pub struct OpenAiChat;
 #[serde(default)]
 struct UsageReply {
     model: crate::usage::Lenient<String>,
-    usage: Option<ChatUsage>,
+    usage: crate::usage::Lenient<ChatUsage>,
 }
 
 #[derive(Default, serde::Deserialize)]
 #[serde(default)]
 struct ChatUsage {
     prompt_tokens: crate::usage::Lenient<u64>,
-    prompt_tokens_details: Option<crate::usage::Cached>,
+    prompt_tokens_details: crate::usage::Lenient<crate::usage::Cached>,
     completion_tokens: crate::usage::Lenient<u64>,
 }
 
@@ -283,7 +283,7 @@ impl Protocol for OpenAiChat {
     /// `stream_options.include_usage`; `usage: null` on the others).
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         let reply: UsageReply = serde_json::from_str(json).ok()?;
-        let usage = reply.usage?;
+        let usage = reply.usage.0?;
         Some(crate::usage::Reported::openai(
             reply.model.0,
             usage.prompt_tokens.0,

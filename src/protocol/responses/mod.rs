@@ -55,15 +55,15 @@ pub struct OpenAiResponses;
 #[serde(default)]
 struct UsageReply {
     model: crate::usage::Lenient<String>,
-    usage: Option<ResponsesUsage>,
-    response: Option<Box<UsageReply>>,
+    usage: crate::usage::Lenient<ResponsesUsage>,
+    response: crate::usage::Lenient<Box<UsageReply>>,
 }
 
 #[derive(Default, serde::Deserialize)]
 #[serde(default)]
 struct ResponsesUsage {
     input_tokens: crate::usage::Lenient<u64>,
-    input_tokens_details: Option<crate::usage::Cached>,
+    input_tokens_details: crate::usage::Lenient<crate::usage::Cached>,
     output_tokens: crate::usage::Lenient<u64>,
 }
 
@@ -380,11 +380,11 @@ impl Protocol for OpenAiResponses {
     /// `usage: null`).
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         let reply: UsageReply = serde_json::from_str(json).ok()?;
-        let reply = match reply.response {
+        let reply = match reply.response.0 {
             Some(inner) => *inner,
             None => reply,
         };
-        let usage = reply.usage?;
+        let usage = reply.usage.0?;
         Some(crate::usage::Reported::openai(
             reply.model.0,
             usage.input_tokens.0,

@@ -4,8 +4,9 @@
 //! [`crate::protocol::Protocol::usage`]); here they meet as one [`Usage`]
 //! whose four parts are billed differently: uncached input, input read
 //! from the prompt cache, input written to it, and output. A response is
-//! whole JSON or a stream of server-sent events; [`UsageScanner`] reads
-//! either as it passes, parsing only what can hold usage, and never holds
+//! whole JSON (an object, or an array of a stream's chunks), a stream of
+//! server-sent events, or Bedrock's event stream; [`UsageScanner`] reads
+//! each as it passes, parsing only what can hold usage, and never holds
 //! more than one event (or a bounded whole body). Each protocol reads its
 //! usage into a typed shape of its own with serde, which skips every other
 //! member unbuilt (a whole response's content is most of its bytes).
@@ -421,16 +422,31 @@ fn read_into(observed: &mut Observed, protocol: &dyn Protocol, data: &[u8]) {
     // Gemini's `usageMetadata`.
     static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage"));
-    // An object only: serde would read an array's elements as a typed
-    // shape's members, by position.
-    if USAGE.find(data).is_none() || data.trim_ascii_start().first() != Some(&b'{') {
+    if USAGE.find(data).is_none() {
         return;
     }
-    let reported = std::str::from_utf8(data)
-        .ok()
-        .and_then(|text| protocol.usage(text));
-    if let Some(reported) = reported {
-        observed.apply(reported);
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut read = |object: &str| {
+        // An object only: serde would read an array's elements as a typed
+        // shape's members, by position.
+        if object.trim_start().starts_with('{') {
+            if let Some(reported) = protocol.usage(object) {
+                observed.apply(reported);
+            }
+        }
+    };
+    if text.trim_start().starts_with('[') {
+        // A stream sent as one JSON array of its chunks (Gemini's
+        // `streamGenerateContent` without `alt=sse`): each read in turn.
+        let chunks: Vec<&serde_json::value::RawValue> =
+            serde_json::from_str(text).unwrap_or_default();
+        for chunk in chunks {
+            read(chunk.get());
+        }
+    } else {
+        read(text);
     }
 }
 
@@ -548,11 +564,15 @@ mod tests {
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
         s.push(br#"{"model":"m","usage":"none"}"#);
         assert!(!s.finish().seen);
-        // An array is not an answer: its elements are not read as the
-        // members of one, by position.
+        // An array's elements are not read as the members of one answer,
+        // by position; an array of answers is read answer by answer.
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
         s.push(br#"["usage",{"prompt_tokens":9}]"#);
         assert!(!s.finish().seen);
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"[{"usage":{"prompt_tokens":9}},"usage",{"usage":{"completion_tokens":2}}]"#);
+        let seen = s.finish().usage;
+        assert_eq!((seen.input, seen.output), (9, 2));
     }
 
     #[test]

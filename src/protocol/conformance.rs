@@ -158,7 +158,11 @@ fn gemini_stream_replies() -> Vec<(&'static str, Vec<u8>)> {
     let first = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "do"}]}}],
                        "usageMetadata": gemini_usage(1), "modelVersion": "m-reply",
                        "responseId": "g"});
-    vec![(SSE, sse(&[first, gemini_whole()]))]
+    // With `alt=sse`, as Gemini CLI and the SDKs ask; without, one JSON
+    // array of the chunks.
+    let chunks = [first, gemini_whole()];
+    let array = Value::from(chunks.to_vec()).to_string().into_bytes();
+    vec![(SSE, sse(&chunks)), (JSON, array)]
 }
 
 fn chat(outputs: &[&str]) -> String {

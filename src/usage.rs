@@ -119,8 +119,8 @@ fn offer<'de, T: Deserialize<'de>, E: serde::de::Error, V: IntoDeserializer<'de,
 }
 
 /// Offers each scalar to `T` and keeps it if `T` takes it; an object is
-/// read as `T` (whose own members are lenient in turn); an array is
-/// skipped.
+/// read as `T` (whose own members are lenient in turn) if `T` is one, else
+/// skipped; an array is skipped.
 struct LenientVisitor<T>(std::marker::PhantomData<T>);
 
 impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for LenientVisitor<T> {
@@ -159,8 +159,18 @@ impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for LenientVisitor<T> {
         Ok(Lenient(None))
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Lenient<T>, A::Error> {
-        T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Lenient<T>, A::Error> {
+        let read = T::deserialize(serde::de::value::MapAccessDeserializer::new(&mut map));
+        if let Ok(t) = read {
+            return Ok(Lenient(Some(t)));
+        }
+        // Not a `T` (a count given as an object): the rest of it skipped.
+        // A broken document still fails here, at its next member.
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Lenient(None))
     }
 }
 
@@ -561,6 +571,11 @@ mod tests {
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
         s.push(br#"{"model":"m","usage":{"prompt_tokens":9,"prompt_tokens_details":[1,{}]}}"#);
         assert_eq!(s.finish().usage.input, 9);
+        let mut s = UsageScanner::new(Some("application/json"), CHAT);
+        s.push(br#"{"model":{"id":"m"},"usage":{"completion_tokens":{"n":4},"prompt_tokens":9}}"#);
+        let seen = s.finish();
+        assert_eq!((seen.usage.input, seen.usage.output), (9, 0));
+        assert_eq!(seen.model, None);
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
         s.push(br#"{"model":"m","usage":"none"}"#);
         assert!(!s.finish().seen);

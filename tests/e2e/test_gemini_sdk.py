@@ -7,7 +7,8 @@ automatic function calling writes ``{"result": ...}``); the model's recall
 call is answered inside the proxy, streaming and not, and the SDK sees one
 answer with no recall part in it; a chat's next turn carries the hidden
 exchange restored; countTokens counts the rewritten request; the proxy's
-own errors reach the SDK as Google API errors.
+own errors reach the SDK as Google API errors; the usage the upstream
+reports, whole and streamed, reaches toolstub's accounting.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
+import urllib.request
 
 import pytest
 from google import genai
@@ -128,6 +131,39 @@ def test_a_request_with_nothing_over_budget_goes_through_byte_for_byte(gmock, gp
     assert second.body == first.body, "the proxy forwarded the SDK's bytes unchanged"
     assert second.path == first.path and second.header("x-goog-api-key") == KEY
     assert recall_tool(second.json) is None
+
+
+def upstream_tokens(url: str, api: str) -> tuple[int, int]:
+    """toolstub's `/metrics` count of upstream input and output tokens on `api`."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+
+    def part(name: str) -> int:
+        series = f'toolstub_upstream_tokens_total{{api="{api}",type="{name}"}} '
+        return next((int(float(line[len(series):])) for line in text.splitlines()
+                     if line.startswith(series)), 0)
+
+    return part("input"), part("output")
+
+
+def test_the_usage_of_whole_and_streamed_answers_is_accounted(gmock, gproxy):
+    apis = ["generate_content", "stream_generate_content"]
+    before = {api: upstream_tokens(gproxy.url, api) for api in apis}
+    contents = conversation({"output": "small output"})
+    client(gproxy.url).models.generate_content(model=MODEL, contents=contents, config=CONFIG)
+    for _ in client(gproxy.url).models.generate_content_stream(model=MODEL, contents=contents, config=CONFIG):
+        pass
+    # The ledger files usage off the request's path, moments later.
+    deadline = time.monotonic() + 30
+    while True:
+        after = {api: upstream_tokens(gproxy.url, api) for api in apis}
+        if all(after[a] != before[a] for a in apis) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    usage = mg.USAGE["promptTokenCount"], mg.USAGE["candidatesTokenCount"]
+    for api in apis:
+        added = tuple(a - b for a, b in zip(after[api], before[api]))
+        assert added == usage, (api, before, after)
 
 
 @pytest.mark.parametrize("shape", ["output", "result"])

@@ -438,16 +438,17 @@ fn read_into(observed: &mut Observed, protocol: &dyn Protocol, data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let text = text.trim_start();
     let mut read = |object: &str| {
         // An object only: serde would read an array's elements as a typed
         // shape's members, by position.
-        if object.trim_start().starts_with('{') {
+        if object.starts_with('{') {
             if let Some(reported) = protocol.usage(object) {
                 observed.apply(reported);
             }
         }
     };
-    if text.trim_start().starts_with('[') {
+    if text.starts_with('[') {
         // A stream sent as one JSON array of its chunks (Gemini's
         // `streamGenerateContent` without `alt=sse`): each read in turn.
         let chunks: Vec<&serde_json::value::RawValue> =
@@ -585,7 +586,7 @@ mod tests {
         s.push(br#"["usage",{"prompt_tokens":9}]"#);
         assert!(!s.finish().seen);
         let mut s = UsageScanner::new(Some("application/json"), CHAT);
-        s.push(br#"[{"usage":{"prompt_tokens":9}},"usage",{"usage":{"completion_tokens":2}}]"#);
+        s.push(b"[ {\"usage\":{\"prompt_tokens\":9}},\n \"usage\", {\"usage\":{\"completion_tokens\":2}} ]");
         let seen = s.finish().usage;
         assert_eq!((seen.input, seen.output), (9, 2));
     }

@@ -29,6 +29,7 @@ use super::{
 };
 use crate::recall::Rounds;
 use crate::stub::RecallToolNames;
+use crate::usage::Lenient;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -108,19 +109,17 @@ impl Protocol for Gemini {
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         let reply: UsageReply = serde_json::from_str(json).ok()?;
         let usage = reply.usage_metadata.0?;
+        // Two counts summed: absent only when both are.
+        let sum = |a: &Lenient<u64>, b: &Lenient<u64>| {
+            a.0.into_iter().chain(b.0).reduce(u64::saturating_add)
+        };
         // The prompts of built-in tools are billed as input.
-        let prompt = match (
-            usage.prompt_token_count.0,
-            usage.tool_use_prompt_token_count.0,
-        ) {
-            (None, None) => None,
-            (p, t) => Some(p.unwrap_or(0).saturating_add(t.unwrap_or(0))),
-        };
+        let prompt = sum(
+            &usage.prompt_token_count,
+            &usage.tool_use_prompt_token_count,
+        );
         let cached = usage.cached_content_token_count.0.unwrap_or(0);
-        let output = match (usage.candidates_token_count.0, usage.thoughts_token_count.0) {
-            (None, None) => None,
-            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
-        };
+        let output = sum(&usage.candidates_token_count, &usage.thoughts_token_count);
         Some(crate::usage::Reported {
             input: prompt.map(|p| p.saturating_sub(cached)),
             cache_read: prompt.map(|_| cached),
@@ -136,18 +135,18 @@ impl Protocol for Gemini {
 #[derive(Default, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 struct UsageReply {
-    model_version: crate::usage::Lenient<String>,
-    usage_metadata: crate::usage::Lenient<UsageMetadata>,
+    model_version: Lenient<String>,
+    usage_metadata: Lenient<UsageMetadata>,
 }
 
 #[derive(Default, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 struct UsageMetadata {
-    prompt_token_count: crate::usage::Lenient<u64>,
-    tool_use_prompt_token_count: crate::usage::Lenient<u64>,
-    cached_content_token_count: crate::usage::Lenient<u64>,
-    candidates_token_count: crate::usage::Lenient<u64>,
-    thoughts_token_count: crate::usage::Lenient<u64>,
+    prompt_token_count: Lenient<u64>,
+    tool_use_prompt_token_count: Lenient<u64>,
+    cached_content_token_count: Lenient<u64>,
+    candidates_token_count: Lenient<u64>,
+    thoughts_token_count: Lenient<u64>,
 }
 
 /// The Gemini API's wire format, for one route.

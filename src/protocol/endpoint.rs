@@ -2,13 +2,15 @@
 //! declares in its own folder: which paths it serves, what a request to it
 //! is, the model its path names, how its streamed responses are framed and
 //! what the proxy does before the rewrite (check an AWS signature, resolve
-//! a stored response chain, open an envelope). [`ENDPOINTS`] (with
+//! a stored response chain, open an envelope), and how its upstream's
+//! stored responses are named. [`ENDPOINTS`] (with
 //! [`host_named_by`], where a cloud's path goes) is the one list that names
 //! every protocol; the proxy routes through [`route`] and names none. A
 //! new protocol is its folder, one line here and its tests.
 
 use super::framing::Framing;
 use super::{anthropic, bedrock, gemini, openai_chat, responses, vertex, Flavor, Protocol};
+use crate::stub::RecallToolNames;
 
 /// Every endpoint, in the order [`route`] tries them (none serves a path
 /// another serves: `each_path_has_one_endpoint` checks).
@@ -90,6 +92,32 @@ pub struct Envelope {
     pub close: fn(&[u8], &[u8]) -> Option<Vec<u8>>,
 }
 
+/// How an API names the responses its upstream stores. The client is
+/// answered with the first round's id while the upstream's conversation went
+/// on to the last recall round's; the proxy keeps which upstream id a client
+/// id stands for, and uses these to swap one for the other.
+pub struct ResponseIds {
+    /// The route's name in metrics for a request to one stored response.
+    pub label: &'static str,
+    /// The stored response a path names (a request to it is not a turn).
+    pub in_path: fn(&str) -> Option<&str>,
+    /// The stored response a request's body continues.
+    pub continued: fn(&[u8]) -> Option<String>,
+    /// The body continuing the given id instead.
+    pub continue_from: fn(&str, &str) -> Option<String>,
+    /// A fetched response as the client knows it: the client's id, the
+    /// output the client was answered (JSON), and none of the recall tools.
+    pub as_the_client_saw: fn(&str, &str, &str, &RecallToolNames) -> Option<String>,
+}
+
+/// The endpoint whose stored responses `path` names, and the id it names.
+pub fn stored_response(path: &str) -> Option<(&'static Endpoint, &str)> {
+    ENDPOINTS.iter().copied().find_map(|endpoint| {
+        let ids = endpoint.response_ids?;
+        (ids.in_path)(path).map(|id| (endpoint, id))
+    })
+}
+
 /// One route a protocol serves.
 pub struct Endpoint {
     /// Its name in metrics and in the ledger.
@@ -107,10 +135,10 @@ pub struct Endpoint {
     /// signature over the body (Bedrock's): the proxy checks a client's
     /// signature before it reads the body, and may sign for the caller.
     pub aws: Option<&'static AwsService>,
-    /// The Responses API's: a request may continue a response stored
-    /// upstream (`previous_response_id`), which the proxy resolves before
-    /// the rewrite.
-    pub chains_responses: bool,
+    /// Its responses are stored upstream under ids that a request may
+    /// continue from or a path fetch (the Responses API's): the proxy maps
+    /// the ids its client saw to the upstream's.
+    pub response_ids: Option<&'static ResponseIds>,
     pub envelope: Option<Envelope>,
 }
 
@@ -130,7 +158,7 @@ impl Endpoint {
             model_in_path: no_model,
             framing: Framing::Sse,
             aws: None,
-            chains_responses: false,
+            response_ids: None,
             envelope: None,
         }
     }

@@ -320,6 +320,14 @@ pub trait Protocol: Send + Sync {
     /// How this API shapes errors.
     fn flavor(&self) -> Flavor;
 
+    /// Whether the request's headers ask for the model's long context
+    /// window (Anthropic's `anthropic-beta: context-1m-*`): the
+    /// context-window rescue then goes by 1M tokens. A body can ask too
+    /// ([`ParsedRequest::long_context`]).
+    fn asks_long_context(&self, _headers: &http::HeaderMap) -> bool {
+        false
+    }
+
     /// How long the provider keeps this request's prompt cached after its
     /// last use, when the request asks for longer than the provider's
     /// default (Anthropic's 1-hour `cache_control`, OpenAI's 24-hour

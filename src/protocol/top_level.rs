@@ -143,6 +143,27 @@ mod tests {
     }
 
     #[test]
+    fn the_long_context_header_is_anthropic_s() {
+        let mut headers = http::HeaderMap::new();
+        headers.append(
+            "anthropic-beta",
+            "fine-grained-tool-streaming-2025-05-14"
+                .parse()
+                .expect("value"),
+        );
+        assert!(!AnthropicMessages.asks_long_context(&headers));
+        headers.append(
+            "anthropic-beta",
+            "x, context-1m-2025-08-07".parse().expect("value"),
+        );
+        assert!(AnthropicMessages.asks_long_context(&headers));
+        let bedrock = crate::protocol::bedrock::INVOKE.protocol;
+        assert!(bedrock.asks_long_context(&headers));
+        let chat = crate::protocol::openai_chat::CHAT_COMPLETIONS.protocol;
+        assert!(!chat.asks_long_context(&headers), "not an OpenAI header");
+    }
+
+    #[test]
     fn beta_names() {
         assert!(is_long_context_beta("context-1m-2025-08-07"));
         assert!(is_long_context_beta(" context-1m-2025-08-07 "));

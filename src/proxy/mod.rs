@@ -26,7 +26,7 @@ pub mod memory;
 mod operator;
 mod pipeline;
 mod recall_rounds;
-mod responses;
+mod response_ids;
 mod timeouts;
 mod upstream;
 mod usage_tap;
@@ -147,8 +147,9 @@ enum Route {
     Metrics,
     /// A rewritten API route.
     Api(&'static Endpoint),
-    /// One Responses API response by id (`GET /v1/responses/{id}`, ...).
-    ResponseById,
+    /// One response the upstream stores for an endpoint, by id (the
+    /// Responses API's `GET /v1/responses/{id}`, ...).
+    StoredResponse(&'static Endpoint),
     Operator,
     /// The dashboard's page and files (`/toolstub/`), beside the operator API.
     Dashboard,
@@ -171,10 +172,9 @@ impl Route {
 
     /// A path no endpoint serves.
     fn unrewritten(path: &str) -> Route {
-        match responses::response_id_in(path) {
-            Some(_) => Route::ResponseById,
-            None => Route::Passthrough,
-        }
+        endpoint::stored_response(path).map_or(Route::Passthrough, |(endpoint, _)| {
+            Route::StoredResponse(endpoint)
+        })
     }
 
     fn label(self) -> &'static str {
@@ -182,7 +182,9 @@ impl Route {
             Route::Healthz => "healthz",
             Route::Metrics => "metrics",
             Route::Api(endpoint) => endpoint.label,
-            Route::ResponseById => "response_by_id",
+            Route::StoredResponse(endpoint) => {
+                endpoint.response_ids.map_or("passthrough", |ids| ids.label)
+            }
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",
             Route::Passthrough => "passthrough",
@@ -195,8 +197,8 @@ impl Route {
     /// in OpenAI's; anything else as [`endpoint::flavor_elsewhere`] says.
     fn flavor(self, path: &str, headers: &HeaderMap) -> Flavor {
         match self {
-            Route::Api(endpoint) => endpoint.protocol.flavor(),
-            Route::Operator | Route::Dashboard | Route::ResponseById => Flavor::OpenAi,
+            Route::Api(endpoint) | Route::StoredResponse(endpoint) => endpoint.protocol.flavor(),
+            Route::Operator | Route::Dashboard => Flavor::OpenAi,
             _ => endpoint::flavor_elsewhere(path, headers),
         }
     }
@@ -514,9 +516,12 @@ async fn serve_route(
             ))
         }
         Route::Api(endpoint) => pipeline::handle(app, endpoint, &conn.memo, caller, req).await,
-        Route::ResponseById => {
+        Route::StoredResponse(endpoint) => {
+            let Some(ids) = endpoint.response_ids else {
+                return passthrough(app, req).await;
+            };
             let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
-            Box::pin(responses::by_id(app, tenant, req)).await
+            Box::pin(response_ids::stored(app, ids, tenant, req)).await
         }
         Route::Passthrough => passthrough(app, req).await,
     }

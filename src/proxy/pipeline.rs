@@ -215,10 +215,11 @@ pub(super) async fn handle(
     if let Some(envelope) = &endpoint.envelope {
         return Box::pin(enveloped(app, &exchange, envelope)).await;
     }
-    if endpoint.chains_responses {
+    if let Some(ids) = endpoint.response_ids {
         let original = std::mem::take(&mut exchange.original);
-        let chained = super::responses::chain_from_upstream(app, &exchange.tenant, original);
-        exchange.original = Box::pin(chained).await;
+        let continued =
+            super::response_ids::continue_upstream(app, ids, &exchange.tenant, original);
+        exchange.original = Box::pin(continued).await;
     }
 
     // Rewrite it (once).
@@ -854,19 +855,6 @@ async fn cache_expiries(
     }
 }
 
-/// Whether the client asked for the long context window with Anthropic's
-/// `anthropic-beta` header (`context-1m-*`, among comma-separated betas,
-/// in any of the header's values): the context-window rescue then goes by
-/// 1M tokens.
-pub(super) fn asks_long_context(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all("anthropic-beta")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(crate::protocol::is_long_context_beta)
-}
-
 /// What the rewrite of one body is given besides the body.
 pub(super) struct RewriteInput {
     pub mode: Mode,
@@ -875,7 +863,8 @@ pub(super) struct RewriteInput {
     pub recall: bool,
     /// The model the path names, for a body that names none.
     pub path_model: Option<String>,
-    /// The client's `anthropic-beta` header asks for the long context window.
+    /// The request's headers ask for the long context window
+    /// ([`crate::protocol::Protocol::asks_long_context`]).
     pub long_context: bool,
     pub expiries: Expiries,
 }
@@ -891,7 +880,7 @@ impl RewriteInput {
             mode: Mode::WithRefs,
             recall: true,
             path_model: endpoint.model_in(parts.uri.path()),
-            long_context: asks_long_context(&parts.headers),
+            long_context: endpoint.protocol.asks_long_context(&parts.headers),
             expiries,
         }
     }

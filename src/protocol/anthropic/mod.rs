@@ -425,6 +425,17 @@ impl Protocol for AnthropicMessages {
         Flavor::Anthropic
     }
 
+    /// `anthropic-beta: context-1m-*`, among comma-separated betas, in any
+    /// of the header's values.
+    fn asks_long_context(&self, headers: &http::HeaderMap) -> bool {
+        headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(super::is_long_context_beta)
+    }
+
     fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
         cache_control::longest_lifetime_ms(body)
     }

@@ -77,6 +77,10 @@ impl Protocol for OnBedrock {
     fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
         AnthropicMessages.usage(json)
     }
+
+    fn asks_long_context(&self, headers: &http::HeaderMap) -> bool {
+        AnthropicMessages.asks_long_context(headers)
+    }
 }
 
 /// `POST .../model/{id}/invoke`.

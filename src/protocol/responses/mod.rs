@@ -22,6 +22,7 @@
 //! The recall side lives in [`rounds`] (whole responses) and [`stream`]
 //! (server-sent events).
 
+mod ids;
 mod rounds;
 mod stream;
 
@@ -70,7 +71,7 @@ struct ResponsesUsage {
 /// `POST .../v1/responses`: a request may continue a response stored
 /// upstream (`previous_response_id`).
 pub static RESPONSES: Endpoint = Endpoint {
-    chains_responses: true,
+    response_ids: Some(&ids::IDS),
     ..Endpoint::turn("responses", &OpenAiResponses, |path| {
         path.ends_with("/v1/responses")
     })

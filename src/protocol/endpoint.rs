@@ -110,11 +110,11 @@ pub struct ResponseIds {
     pub as_the_client_saw: fn(&str, &str, &str, &RecallToolNames) -> Option<String>,
 }
 
-/// The endpoint whose stored responses `path` names, and the id it names.
-pub fn stored_response(path: &str) -> Option<(&'static Endpoint, &str)> {
-    ENDPOINTS.iter().copied().find_map(|endpoint| {
-        let ids = endpoint.response_ids?;
-        (ids.in_path)(path).map(|id| (endpoint, id))
+/// The endpoint whose stored responses `path` names one of.
+pub fn stored_response(path: &str) -> Option<&'static Endpoint> {
+    ENDPOINTS.iter().copied().find(|e| {
+        e.response_ids
+            .is_some_and(|ids| (ids.in_path)(path).is_some())
     })
 }
 
@@ -245,6 +245,18 @@ mod tests {
             "/healthz",
         ] {
             assert_eq!(route(path), None, "{path}");
+        }
+        // A stored response's path is no endpoint's to rewrite, but the
+        // endpoint that stores it names it; no served path names one.
+        let stored = |path| stored_response(path).map(|e| e.label);
+        assert_eq!(stored("/v1/responses/resp_1"), Some("responses"));
+        assert_eq!(
+            stored("/openai/v1/responses/resp_1/input_items"),
+            Some("responses")
+        );
+        assert_eq!(stored("/v1/models"), None);
+        for (path, _) in PATHS {
+            assert_eq!(stored(path), None, "{path}");
         }
     }
 

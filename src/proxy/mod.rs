@@ -172,9 +172,7 @@ impl Route {
 
     /// A path no endpoint serves.
     fn unrewritten(path: &str) -> Route {
-        endpoint::stored_response(path).map_or(Route::Passthrough, |(endpoint, _)| {
-            Route::StoredResponse(endpoint)
-        })
+        endpoint::stored_response(path).map_or(Route::Passthrough, Route::StoredResponse)
     }
 
     fn label(self) -> &'static str {

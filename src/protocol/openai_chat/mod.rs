@@ -844,33 +844,4 @@ mod differential {
             prop_assert_eq!(scanned, reference, "{}", damaged);
         }
     }
-
-    /// Usage, streamed.
-    mod usage {
-        use super::*;
-        use crate::usage::{Usage, UsageScanner};
-
-        #[test]
-        fn the_last_chunk_carries_usage() {
-            let body = concat!(
-                "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
-                "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":9,",
-                "\"total_tokens\":1009,\"prompt_tokens_details\":{\"cached_tokens\":768}}}\n\n",
-                "data: [DONE]\n\n",
-            );
-            let mut s = UsageScanner::new(Some("text/event-stream"), &OpenAiChat);
-            s.push(body.as_bytes());
-            let seen = s.finish();
-            assert_eq!(
-                seen.usage,
-                Usage {
-                    input: 232,
-                    cache_read: 768,
-                    cache_write: 0,
-                    output: 9
-                }
-            );
-            assert_eq!(seen.model.as_deref(), Some("gpt-x"));
-        }
-    }
 }

@@ -121,6 +121,47 @@ fn data_of(raw: &[u8]) -> Option<String> {
     data
 }
 
+/// Streams written and read the way the named-event APIs' tests need
+/// them (Messages, Responses): each event named by its data's `type`.
+#[cfg(test)]
+pub(crate) mod named {
+    use super::{Event, SseParser};
+    use bytes::Bytes;
+    use serde_json::Value;
+
+    /// `list` as the upstream streams it, parsed into events.
+    pub fn events(list: &[Value]) -> Vec<Event> {
+        let text: String = list
+            .iter()
+            .map(|v| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("")))
+            .collect();
+        SseParser::new(1 << 20)
+            .push(text.as_bytes())
+            .expect("parse")
+    }
+
+    /// The client's stream as (event name, data); every name must be its
+    /// data's `type`.
+    pub fn client_events(bytes: &[Bytes]) -> Vec<(String, Value)> {
+        let all: Vec<u8> = bytes.iter().flat_map(|b| b.to_vec()).collect();
+        SseParser::new(1 << 20)
+            .push(&all)
+            .expect("the client stream parses")
+            .into_iter()
+            .map(|e| {
+                let data: Value =
+                    serde_json::from_str(e.data.as_deref().unwrap_or("null")).expect("json");
+                let name = String::from_utf8_lossy(&e.raw)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event: ").map(str::to_string))
+                    .unwrap_or_default();
+                assert_eq!(name, data["type"], "the event line names the data's type");
+                (name, data)
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,21 +4,10 @@
 
 use super::*;
 use crate::protocol::RoundsContext;
-use crate::recall::sse::SseParser;
+use crate::recall::sse::named::{client_events, events};
 use crate::recall::{CallResult, Rounds};
 use crate::stub::RecallToolNames;
 use serde_json::json;
-
-fn events(list: &[Value]) -> Vec<Event> {
-    let mut text = String::new();
-    for v in list {
-        let kind = v["type"].as_str().unwrap_or("unknown");
-        text.push_str(&format!("event: {kind}\ndata: {v}\n\n"));
-    }
-    SseParser::new(1 << 20)
-        .push(text.as_bytes())
-        .expect("parse")
-}
 
 fn start(id: &str, input: u64) -> Value {
     json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
@@ -103,26 +92,6 @@ fn rounds() -> AnthropicRounds {
 
 fn feed(r: &mut AnthropicRounds, list: &[Value]) -> Vec<Bytes> {
     events(list).iter().flat_map(|e| r.event(e)).collect()
-}
-
-/// The client's stream as (type, data) pairs.
-fn client_events(bytes: &[Bytes]) -> Vec<(String, Value)> {
-    let all: Vec<u8> = bytes.iter().flat_map(|b| b.to_vec()).collect();
-    SseParser::new(1 << 20)
-        .push(&all)
-        .expect("the client stream parses")
-        .into_iter()
-        .map(|e| {
-            let data: Value =
-                serde_json::from_str(e.data.as_deref().unwrap_or("null")).expect("json");
-            let name = String::from_utf8_lossy(&e.raw)
-                .lines()
-                .find_map(|l| l.strip_prefix("event: ").map(str::to_string))
-                .unwrap_or_default();
-            assert_eq!(name, data["type"], "the event line names the data's type");
-            (name, data)
-        })
-        .collect()
 }
 
 /// The message the client ends up with, accumulated as the SDKs do:

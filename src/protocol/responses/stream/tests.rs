@@ -4,7 +4,7 @@
 
 use super::super::rounds::tests::{call, context, reasoning, response, text};
 use super::*;
-use crate::recall::sse::SseParser;
+use crate::recall::sse::named::{client_events as client, events};
 use crate::recall::{CallResult, Rounds};
 use serde_json::{json, Value};
 
@@ -60,38 +60,8 @@ fn streamed(id: &str, items: &[Value], input: u64, out: u64) -> Vec<Value> {
     events
 }
 
-fn parse(events: &[Value]) -> Vec<Event> {
-    let text: String = events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-        .collect();
-    SseParser::new(1 << 20)
-        .push(text.as_bytes())
-        .expect("parse")
-}
-
-fn feed(r: &mut ResponsesRounds, events: &[Value]) -> Vec<Bytes> {
-    parse(events).iter().flat_map(|e| r.event(e)).collect()
-}
-
-/// The client's stream, as (event line, data).
-fn client(bytes: &[Bytes]) -> Vec<(String, Value)> {
-    let all: Vec<u8> = bytes.iter().flat_map(|b| b.to_vec()).collect();
-    SseParser::new(1 << 20)
-        .push(&all)
-        .expect("the client stream parses")
-        .into_iter()
-        .map(|e| {
-            let data: Value =
-                serde_json::from_str(e.data.as_deref().unwrap_or("null")).expect("json");
-            let line = String::from_utf8_lossy(&e.raw)
-                .lines()
-                .find_map(|l| l.strip_prefix("event: ").map(str::to_string))
-                .unwrap_or_default();
-            assert_eq!(line, data["type"], "event lines kept");
-            (line, data)
-        })
-        .collect()
+fn feed(r: &mut ResponsesRounds, list: &[Value]) -> Vec<Bytes> {
+    events(list).iter().flat_map(|e| r.event(e)).collect()
 }
 
 /// Checks the stream's shape and rebuilds the output by `output_index`.
@@ -224,7 +194,7 @@ fn a_client_call_is_held_to_the_round_end_and_dropped_beside_a_recall_call() {
         5,
         5,
     );
-    let events = parse(&round);
+    let events = events(&round);
     let mut out = Vec::new();
     for e in &events[..events.len() - 1] {
         out.extend(r.event(e));

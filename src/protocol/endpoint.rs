@@ -110,13 +110,28 @@ pub struct ResponseIds {
     pub as_the_client_saw: fn(&str, &str, &str, &RecallToolNames) -> Option<String>,
 }
 
-/// The endpoint whose stored responses `path` names one of.
-pub fn stored_response(path: &str) -> Option<&'static Endpoint> {
-    ENDPOINTS.iter().copied().find(|e| {
-        e.response_ids
-            .is_some_and(|ids| (ids.in_path)(path).is_some())
+/// The endpoint whose stored responses `path` names one of, with how it
+/// names them.
+pub fn stored_response(path: &str) -> Option<(&'static Endpoint, &'static ResponseIds)> {
+    ENDPOINTS.iter().copied().find_map(|endpoint| {
+        let ids = endpoint.response_ids?;
+        (ids.in_path)(path).map(|_| (endpoint, ids))
     })
 }
+
+impl std::fmt::Debug for ResponseIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label)
+    }
+}
+
+impl PartialEq for ResponseIds {
+    fn eq(&self, other: &ResponseIds) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for ResponseIds {}
 
 /// One route a protocol serves.
 pub struct Endpoint {
@@ -248,12 +263,10 @@ mod tests {
         }
         // A stored response's path is no endpoint's to rewrite, but the
         // endpoint that stores it names it; no served path names one.
-        let stored = |path| stored_response(path).map(|e| e.label);
-        assert_eq!(stored("/v1/responses/resp_1"), Some("responses"));
-        assert_eq!(
-            stored("/openai/v1/responses/resp_1/input_items"),
-            Some("responses")
-        );
+        let stored = |path| stored_response(path).map(|(e, ids)| (e.label, ids.label));
+        let responses = Some(("responses", "response_by_id"));
+        assert_eq!(stored("/v1/responses/resp_1"), responses);
+        assert_eq!(stored("/openai/v1/responses/resp_1/input_items"), responses);
         assert_eq!(stored("/v1/models"), None);
         for (path, _) in PATHS {
             assert_eq!(stored(path), None, "{path}");

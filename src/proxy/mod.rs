@@ -38,7 +38,7 @@ pub use error::ProxyError;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::protocol::endpoint::{self, Endpoint};
+use crate::protocol::endpoint::{self, Endpoint, ResponseIds};
 use crate::protocol::Flavor;
 use crate::store::{AsyncResultStore, Backend, StoreConfig, Tenant};
 use anyhow::{Context, Result};
@@ -149,7 +149,7 @@ enum Route {
     Api(&'static Endpoint),
     /// One response the upstream stores for an endpoint, by id (the
     /// Responses API's `GET /v1/responses/{id}`, ...).
-    StoredResponse(&'static Endpoint),
+    StoredResponse(&'static Endpoint, &'static ResponseIds),
     Operator,
     /// The dashboard's page and files (`/toolstub/`), beside the operator API.
     Dashboard,
@@ -172,7 +172,9 @@ impl Route {
 
     /// A path no endpoint serves.
     fn unrewritten(path: &str) -> Route {
-        endpoint::stored_response(path).map_or(Route::Passthrough, Route::StoredResponse)
+        endpoint::stored_response(path).map_or(Route::Passthrough, |(endpoint, ids)| {
+            Route::StoredResponse(endpoint, ids)
+        })
     }
 
     fn label(self) -> &'static str {
@@ -180,9 +182,7 @@ impl Route {
             Route::Healthz => "healthz",
             Route::Metrics => "metrics",
             Route::Api(endpoint) => endpoint.label,
-            Route::StoredResponse(endpoint) => {
-                endpoint.response_ids.map_or("passthrough", |ids| ids.label)
-            }
+            Route::StoredResponse(_, ids) => ids.label,
             Route::Operator => "operator",
             Route::Dashboard => "dashboard",
             Route::Passthrough => "passthrough",
@@ -195,7 +195,7 @@ impl Route {
     /// in OpenAI's; anything else as [`endpoint::flavor_elsewhere`] says.
     fn flavor(self, path: &str, headers: &HeaderMap) -> Flavor {
         match self {
-            Route::Api(endpoint) | Route::StoredResponse(endpoint) => endpoint.protocol.flavor(),
+            Route::Api(endpoint) | Route::StoredResponse(endpoint, _) => endpoint.protocol.flavor(),
             Route::Operator | Route::Dashboard => Flavor::OpenAi,
             _ => endpoint::flavor_elsewhere(path, headers),
         }
@@ -514,10 +514,7 @@ async fn serve_route(
             ))
         }
         Route::Api(endpoint) => pipeline::handle(app, endpoint, &conn.memo, caller, req).await,
-        Route::StoredResponse(endpoint) => {
-            let Some(ids) = endpoint.response_ids else {
-                return passthrough(app, req).await;
-            };
+        Route::StoredResponse(_, ids) => {
             let tenant = caller_tenant(&caller, req.headers(), req.uri(), &conn.memo);
             Box::pin(response_ids::stored(app, ids, tenant, req)).await
         }

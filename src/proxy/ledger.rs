@@ -861,7 +861,7 @@ fn derive(protocol: &dyn Protocol, tenant: &Tenant, body: &[u8]) -> (String, Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ReportQuery, ResultStore, StoreConfig};
+    use crate::store::{Backend, ReportQuery, StoreConfig};
 
     fn turn(tenant: &Tenant, counted: tokio::sync::oneshot::Receiver<Vec<Counted>>) -> Turn {
         Turn {
@@ -888,9 +888,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_count_that_has_not_landed_holds_up_nothing() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = ResultStore::open(dir.path().join("s.db"), StoreConfig::default())
-            .expect("open the store");
-        let store = AsyncResultStore::new(store);
+        let store = AsyncResultStore::open(
+            Backend::Sqlite(dir.path().join("s.db")),
+            StoreConfig::default(),
+        )
+        .await
+        .expect("open the store");
         let metrics = Arc::new(Metrics::default());
         let ledger = Ledger::start(store.clone(), metrics.clone());
         let tenant = Tenant::new("t").expect("tenant");

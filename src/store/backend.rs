@@ -10,12 +10,12 @@
 //! tests, benchmarks and examples turn on (Cargo.toml).
 
 use super::postgres::{PostgresBackend, PostgresOptions};
-use super::sqlite::asynchronous::SqliteBackend;
+use super::sqlite::SqliteStore;
 #[cfg(any(test, feature = "testing"))]
 use super::StoreStats;
 use super::{
     Answer, KeyRecord, NewOutput, OutputMeta, OutputSummary, ReadWindow, RefSearch, ResponseId,
-    ResultStore, SearchHit, StoreConfig, StoreError, Stored, SweepReport, Tenant,
+    SearchHit, StoreConfig, StoreError, Stored, SweepReport, Tenant,
 };
 use crate::auth::KeyHash;
 use std::path::PathBuf;
@@ -256,20 +256,15 @@ impl AsyncResultStore {
     ) -> Result<AsyncResultStore, StoreError> {
         match backend {
             Backend::Sqlite(path) => {
-                let store = tokio::task::spawn_blocking(move || ResultStore::open(path, config))
+                let store = tokio::task::spawn_blocking(move || SqliteStore::open(path, config))
                     .await
                     .map_err(|e| StoreError::Task(e.to_string()))??;
-                Ok(AsyncResultStore::new(store))
+                Ok(AsyncResultStore(Arc::new(store)))
             }
             Backend::Postgres(options) => Ok(AsyncResultStore(Arc::new(
                 PostgresBackend::open(options, config).await?,
             ))),
         }
-    }
-
-    /// An async handle on an open SQLite store.
-    pub fn new(store: ResultStore) -> AsyncResultStore {
-        AsyncResultStore(Arc::new(SqliteBackend::new(store)))
     }
 }
 

@@ -43,7 +43,7 @@ mod types;
 pub use backend::{AsyncResultStore, Backend, Health, Store};
 pub use error::StoreError;
 pub use postgres::PostgresOptions;
-pub use sqlite::{sqlite_memory_in_use, ResultStore, SCHEMA_VERSION};
+pub use sqlite::{sqlite_memory_in_use, SCHEMA_VERSION};
 pub use types::{
     Answer, Exchange, KeyRecord, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta,
     OutputSummary, OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit,
@@ -122,7 +122,7 @@ pub struct StoreConfig {
     /// (then the ref reads as not found).
     pub tombstone_days: u32,
     /// How often the background retention sweep runs; `None` disables it
-    /// (the CLI, tests; [`ResultStore::sweep`] still works).
+    /// (the CLI, tests; [`Store::sweep`] still works).
     pub sweep_interval: Option<Duration>,
     pub durability: Durability,
     /// Read connections in the pool (and concurrent async reads).

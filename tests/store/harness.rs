@@ -69,6 +69,8 @@ mod pg;
 enum Place {
     Dir(TempDir),
     Schema(pg::Schema),
+    /// A SQLite file the test names (and cleans up).
+    File(std::path::PathBuf),
 }
 
 /// A new place on the current backend.
@@ -97,6 +99,7 @@ impl Store {
             .expect("runtime");
         let backend = match &*place {
             Place::Dir(dir) => Backend::Sqlite(dir.path().join("t.db")),
+            Place::File(path) => Backend::Sqlite(path.clone()),
             Place::Schema(schema) => Backend::Postgres(PostgresOptions {
                 url: schema.store_url(),
                 pool_size: 8,
@@ -113,6 +116,11 @@ impl Store {
     /// A store on a new place of the current backend.
     pub fn open(config: StoreConfig) -> Store {
         Store::at(place(), config)
+    }
+
+    /// A SQLite store on the file at `path`.
+    pub fn sqlite_file(path: std::path::PathBuf, config: StoreConfig) -> Store {
+        Store::at(Arc::new(Place::File(path)), config)
     }
 
     /// `n` stores opened at the same moment on one new place (replicas
@@ -167,6 +175,7 @@ impl Store {
     pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
         match &*self.place {
             Place::Dir(dir) => Some(dir.path().join("t.db")),
+            Place::File(path) => Some(path.clone()),
             Place::Schema(_) => None,
         }
     }
@@ -338,12 +347,12 @@ impl Store {
 
     /// How many rows `sql` (a count) finds, on either backend.
     pub fn count(&self, sql: &str) -> i64 {
-        match &*self.place {
-            Place::Dir(dir) => rusqlite::Connection::open(dir.path().join("t.db"))
+        match self.sqlite_path() {
+            Some(path) => rusqlite::Connection::open(path)
                 .expect("opening the file to count")
                 .query_row(sql, [], |r| r.get(0))
                 .expect("the count"),
-            Place::Schema(_) => self
+            None => self
                 .postgres_texts(&format!("SELECT ({sql})::text"))
                 .expect("a PostgreSQL store")[0]
                 .parse()

@@ -6,9 +6,7 @@ mod harness;
 use harness::{both, Store};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use toolstub::store::{
-    Clock, Durability, NewOutput, ResultStore, StoreConfig, StoreError, Tenant, OFFSET_UNIT,
-};
+use toolstub::store::{Clock, Durability, NewOutput, StoreConfig, StoreError, Tenant, OFFSET_UNIT};
 use toolstub::synopsis::{synopsize, Hints, Kind};
 
 fn config() -> StoreConfig {
@@ -1324,7 +1322,7 @@ mod file {
     fn a_new_store_and_its_wal_and_shm_are_its_owners_alone() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.db");
-        let store = ResultStore::open(&db, config()).unwrap();
+        let store = Store::sqlite_file(db.clone(), config());
         store
             .put_one(&alice(), output("s", "c", "t", "some output"))
             .unwrap();
@@ -1344,9 +1342,9 @@ mod file {
     fn an_existing_files_mode_is_left_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.db");
-        drop(ResultStore::open(&db, config()).unwrap());
+        drop(Store::sqlite_file(db.clone(), config()));
         std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let store = ResultStore::open(&db, config()).unwrap();
+        let store = Store::sqlite_file(db.clone(), config());
         store
             .put_one(&alice(), output("s", "c", "t", "some output"))
             .unwrap();
@@ -1364,7 +1362,7 @@ mod file {
     #[test]
     fn a_new_file_gives_freed_pages_back_incrementally() {
         let dir = tempfile::tempdir().unwrap();
-        drop(ResultStore::open(dir.path().join("t.db"), config()).unwrap());
+        drop(Store::sqlite_file(dir.path().join("t.db"), config()));
         let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
         let mode: i64 = conn
             .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
@@ -1412,7 +1410,7 @@ mod durability {
             durability,
             ..config()
         };
-        let store = ResultStore::open(&db, config).unwrap();
+        let store = Store::sqlite_file(db.into(), config);
         let mut seed = start;
         loop {
             // Alternate single puts and batches of three (one transaction).
@@ -1510,7 +1508,7 @@ mod durability {
             // Lines the child printed before it died still count.
             reported.extend(rx.try_iter());
             // Reopen (recovery) and check everything reported so far.
-            let store = ResultStore::open(&db, config()).unwrap();
+            let store = Store::sqlite_file(db.clone(), config());
             for (seed, r) in &reported {
                 let w = store
                     .read(&alice(), r, 0, -1)
@@ -1687,7 +1685,6 @@ mod cache_clock {
     //! prompt cache expired; decided once in the store, so every retry and
     //! every replica answer alike.
     use super::*;
-    use toolstub::store::cache_clock::{ClockRequest, ExpiryPoint};
 
     /// The cache's lifetime in these tests (five minutes).
     const TTL: i64 = 300_000;
@@ -2027,30 +2024,6 @@ mod cache_clock {
             assert_eq!(a.cache_expiries(&alice(), "s", 4, TTL).unwrap(), [4]);
             assert_eq!(a.count("SELECT count(*) FROM cache_expiries"), 1);
         }
-    }
-
-    /// The sync API the SQLite layers have answers as the async one does.
-    #[test]
-    fn the_sync_sqlite_store_decides_alike() {
-        let dir = tempfile::tempdir().unwrap();
-        let (cfg, now) = clocked();
-        let store = ResultStore::open(dir.path().join("t.db"), cfg).unwrap();
-        let ask = |tenant: &Tenant, messages: u32| {
-            let request = ClockRequest {
-                messages,
-                last_message: &|| "m".to_string(),
-            };
-            store.cache_expiries(tenant, "s", request, TTL).unwrap()
-        };
-        let at_3 = [ExpiryPoint {
-            messages: 3,
-            last_message: "m".to_string(),
-        }];
-        assert_eq!(ask(&alice(), 2), []);
-        now.fetch_add(TTL + 1, Ordering::SeqCst);
-        assert_eq!(ask(&alice(), 3), at_3);
-        assert_eq!(ask(&alice(), 3), at_3);
-        assert_eq!(ask(&bob(), 3), []);
     }
 }
 

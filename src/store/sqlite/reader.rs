@@ -10,8 +10,7 @@ use super::error::SqlContext;
 use super::rank;
 use super::text_index::{self, CHUNK_BITS};
 use super::{
-    OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, StoreStats, Tenant,
-    OFFSET_UNIT,
+    OutputMeta, OutputSummary, ReadWindow, RefSearch, SearchHit, StoreError, Tenant, OFFSET_UNIT,
 };
 use super::{Report, ReportQuery};
 use crate::synopsis::{Kind, Synopsis};
@@ -560,7 +559,7 @@ pub(crate) fn list(
     Ok(out)
 }
 
-/// [`crate::store::ResultStore::report`]: the shared ledger queries, in one
+/// [`crate::store::Store::report`]: the shared ledger queries, in one
 /// read transaction (one snapshot).
 pub(crate) fn report(
     conn: &mut Connection,
@@ -593,14 +592,15 @@ pub(crate) fn report(
     Ok(report)
 }
 
-pub(crate) fn stats(conn: &mut Connection) -> Result<StoreStats, StoreError> {
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn stats(conn: &mut Connection) -> Result<super::StoreStats, StoreError> {
     let tx = conn.transaction().ctx("starting a stats read")?;
     let count = |sql: &str| -> Result<u64, StoreError> {
         tx.query_row(sql, [], |r| r.get::<_, f64>(0))
             .map(|v| v as u64)
             .ctx("measuring the store")
     };
-    Ok(StoreStats {
+    Ok(super::StoreStats {
         live_outputs: count("SELECT total(blob_id IS NOT NULL) FROM outputs")?,
         expired_outputs: count("SELECT total(blob_id IS NULL) FROM outputs")?,
         originals: count("SELECT count(*) FROM blobs")?,

@@ -82,7 +82,7 @@ fn output(session: &str, call: &str, text: String) -> NewOutput {
                 preview_chars: 2000,
             },
         ),
-        text,
+        text: text.into(),
         sha256: None,
         stub: None,
     }

@@ -446,7 +446,7 @@ fn output(session: &str, call: &str, tool: &str, mime: &str, text: String) -> Ne
         mime_type: Some(mime.to_string()),
         preview_chars: 2000,
         synopsis: synopsize(&head, hints),
-        text,
+        text: text.into(),
         sha256: None,
         stub: None,
     }

@@ -106,7 +106,8 @@ pub enum SessionOf {
 pub enum TextToCount {
     /// Its count is remembered.
     Remembered,
-    Owned(String),
+    /// Decoded already, shared with the store's write.
+    Owned(Arc<String>),
     /// JSON string literals in the client's body, joined in order.
     Literals(Bytes, Vec<Range<usize>>),
 }

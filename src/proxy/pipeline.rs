@@ -658,7 +658,8 @@ enum TextSource {
     Literal(Range<usize>),
     /// JSON string literals at these spans, joined in order (text parts).
     Literals(Vec<Range<usize>>),
-    Decoded(String),
+    /// Decoded already; shared with the store and the token counter.
+    Decoded(Arc<String>),
 }
 
 /// Commits the outputs the store does not hold yet (a repeated turn resends
@@ -706,15 +707,18 @@ async fn store_outputs(
                 .and_then(json_text::decode)
         };
         let text = match &mut output.text {
-            // Moved out: the text is not needed once stored.
+            // Moved out: the request holds it no longer once stored (the
+            // counter may still, by its own handle).
             TextSource::Decoded(text) => std::mem::take(text),
-            TextSource::Literal(span) => decode(span).ok_or_else(undecodable)?.into_owned(),
+            TextSource::Literal(span) => {
+                Arc::new(decode(span).ok_or_else(undecodable)?.into_owned())
+            }
             TextSource::Literals(spans) => {
                 let mut joined = String::new();
                 for span in spans.iter() {
                     joined.push_str(&decode(span).ok_or_else(undecodable)?);
                 }
-                joined
+                Arc::new(joined)
             }
         };
         let names = &rewritten.recall_names;
@@ -992,16 +996,16 @@ fn finish(
                     result_ref: o.result_ref,
                     text: match (o.text, &o.content) {
                         // Decoded by the rewrite already (first seen): keep it.
-                        (Some(decoded), _) => TextSource::Decoded(decoded.into_owned()),
+                        (Some(decoded), _) => TextSource::Decoded(Arc::new(decoded.into_owned())),
                         (None, Content::JsonString(raw)) => {
                             match span_in_bytes(body, raw.as_bytes()) {
                                 Some(span) => TextSource::Literal(span),
-                                None => TextSource::Decoded(
+                                None => TextSource::Decoded(Arc::new(
                                     o.content.decode().map(Cow::into_owned).unwrap_or_default(),
-                                ),
+                                )),
                             }
                         }
-                        (None, Content::Decoded(t)) => TextSource::Decoded(t.to_string()),
+                        (None, Content::Decoded(t)) => TextSource::Decoded(Arc::new(t.to_string())),
                         (None, Content::Parts { texts, .. }) => {
                             let spans: Option<Vec<Range<usize>>> = texts
                                 .iter()
@@ -1009,9 +1013,9 @@ fn finish(
                                 .collect();
                             match spans {
                                 Some(spans) => TextSource::Literals(spans),
-                                None => TextSource::Decoded(
+                                None => TextSource::Decoded(Arc::new(
                                     o.content.decode().map(Cow::into_owned).unwrap_or_default(),
-                                ),
+                                )),
                             }
                         }
                     },
@@ -1022,7 +1026,7 @@ fn finish(
                         mime_type: o.mime,
                         preview_chars: o.preview_chars as u64,
                         synopsis: o.synopsis,
-                        text: String::new(),
+                        text: Arc::default(),
                         sha256: Some(o.sha256),
                         stub: None,
                     },

@@ -84,8 +84,11 @@ pub struct NewOutput {
     pub preview_chars: u64,
     /// The synopsis the stub was rendered from.
     pub synopsis: Synopsis,
-    /// The original, exactly as the tool produced it.
-    pub text: String,
+    /// The original, exactly as the tool produced it. Shared: the proxy's
+    /// token counter reads the same text while the store writes it, where
+    /// a copy of a 1 MB output cost about 300 page faults per first-seen
+    /// request (BENCHMARKS.md, "Memory").
+    pub text: Arc<String>,
     /// The text's SHA-256 (lowercase hex) when the caller has computed it
     /// already (the proxy's rewrite does), so a 1 MB output is not hashed
     /// twice; `None` to have the store compute it. Verified in debug builds.

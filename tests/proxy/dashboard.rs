@@ -231,7 +231,7 @@ async fn the_reported_stub_is_the_one_the_upstream_received() {
                 mime_type: None,
                 preview_chars: 100,
                 synopsis: toolstub::synopsis::synopsize(&text, Default::default()),
-                text,
+                text: text.into(),
                 sha256: None,
                 stub: None,
             }],

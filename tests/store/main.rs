@@ -47,7 +47,7 @@ fn output(session: &str, call: &str, tool: &str, text: &str) -> NewOutput {
                 preview_chars: 2000,
             },
         ),
-        text: text.to_string(),
+        text: text.to_string().into(),
         sha256: None,
         stub: None,
     }

@@ -1207,7 +1207,7 @@ mod tests {
             mime_type: None,
             preview_chars: 100,
             synopsis: synopsize(text, Hints::default()),
-            text: text.to_string(),
+            text: text.to_string().into(),
             sha256: None,
             stub: None,
         };

@@ -5,6 +5,7 @@
 //! synopsis and header give the same bytes, in every process.
 
 use crate::synopsis::{clip, Kind, Synopsis};
+use std::borrow::Cow;
 
 /// The recall tools the Explore section points to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +21,34 @@ impl Default for RecallToolNames {
             read: "tool_result_read".to_string(),
             search: "tool_result_search".to_string(),
             list: "tool_result_list".to_string(),
+        }
+    }
+}
+
+impl RecallToolNames {
+    /// The names the recall tools are offered under beside the client's
+    /// own tools: these, unless the client already has a tool of that
+    /// name; then `toolstub_<name>`, then `toolstub_<name>_2`, and so on.
+    /// Deterministic in the client's tool list.
+    pub fn offered_beside(&self, client: &[Cow<'_, str>]) -> RecallToolNames {
+        let taken = |name: &str| client.iter().any(|c| c == name);
+        let pick = |name: &str| -> String {
+            if !taken(name) {
+                return name.to_string();
+            }
+            let base = format!("toolstub_{name}");
+            if !taken(&base) {
+                return base;
+            }
+            (2..)
+                .map(|n| format!("{base}_{n}"))
+                .find(|candidate| !taken(candidate))
+                .unwrap_or(base)
+        };
+        RecallToolNames {
+            read: pick(&self.read),
+            search: pick(&self.search),
+            list: pick(&self.list),
         }
     }
 }

@@ -438,7 +438,9 @@ fn rewrite_parsed<'b>(
             model: parsed.model,
         });
     }
-    let names = recall_names_for(&policy.recall_names, &parsed.client_tool_names);
+    let names = policy
+        .recall_names
+        .offered_beside(&parsed.client_tool_names);
     let mut outputs: Vec<Externalized<'b>> = Vec::new();
     let mut splices: Vec<(Range<usize>, String)> = Vec::new();
 
@@ -1157,31 +1159,6 @@ fn digest_and_synopsis(text: &str, hints: Hints<'_>) -> ((String, usize), Synops
         return (digest(), synopsize(text, hints));
     }
     crate::parallel::beside("toolstub-digest", digest, || synopsize(text, hints))
-}
-
-/// The recall tool names for a request: the configured ones, unless the
-/// client already has a tool of that name; then `toolstub_<name>`, then
-/// `toolstub_<name>_2`, and so on. Deterministic in the client's tool list.
-pub fn recall_names_for(configured: &RecallToolNames, client: &[Cow<'_, str>]) -> RecallToolNames {
-    let taken = |name: &str| client.iter().any(|c| c == name);
-    let pick = |name: &str| -> String {
-        if !taken(name) {
-            return name.to_string();
-        }
-        let base = format!("toolstub_{name}");
-        if !taken(&base) {
-            return base;
-        }
-        (2..)
-            .map(|n| format!("{base}_{n}"))
-            .find(|candidate| !taken(candidate))
-            .unwrap_or(base)
-    };
-    RecallToolNames {
-        read: pick(&configured.read),
-        search: pick(&configured.search),
-        list: pick(&configured.list),
-    }
 }
 
 /// Replaces each range of `body` with its text; ranges do not overlap.

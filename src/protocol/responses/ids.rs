@@ -10,8 +10,9 @@
 use super::super::endpoint::ResponseIds;
 use super::super::json_edit::{raw_member, set_members};
 use super::super::json_string;
-use crate::recall::RecallTool;
 use crate::stub::RecallToolNames;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// What the Responses endpoint declares of its ids.
 pub(super) static IDS: ResponseIds = ResponseIds {
@@ -45,8 +46,11 @@ fn continue_from(body: &str, id: &str) -> Option<String> {
 
 /// A fetched response as the client knows it: its id the client's, its
 /// `output` what the client was answered, and its echoed `tools` without
-/// the recall tools. A recall tool is one of the configured names, or one
-/// renamed away from a client's tool (`toolstub_<name>`, `_<n>` after it).
+/// the recall tools. The proxy appends them after the client's tools, under
+/// the names [`RecallToolNames::offered_beside`] gives for those tools, so
+/// they are the last three exactly when those names stand there; a client
+/// tool that has a recall tool's configured name (the recall tool was then
+/// renamed) is kept.
 fn as_the_client_saw(
     fetched: &str,
     client_id: &str,
@@ -58,26 +62,34 @@ fn as_the_client_saw(
         ("output", output.to_string()),
     ];
     if let Some(tools) = raw_member(fetched, "tools") {
-        let tools: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(tools)
-            .ok()?
-            .into_iter()
-            .filter(|t| {
-                let name = t
-                    .get("name")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("");
-                let own = name.strip_prefix("toolstub_").unwrap_or(name);
-                let own = own
-                    .rsplit_once('_')
-                    .filter(|(_, n)| n.parse::<u32>().is_ok())
-                    .map_or(own, |(base, _)| base);
-                RecallTool::named(names, own).is_none()
-            })
-            .map(|t| t.to_string())
-            .collect();
+        let mut tools: Vec<&RawValue> = serde_json::from_str(tools).ok()?;
+        if let Some(client) = tools.len().checked_sub(3) {
+            let name = |tool: &RawValue| -> String {
+                serde_json::from_str::<Named>(tool.get())
+                    .map(|t| t.name)
+                    .unwrap_or_default()
+            };
+            let client_names: Vec<Cow<'_, str>> = tools[..client]
+                .iter()
+                .map(|t| Cow::Owned(name(t)))
+                .collect();
+            let offered = names.offered_beside(&client_names);
+            let last: Vec<String> = tools[client..].iter().map(|t| name(t)).collect();
+            if last == [offered.read, offered.search, offered.list] {
+                tools.truncate(client);
+            }
+        }
+        let tools: Vec<&str> = tools.iter().map(|t| t.get()).collect();
         members.push(("tools", format!("[{}]", tools.join(","))));
     }
     set_members(fetched, &members)
+}
+
+/// A tool's name, if it has one (a hosted tool has none).
+#[derive(serde::Deserialize)]
+struct Named {
+    #[serde(default)]
+    name: String,
 }
 
 #[cfg(test)]
@@ -108,14 +120,48 @@ mod tests {
         );
     }
 
+    /// The tools a fetched response echoes, as the client sees them.
+    fn shown_tools(tools: &[&str]) -> String {
+        let tools: Vec<String> = tools
+            .iter()
+            .map(|n| format!(r#"{{"type":"function","name":"{n}"}}"#))
+            .collect();
+        let fetched = format!(
+            r#"{{"id":"resp_u","output":[{{"type":"function_call"}}],"tools":[{}]}}"#,
+            tools.join(",")
+        );
+        as_the_client_saw(&fetched, "resp_c", "[]", &RecallToolNames::default()).expect("patched")
+    }
+
     #[test]
     fn a_fetched_response_loses_the_recall_tools_and_keeps_the_client_s() {
-        let fetched = r#"{"id":"resp_u","output":[{"type":"function_call"}],"tools":[{"type":"function","name":"bash"},{"type":"function","name":"tool_result_read"},{"type":"function","name":"toolstub_tool_result_search_2"}]}"#;
-        let shown = as_the_client_saw(fetched, "resp_c", "[]", &RecallToolNames::default())
-            .expect("patched");
         assert_eq!(
-            shown,
-            r#"{"id":"resp_c","output":[],"tools":[{"name":"bash","type":"function"}]}"#
+            shown_tools(&[
+                "bash",
+                "tool_result_read",
+                "tool_result_search",
+                "tool_result_list"
+            ]),
+            r#"{"id":"resp_c","output":[],"tools":[{"type":"function","name":"bash"}]}"#
+        );
+        // The client's own `tool_result_read` stays; the recall tool offered
+        // beside it under another name goes.
+        assert_eq!(
+            shown_tools(&[
+                "tool_result_read",
+                "toolstub_tool_result_read",
+                "tool_result_search",
+                "tool_result_list"
+            ]),
+            r#"{"id":"resp_c","output":[],"tools":[{"type":"function","name":"tool_result_read"}]}"#
+        );
+        // No recall tools offered (a turn without a stub): every tool stays,
+        // and a hosted tool without a name too.
+        let fetched = r#"{"id":"resp_u","output":[],"tools":[{"type":"web_search"},{"type":"function","name":"tool_result_read"},{"type":"function","name":"bash"}]}"#;
+        assert_eq!(
+            as_the_client_saw(fetched, "resp_c", "[]", &RecallToolNames::default())
+                .expect("patched"),
+            r#"{"id":"resp_c","output":[],"tools":[{"type":"web_search"},{"type":"function","name":"tool_result_read"},{"type":"function","name":"bash"}]}"#
         );
     }
 }

@@ -32,10 +32,12 @@ use super::cache_clock::Touches;
 use super::error::{self, SqlContext};
 use super::prepare;
 use super::text_index;
+#[cfg(any(test, feature = "testing"))]
+use super::StoreStats;
 use super::{
     age_cutoff, Answer, Clock, Durability, KeyRecord, NewOutput, OutputMeta, OutputSummary,
-    ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, StoreStats, Stored,
-    SweepReport, Tenant, DAY_MS, OFFSET_UNIT,
+    ReadWindow, RefSearch, ResponseId, SearchHit, StoreConfig, StoreError, Stored, SweepReport,
+    Tenant, DAY_MS, OFFSET_UNIT,
 };
 use super::{Report, ReportQuery};
 use rusqlite::{Connection, OpenFlags};

@@ -145,7 +145,6 @@ fn escape_near_middle(bytes: &[u8]) -> Option<usize> {
 /// backslash-run logic), and the run before each is copied 16 bytes at a
 /// time into an output with 16 spare bytes: per escape a few instructions
 /// that do not wait on each other, not a search from the previous one.
-/// The output has capacity for `room_after` more bytes.
 fn unescape(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut out = vec![0u8; bytes.len() + RUN];
     let len = unescape_into(bytes, &mut out)?;

@@ -10,7 +10,7 @@
 --   full-text vector, filled in the background (NULL until then) so a put
 --   never waits for text-search parsing; `chunks_tsv` (GIN) serves the
 --   ranked search, `chunks_unindexed` finds the backlog.
--- outputs: one row per (tenant, ref) with the SPEC section 7 metadata; an
+-- outputs: one row per (tenant, ref) with its metadata (tool, kind, sizes, times); an
 --   expired output keeps its row as a tombstone (blob_id NULL, expired_at).
 -- exchanges, response_ids: as on SQLite (hidden recall exchanges for history
 --   restoration; the Responses API's client-id -> upstream-id map).

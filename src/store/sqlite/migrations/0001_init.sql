@@ -6,7 +6,7 @@
 --   is (blob_id << 20) | seq, so the FTS rowid names its original without a
 --   lookup, and (blob_id, start_char) is the offset index that lets a read
 --   fetch only the chunks it needs.
--- outputs: one row per (tenant, ref) with the SPEC section 7 metadata. An
+-- outputs: one row per (tenant, ref) with its metadata (tool, kind, sizes, times). An
 --   expired output keeps its row as a tombstone (blob_id NULL, expired_at set)
 --   so reading it says "expired", not "not found".
 -- chunks_fts: contentless FTS5 index over the chunks (the text lives once, in

@@ -705,15 +705,18 @@ fn upstream_request(
     Ok(request)
 }
 
-/// [`upstream_request`] of a body held whole, signed again for AWS when it
-/// goes to a Bedrock invoke path ([`aws`]); `content_length` as there.
+/// [`upstream_request`] of a body held whole, with its own length (the
+/// client's for the bytes it sent; a body the proxy edited, even without a
+/// rewrite, as a Responses chain whose id is mapped to the upstream's,
+/// may be longer or shorter), signed again for AWS when it goes to a
+/// Bedrock invoke path ([`aws`]).
 async fn whole_request(
     app: &App,
     parts: &http::request::Parts,
     body: bytes::Bytes,
-    content_length: Option<usize>,
 ) -> Result<Request<BoxBody>, ProxyError> {
-    let mut request = upstream_request(app, parts, body::full(body.clone()), content_length)?;
+    let length = Some(body.len());
+    let mut request = upstream_request(app, parts, body::full(body.clone()), length)?;
     cloud_auth(app, &mut request, &body, parts).await;
     Ok(request)
 }
@@ -750,14 +753,14 @@ async fn cloud_auth(
     }
 }
 
-/// [`forward`] of a body held whole (signed as [`whole_request`] says).
+/// [`forward`] of a body held whole (as [`whole_request`] says).
 async fn forward_whole(
     app: &App,
     parts: &http::request::Parts,
     body: bytes::Bytes,
     tap: Option<usage_tap::UsageReport>,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let upstream_request = whole_request(app, parts, body, None).await?;
+    let upstream_request = whole_request(app, parts, body).await?;
     Ok(stream_back(tapped(app.send(upstream_request).await?, tap)))
 }
 

@@ -427,8 +427,7 @@ async fn rewritten_request(
             Box::pin(recall_rounds::non_streaming(app, req)).await
         };
     }
-    let length = rewritten.body.len();
-    let request = whole_request(app, &exchange.parts, rewritten.body, Some(length)).await?;
+    let request = whole_request(app, &exchange.parts, rewritten.body).await?;
     let response = app.send(request).await?;
     let mut response = stream_back(super::tapped(response, tap.map(UsageReport::FiledRequest)));
     for (name, value) in extra_headers {
@@ -777,8 +776,7 @@ async fn enveloped(
     let Some(body) = (envelope.close)(original, &rewritten.body) else {
         return as_it_came(None).await;
     };
-    let length = body.len();
-    let request = whole_request(app, parts, Bytes::from(body), Some(length)).await?;
+    let request = whole_request(app, parts, Bytes::from(body)).await?;
     Ok(stream_back(app.send(request).await?))
 }
 

@@ -456,6 +456,32 @@ async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
     }
 }
 
+#[tokio::test]
+async fn a_chained_id_of_another_length_goes_upstream_whole() {
+    // The client's id is resp_9, the upstream's resp_10: the body the
+    // proxy sends on is a byte longer than the one the client sent, and
+    // it must go with its own length, not the client's.
+    let kept: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    for n in 0..9 {
+        kept.lock()
+            .expect("lock")
+            .insert(format!("earlier_{n}"), Value::Null);
+    }
+    let s = setup(reader(kept.clone())).await;
+    let first =
+        responses_body(&exec_output(2_000), &[], "").replace(r#""store":false"#, r#""store":true"#);
+    let (_, _, bytes) = post(&s, first).await;
+    let got: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(got["id"], "resp_9");
+    let next = r#"{"model":"gpt-5-codex","previous_response_id":"resp_9","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"and then?"}]}]}"#;
+    let (status, _, _) = post(&s, next.to_string()).await;
+    assert_eq!(status, 200);
+    let chained = s.mock.last();
+    assert_eq!(chained.body.len(), next.len() + 1);
+    assert_eq!(body_json(&chained)["previous_response_id"], "resp_10");
+    s.proxy.shutdown().await;
+}
+
 /// A turn with an output over budget, then the next turn with the output
 /// the client got (kept its own way) and a new question.
 async fn two_turns(s: &Setup) {

@@ -31,7 +31,10 @@ impl RecallToolNames {
     /// name; then `toolstub_<name>`, then `toolstub_<name>_2`, and so on.
     /// Deterministic in the client's tool list.
     pub fn offered_beside(&self, client: &[Cow<'_, str>]) -> RecallToolNames {
-        let taken = |name: &str| client.iter().any(|c| c == name);
+        // A set, not a scan per candidate: the client chooses how many
+        // tools it sends, and a scan of each `_n` would be quadratic in it.
+        let names: std::collections::BTreeSet<&str> = client.iter().map(|c| c.as_ref()).collect();
+        let taken = |name: &str| names.contains(name);
         let pick = |name: &str| -> String {
             if !taken(name) {
                 return name.to_string();
@@ -174,6 +177,19 @@ fn push_section(out: &mut String, title: &str, lines: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recall_tool_takes_the_first_name_no_client_tool_has() {
+        let defaults = RecallToolNames::default();
+        let mut client: Vec<Cow<'_, str>> = vec!["tool_result_read".into()];
+        client.push("toolstub_tool_result_read".into());
+        client.extend((2..5_000).map(|n| Cow::Owned(format!("toolstub_tool_result_read_{n}"))));
+        client.push("tool_result_list".into());
+        let offered = defaults.offered_beside(&client);
+        assert_eq!(offered.read, "toolstub_tool_result_read_5000");
+        assert_eq!(offered.search, "tool_result_search");
+        assert_eq!(offered.list, "toolstub_tool_result_list");
+    }
 
     #[test]
     fn an_aged_stub_is_one_line_naming_its_ref_and_the_read_tool() {

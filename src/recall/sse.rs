@@ -25,6 +25,13 @@ pub enum SseError {
 pub struct SseParser {
     buf: BytesMut,
     max_event: usize,
+    /// Where the scan for the partial event's end resumes: bytes before it
+    /// were looked at by an earlier push. Without it an event arriving in
+    /// many small chunks would be scanned again from its start on each,
+    /// quadratic in its size (up to `max_event`).
+    scanned: usize,
+    /// The start of the line `scanned` is in.
+    line_start: usize,
 }
 
 impl SseParser {
@@ -32,6 +39,8 @@ impl SseParser {
         SseParser {
             buf: BytesMut::new(),
             max_event,
+            scanned: 0,
+            line_start: 0,
         }
     }
 
@@ -54,6 +63,8 @@ impl SseParser {
 
     /// The last event when the stream ends without its blank line.
     pub fn finish(&mut self) -> Option<Event> {
+        self.scanned = 0;
+        self.line_start = 0;
         if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
             self.buf.clear();
             return None;
@@ -66,12 +77,11 @@ impl SseParser {
     }
 
     /// The end (exclusive) of the first complete event in the buffer: the
-    /// end of the first empty line. The buffer holds at most one partial
-    /// event (bounded by `max_event`), so re-scanning it is cheap.
-    fn find_event_end(&self) -> Option<usize> {
+    /// end of the first empty line. Resumes where the last call stopped.
+    fn find_event_end(&mut self) -> Option<usize> {
         let b = &self.buf[..];
-        let mut line_start = 0usize;
-        let mut i = 0usize;
+        let mut line_start = self.line_start;
+        let mut i = self.scanned;
         while i < b.len() {
             match b[i] {
                 b'\n' | b'\r' => {
@@ -80,11 +90,16 @@ impl SseParser {
                     if b[i] == b'\r' {
                         match b.get(i + 1) {
                             Some(b'\n') => next = i + 2,
-                            None => return None, // CR at the end: wait for a possible LF
+                            // CR at the end: wait for a possible LF, and
+                            // look at this CR again then.
+                            None => break,
                             _ => {}
                         }
                     }
                     if empty {
+                        // The event is taken off the buffer's front.
+                        self.scanned = 0;
+                        self.line_start = 0;
                         return Some(next);
                     }
                     line_start = next;
@@ -93,6 +108,8 @@ impl SseParser {
                 _ => i += 1,
             }
         }
+        self.scanned = i;
+        self.line_start = line_start;
         None
     }
 }
@@ -202,6 +219,27 @@ mod tests {
             let (a, b) = STREAM.split_at(at);
             assert_eq!(all_events(&[a, &[], b]), whole, "split at {at}");
         }
+    }
+
+    #[test]
+    fn a_byte_at_a_time_gives_the_same_events() {
+        // The scan resumes where the last push stopped, CR at a chunk's
+        // end included.
+        let bytes: Vec<&[u8]> = STREAM.chunks(1).collect();
+        assert_eq!(all_events(&bytes), all_events(&[STREAM]));
+        let mut p = SseParser::new(1 << 20);
+        assert!(p.push(b"data: a\r").expect("push").is_empty());
+        assert!(
+            p.push(b"\r").expect("push").is_empty(),
+            "a line end, then CR"
+        );
+        let events = p.push(b"\n").expect("push");
+        assert_eq!(
+            events.len(),
+            1,
+            "CR CRLF: the line's end, then the blank line"
+        );
+        assert_eq!(events[0].raw.as_ref(), b"data: a\r\r\n");
     }
 
     #[test]

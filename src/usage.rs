@@ -34,15 +34,19 @@ pub struct Usage {
 
 impl Usage {
     pub fn add(&mut self, other: &Usage) {
-        self.input += other.input;
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
-        self.output += other.output;
+        // Saturating: the counts are the upstream's word, and a sum of
+        // absurd ones must not wrap (or panic in a debug build).
+        self.input = self.input.saturating_add(other.input);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.output = self.output.saturating_add(other.output);
     }
 
     /// Every input token, cached or not: the context the model read.
     pub fn context(&self) -> u64 {
-        self.input + self.cache_read + self.cache_write
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
     }
 
     pub fn is_zero(&self) -> bool {
@@ -464,6 +468,23 @@ fn read_into(observed: &mut Observed, protocol: &dyn Protocol, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_of_absurd_counts_saturate() {
+        let max = Usage {
+            input: u64::MAX,
+            cache_read: 1,
+            cache_write: 1,
+            output: u64::MAX - 1,
+        };
+        let mut sum = max;
+        sum.add(&max);
+        assert_eq!(
+            (sum.input, sum.output, sum.cache_read),
+            (u64::MAX, u64::MAX, 2)
+        );
+        assert_eq!(sum.context(), u64::MAX);
+    }
 
     /// Chat Completions' reading: `prompt_tokens` (cached included),
     /// `completion_tokens`, `model`.

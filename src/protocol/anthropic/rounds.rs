@@ -213,10 +213,8 @@ impl Rounds for AnthropicRounds {
             self.first_id = whole.id.clone();
         }
         let usage = value.get("usage").cloned().unwrap_or(Value::Null);
-        self.output_tokens += usage
-            .get("output_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
+        let output = usage.get("output_tokens").and_then(Value::as_u64);
+        self.output_tokens = self.output_tokens.saturating_add(output.unwrap_or(0));
         let hidden = blocks
             .iter()
             .any(|b| matches!(b.kind, BlockKind::Recall(_)));

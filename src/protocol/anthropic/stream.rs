@@ -315,7 +315,7 @@ fn close(rounds: &mut AnthropicRounds, recall_allowed: bool) -> (Vec<Bytes>, Rou
         let kind = event_kind(&event);
         released.push(reindexed(&event, &kind, index, to));
     }
-    rounds.output_tokens += rounds.stream.output;
+    rounds.output_tokens = rounds.output_tokens.saturating_add(rounds.stream.output);
     match rounds.close_round(blocks, recall_allowed) {
         Some(calls) => (released, RoundEnd::Recall(calls)),
         None => (released, RoundEnd::Done),

@@ -67,10 +67,10 @@ impl Usage {
     }
 
     fn add(&mut self, other: Usage) {
-        self.prompt += other.prompt;
-        self.cached += other.cached;
-        self.candidates += other.candidates;
-        self.thoughts += other.thoughts;
+        self.prompt = self.prompt.saturating_add(other.prompt);
+        self.cached = self.cached.saturating_add(other.cached);
+        self.candidates = self.candidates.saturating_add(other.candidates);
+        self.thoughts = self.thoughts.saturating_add(other.thoughts);
     }
 
     /// `value`'s usage with the earlier rounds' added.
@@ -93,7 +93,10 @@ impl Usage {
             }
             u.insert(
                 "totalTokenCount".into(),
-                (total.prompt + total.candidates + total.thoughts).into(),
+                (total.prompt)
+                    .saturating_add(total.candidates)
+                    .saturating_add(total.thoughts)
+                    .into(),
             );
         }
     }

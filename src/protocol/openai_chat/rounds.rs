@@ -251,9 +251,10 @@ impl Usage {
             return;
         };
         let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
-        self.prompt_tokens += field("prompt_tokens");
-        self.completion_tokens += field("completion_tokens");
-        self.total_tokens += field("total_tokens");
+        let sum = |total: &mut u64, name: &str| *total = total.saturating_add(field(name));
+        sum(&mut self.prompt_tokens, "prompt_tokens");
+        sum(&mut self.completion_tokens, "completion_tokens");
+        sum(&mut self.total_tokens, "total_tokens");
         self.seen = true;
     }
 
@@ -348,5 +349,11 @@ mod tests {
         u.apply(&mut v);
         assert_eq!(v["total_tokens"], 16);
         assert_eq!(v["extra"], 1);
+        // Counts are the upstream's word: absurd ones saturate, never wrap.
+        let huge =
+            json!({"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX, "total_tokens": 1});
+        u.add(Some(&huge));
+        u.add(Some(&huge));
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (u64::MAX, u64::MAX));
     }
 }

@@ -167,8 +167,9 @@ impl ResponsesRounds {
                 .and_then(Value::as_u64)
                 .unwrap_or(0)
         };
-        self.output_tokens += field("/output_tokens");
-        self.reasoning_tokens += field("/output_tokens_details/reasoning_tokens");
+        let reasoning = field("/output_tokens_details/reasoning_tokens");
+        self.output_tokens = self.output_tokens.saturating_add(field("/output_tokens"));
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(reasoning);
     }
 
     /// A round's items are complete: the recall calls to run (when allowed
@@ -265,7 +266,10 @@ impl ResponsesRounds {
             .unwrap_or(0);
         let mut members = vec![
             ("output_tokens", self.output_tokens.to_string()),
-            ("total_tokens", (input + self.output_tokens).to_string()),
+            (
+                "total_tokens",
+                input.saturating_add(self.output_tokens).to_string(),
+            ),
         ];
         if let Some(details) = raw_member(usage, "output_tokens_details") {
             let details = set_members(

@@ -967,6 +967,7 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 conversation_floor_chars: e.conversation_floor_chars,
             },
             recall_enabled: raw.recall.enabled,
+            withhold_recall_tools: false,
             recall_names: names,
             tools,
             externalize_errors: e.externalize_errors,

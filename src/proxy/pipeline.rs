@@ -860,8 +860,8 @@ async fn cache_expiries(
 /// What the rewrite of one body is given besides the body.
 pub(super) struct RewriteInput {
     pub mode: Mode,
-    /// Off: rewrite as if `recall.enabled` were false (the last round of a
-    /// recall loop that drops the tools).
+    /// Off: the recall tools are not added, every choice made as with them
+    /// (the last round of a recall loop that drops the tools).
     pub recall: bool,
     /// The model the path names, for a body that names none.
     pub path_model: Option<String>,
@@ -931,13 +931,13 @@ async fn rewrite_once(
     finish(app, endpoint, body, reading, &policy, input, expired)
 }
 
-/// The configured policy, or with recall off.
+/// The configured policy, or with the recall tools withheld.
 fn policy_for(app: &App, recall: bool) -> Cow<'_, crate::rewrite::Policy> {
     if recall {
         return Cow::Borrowed(&app.config.policy);
     }
     Cow::Owned(crate::rewrite::Policy {
-        recall_enabled: false,
+        withhold_recall_tools: true,
         ..app.config.policy.clone()
     })
 }
@@ -978,7 +978,9 @@ fn finish(
             model: r.model,
             recall_names: r.recall_names,
             streaming: r.streaming,
-            recall_offered: policy.recall_enabled && mode == Mode::WithRefs,
+            recall_offered: policy.recall_enabled
+                && !policy.withhold_recall_tools
+                && mode == Mode::WithRefs,
             turns: r.turns,
             last_canon: r.last_canon,
             cache_anchor: r.cache_anchor,

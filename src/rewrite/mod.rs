@@ -46,6 +46,12 @@ pub struct Policy {
     pub budget: Budget,
     /// Whether recall tools are offered (`recall.enabled`).
     pub recall_enabled: bool,
+    /// Not configuration: set for the round after a recall loop's last, on
+    /// an API that sends it without the recall tools. Every choice is made
+    /// as in the rounds before (the model saw those stubs, and an output
+    /// kept verbatim there must stay so: it has no tool to read it back),
+    /// only the tools are not added.
+    pub withhold_recall_tools: bool,
     /// The configured recall tool names (renamed per request on a clash).
     pub recall_names: RecallToolNames,
     /// Per-tool rules (threshold, conversation budget, never, MIME hint), in order.
@@ -108,6 +114,7 @@ impl Default for Policy {
             enabled: true,
             budget: Budget::default(),
             recall_enabled: true,
+            withhold_recall_tools: false,
             recall_names: RecallToolNames::default(),
             tools: ToolRules::default(),
             externalize_errors: false,
@@ -554,7 +561,7 @@ fn rewrite_parsed<'b>(
         splices.extend(protocol.cache_breakpoint(body, message.span.clone()));
         Some(message.span.end)
     });
-    if policy.recall_enabled && mode == Mode::WithRefs {
+    if offers_tools && !policy.withhold_recall_tools {
         splices.extend(protocol.recall_edits(body));
         let tools = protocol.recall_tools(&names).join(",");
         splices.push(match parsed.tools.clone() {

@@ -524,6 +524,59 @@ async fn a_late_first_stub_that_would_not_repay_the_cached_prompt_is_not_made() 
     s.proxy.shutdown().await;
 }
 
+/// The round after the last recall round goes without the recall tools on
+/// Chat Completions, and makes every choice the rounds before it made: the
+/// output the first-stub rule kept verbatim stays verbatim (the model read
+/// it so in round 1), the stub is the same stub, its original stored.
+#[tokio::test]
+async fn the_last_round_without_the_recall_tools_keeps_the_first_rounds_choices() {
+    use super::recall::{answer, body_json, offers, stub_ref, tool_call_reply};
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        match stub_ref(&request) {
+            Some(reference) if offers(&request, "tool_result_read") => tool_call_reply(
+                vec![(
+                    "rc_1".to_string(),
+                    "tool_result_read",
+                    json!({"ref": reference, "limit": 3}),
+                )],
+                None,
+            ),
+            _ => answer("done"),
+        }
+    });
+    let s = setup_with(script, &[("TOOLSTUB_RECALL_MAX_ROUNDS", "1")]).await;
+    let route = Route::Chat;
+    let mut messages = Vec::new();
+    for turn in 0..40 {
+        messages.extend(route.turn(turn, &[("Bash", text_of(turn, 3_000), false)]));
+    }
+    let late = text_of(40, 21_000);
+    messages.extend(route.turn(40, &[("Bash", late.clone(), false)]));
+    messages.extend(route.turn(41, &[("Bash", text_of(41, 100_000), false)]));
+    let (status, _) = post(&s, route, route.body(&messages)).await;
+    assert_eq!(status, 200);
+    let rounds = s.mock.requests();
+    assert_eq!(rounds.len(), 2, "one recall round, then the last");
+    let (first, last) = (body_json(&rounds[0]), body_json(&rounds[1]));
+    assert!(offers(&first, "tool_result_read"));
+    assert!(!offers(&last, "tool_result_read"));
+    let (first, last) = (
+        route.outputs(&rounds[0].body),
+        route.outputs(&rounds[1].body),
+    );
+    assert_eq!(first[40].1, late, "the first stub would not have repaid");
+    assert_eq!(reason_of(&first[41].1), Some("single_threshold"));
+    let changed: Vec<&str> = first
+        .iter()
+        .zip(&last)
+        .filter(|(a, b)| a != b)
+        .map(|(a, _)| a.0.as_str())
+        .collect();
+    assert!(changed.is_empty(), "changed in the last round: {changed:?}");
+    s.proxy.shutdown().await;
+}
+
 /// The context-window rescue through the real server, on each route: with
 /// a window of 20,000 tokens (54,000 bytes at 3 bytes a token, less 10%;
 /// brought under 70%),

@@ -537,6 +537,75 @@ async fn streaming_client_tool_calls_pass_through() {
     s.proxy.shutdown().await;
 }
 
+/// A streamed round that calls a recall tool and a client tool: the client
+/// never sees that client call (shown, it would run it, and again when the
+/// model, having read, calls it once more); it sees the next round's.
+#[tokio::test]
+async fn a_streamed_client_call_beside_a_recall_call_is_shown_once() {
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let chunks = if last_recall_result(&request).is_some() {
+            sse(&[
+                delta("b", json!({"role": "assistant", "content": null}), None),
+                delta(
+                    "b",
+                    json!({"tool_calls": [{"index": 0, "id": "client_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Lyon\"}"}}]}),
+                    None,
+                ),
+                delta("b", json!({}), Some("tool_calls")),
+            ])
+        } else {
+            let reference = stub_ref(&request).unwrap_or_default();
+            let args = json!({"ref": reference, "limit": 9}).to_string();
+            sse(&[
+                delta("a", json!({"role": "assistant", "content": null}), None),
+                delta(
+                    "a",
+                    json!({"tool_calls": [{"index": 0, "id": "rc_1", "type": "function", "function": {"name": "tool_result_read", "arguments": args}}]}),
+                    None,
+                ),
+                delta(
+                    "a",
+                    json!({"tool_calls": [{"index": 1, "id": "client_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Lyon\"}"}}]}),
+                    None,
+                ),
+                delta("a", json!({}), Some("tool_calls")),
+            ])
+        };
+        Reply::Stream {
+            chunks,
+            gap: Duration::from_millis(1),
+            sent: Arc::default(),
+        }
+    });
+    let s = setup(script).await;
+    let body = chat_body(&[big_json(3000)], r#","stream":true"#);
+    let (status, _, bytes) =
+        send(&client(), "POST", s.url("/v1/chat/completions"), &[], body).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&bytes);
+    let calls: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls").cloned())
+        .flat_map(|c| c.as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    assert_eq!(calls[0]["id"], "client_2");
+    assert_eq!(calls[0]["index"], 0);
+    assert!(text.contains(r#""finish_reason":"tool_calls""#), "{text}");
+    // Round 2's history holds the recall call only.
+    let rounds = s.mock.requests();
+    assert_eq!(rounds.len(), 2);
+    let second = body_json(&rounds[1]);
+    let messages = second["messages"].as_array().expect("messages");
+    let asked = &messages[messages.len() - 2]["tool_calls"];
+    assert_eq!(asked.as_array().map(Vec::len), Some(1), "{asked}");
+    assert_eq!(asked[0]["id"], "rc_1");
+    s.proxy.shutdown().await;
+}
+
 /// `body` with `messages` (JSON texts) appended to its `messages` array.
 pub(crate) fn with_messages(body: &str, messages: &[String]) -> String {
     let close = messages_close(body.as_bytes());

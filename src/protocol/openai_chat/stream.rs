@@ -2,10 +2,14 @@
 //! `chat.completion.chunk` events), as an explicit state machine.
 //!
 //! Per round, content deltas go to the client as they arrive. Tool-call
-//! deltas are held only until their function name is known: a client tool's
-//! held deltas are then released (with indices renumbered so they stay unique
-//! across rounds), a recall tool's are kept back and its arguments collected.
-//! When a round's upstream stream ends with recall calls, the driver runs
+//! deltas are held, their arguments collected, until the round ends: a
+//! round that calls a recall tool goes on, and a client call beside it is
+//! dropped (the model issues it again once it has read; shown, the client
+//! would run it, and then perhaps again). A round's client calls go out at
+//! its finish chunk, each as one delta, with indices renumbered so they
+//! stay unique across rounds; so do the client calls of a last round whose
+//! recall calls may not run. When a round's upstream stream ends with
+//! recall calls, the driver runs
 //! them and feeds the next round's events into the same splicer, which drops
 //! the repeated role delta, rewrites `id` and `model` to the first round's,
 //! holds back intermediate finish chunks, usage chunks and `[DONE]`, and at
@@ -23,12 +27,14 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
 /// What became of one streamed tool call.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum Decision {
-    /// The name is not known yet: its deltas are held.
-    Undecided(Vec<Value>),
+    /// The name is not known yet.
+    Undecided,
+    /// A client tool, held until the round ends.
+    Client,
     /// A client tool, shown to the client under this index.
-    Client(u64),
+    Shown(u64),
     /// A recall tool: kept back.
     Recall,
 }
@@ -74,6 +80,12 @@ pub struct Splicer {
     calls: BTreeMap<u64, CallState>,
     content: String,
     held_finish: Option<Value>,
+    /// The client calls of a last round that also called recall tools,
+    /// shown with its finish.
+    late_calls: Vec<Value>,
+    /// The round's first chunk with a tool call: the identity of a chunk
+    /// that shows calls when no finish chunk came.
+    calls_like: Option<Value>,
     done: bool,
     errored: bool,
 }
@@ -93,6 +105,8 @@ impl Splicer {
             calls: BTreeMap::new(),
             content: String::new(),
             held_finish: None,
+            late_calls: Vec::new(),
+            calls_like: None,
             done: false,
             errored: false,
         }
@@ -104,6 +118,7 @@ impl Splicer {
         self.calls.clear();
         self.content.clear();
         self.held_finish = None;
+        self.calls_like = None;
         self.done = false;
     }
 
@@ -158,6 +173,9 @@ impl Splicer {
             }
             changed = true;
         }
+        if self.calls_like.is_none() && chunk.pointer("/choices/0/delta/tool_calls").is_some() {
+            self.calls_like = Some(chunk.clone());
+        }
         let Some(choice) = chunk.pointer_mut("/choices/0") else {
             return self.emit(chunk, event, changed);
         };
@@ -181,7 +199,14 @@ impl Splicer {
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string);
+        let mut shown = Vec::new();
         if let Some(reason) = finish {
+            if !self.has_recall_calls() {
+                let calls = self.show_client_calls();
+                if !calls.is_empty() {
+                    shown.push(self.calls_chunk(chunk, calls));
+                }
+            }
             if self.has_recall_calls() || reason == "tool_calls" && !self.has_client_calls() {
                 // The round goes on after the recall calls: hold the finish.
                 let mut held = chunk.clone();
@@ -199,10 +224,10 @@ impl Splicer {
                 changed = true;
             }
         }
-        if changed && delta_is_empty(chunk) {
-            return Vec::new();
+        if !(changed && delta_is_empty(chunk)) {
+            shown.extend(self.emit(chunk, event, changed));
         }
-        self.emit(chunk, event, changed)
+        shown
     }
 
     /// Rewrites `id` and `model` of a later round's chunk to the first round's.
@@ -233,7 +258,7 @@ impl Splicer {
                 id: None,
                 name: None,
                 arguments: String::new(),
-                decision: Decision::Undecided(Vec::new()),
+                decision: Decision::Undecided,
             });
             if let Some(id) = delta.get("id").and_then(Value::as_str) {
                 state.id = Some(id.to_string());
@@ -244,27 +269,63 @@ impl Splicer {
             if let Some(args) = delta.pointer("/function/arguments").and_then(Value::as_str) {
                 state.arguments.push_str(args);
             }
-            if let Decision::Undecided(held) = &mut state.decision {
-                held.push(delta);
+            if state.decision == Decision::Undecided {
                 if let Some(name) = &state.name {
-                    let is_recall = RecallTool::named(&self.names, name).is_some();
-                    let held = std::mem::take(held);
-                    if is_recall {
-                        state.decision = Decision::Recall;
+                    state.decision = if RecallTool::named(&self.names, name).is_some() {
+                        Decision::Recall
                     } else {
-                        let client_index = self.next_client_index;
-                        self.next_client_index += 1;
-                        state.decision = Decision::Client(client_index);
-                        released.extend(held.into_iter().map(|d| reindex(d, client_index)));
-                    }
+                        Decision::Client
+                    };
                 }
                 continue;
             }
-            if let Decision::Client(client_index) = state.decision {
+            // A delta after the round's calls were shown (after its finish
+            // chunk: not sent by OpenAI) goes out under the call's index.
+            if let Decision::Shown(client_index) = state.decision {
                 released.push(reindex(delta, client_index));
             }
         }
         released
+    }
+
+    /// The round's held client calls, each as one delta under its client
+    /// index, now shown (and remembered for the restored history).
+    fn show_client_calls(&mut self) -> Vec<Value> {
+        let mut shown = Vec::new();
+        for call in self.calls.values_mut() {
+            if call.decision != Decision::Client {
+                continue;
+            }
+            let index = self.next_client_index;
+            self.next_client_index += 1;
+            call.decision = Decision::Shown(index);
+            let (id, name) = (
+                call.id.clone().unwrap_or_default(),
+                call.name.clone().unwrap_or_default(),
+            );
+            shown.push(json!({"index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": call.arguments}}));
+            self.client_calls
+                .insert(index, (id, name, call.arguments.clone()));
+        }
+        shown
+    }
+
+    /// A chunk of `like`'s identity carrying `calls` and nothing else.
+    fn calls_chunk(&self, like: &Value, calls: Vec<Value>) -> Bytes {
+        let mut chunk = like.clone();
+        if let Some(obj) = chunk.as_object_mut() {
+            obj.remove("usage");
+        }
+        if let Some(c) = chunk
+            .pointer_mut("/choices/0")
+            .and_then(Value::as_object_mut)
+        {
+            c.insert("delta".into(), json!({ "tool_calls": calls }));
+            c.insert("finish_reason".into(), Value::Null);
+        }
+        self.align_identity(&mut chunk);
+        Bytes::from(format!("data: {chunk}\n\n"))
     }
 
     fn has_recall_calls(&self) -> bool {
@@ -276,7 +337,7 @@ impl Splicer {
     fn has_client_calls(&self) -> bool {
         self.calls
             .values()
-            .any(|c| matches!(c.decision, Decision::Client(_)))
+            .any(|c| matches!(c.decision, Decision::Client | Decision::Shown(_)))
     }
 
     fn emit(&self, chunk: &Value, event: &Event, changed: bool) -> Vec<Bytes> {
@@ -316,18 +377,6 @@ impl Splicer {
         if !self.done {
             return SplicerEnd::Truncated;
         }
-        for call in self.calls.values() {
-            if let Decision::Client(index) = call.decision {
-                self.client_calls.insert(
-                    index,
-                    (
-                        call.id.clone().unwrap_or_default(),
-                        call.name.clone().unwrap_or_default(),
-                        call.arguments.clone(),
-                    ),
-                );
-            }
-        }
         let calls: Vec<RecallCall> = self
             .calls
             .values()
@@ -347,6 +396,10 @@ impl Splicer {
             })
             .collect();
         if calls.is_empty() || !recall_allowed {
+            // A last round's recall calls do not run: its client calls go
+            // out with its held finish ([`Splicer::finish`]).
+            // So do the calls of a stream that ended without a finish chunk.
+            self.late_calls = self.show_client_calls();
             return SplicerEnd::Done;
         }
         SplicerEnd::Recall {
@@ -360,6 +413,12 @@ impl Splicer {
     /// summed usage chunk if the client asked for usage, and one `[DONE]`.
     pub fn finish(&mut self) -> Vec<Bytes> {
         let mut out = Vec::new();
+        let late = std::mem::take(&mut self.late_calls);
+        if let Some(like) = self.held_finish.as_ref().or(self.calls_like.as_ref()) {
+            if !late.is_empty() {
+                out.push(self.calls_chunk(like, late));
+            }
+        }
         if let Some(mut finish) = self.held_finish.take() {
             if !self.has_client_calls() {
                 if let Some(c) = finish.pointer_mut("/choices/0") {

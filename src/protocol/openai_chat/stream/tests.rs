@@ -136,47 +136,106 @@ fn a_recall_round_is_spliced_into_one_stream() {
     assert_eq!(usages[0]["usage"]["total_tokens"], 49);
 }
 
-#[test]
-fn client_tool_calls_pass_through_renumbered() {
-    let mut s = Splicer::new(RecallToolNames::default());
-    let round0 = events(
+/// A round that calls a recall tool and a client tool.
+fn mixed_round(id: &str, city: &str) -> Vec<Event> {
+    events(
         &[
             chunk(
-                "a",
+                id,
                 json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}),
                 None,
             ),
             chunk(
-                "a",
+                id,
                 json!({"tool_calls": [{"index": 1, "id": "k1", "type": "function", "function": {"name": "get_weather"}}]}),
                 None,
             ),
             chunk(
-                "a",
-                json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Paris\"}"}}]}),
+                id,
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": format!("{{\"city\":\"{city}\"}}")}}]}),
                 None,
             ),
-            chunk("a", json!({}), Some("tool_calls")),
+            chunk(id, json!({}), Some("tool_calls")),
         ],
         true,
+    )
+}
+
+/// The tool-call deltas the client got, in order.
+fn shown_calls(out: &[Bytes]) -> Vec<Value> {
+    datas(out)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls").cloned())
+        .flat_map(|c| c.as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn a_client_call_beside_a_recall_call_is_dropped_and_the_next_rounds_shown_at_its_finish() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let out = run_round(&mut s, &mixed_round("a", "Paris"));
+    assert!(
+        shown_calls(&out).is_empty(),
+        "nothing shown: {:?}",
+        datas(&out)
     );
-    let out = run_round(&mut s, &round0);
-    let chunks: Vec<Value> = datas(&out)
-        .iter()
-        .map(|d| serde_json::from_str(d).expect("json"))
-        .collect();
-    let calls: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0"))
-        .collect();
-    assert_eq!(calls.len(), 2, "{chunks:?}");
-    assert_eq!(calls[0]["index"], 0, "the client call becomes index 0");
-    assert_eq!(calls[0]["function"]["name"], "get_weather");
-    assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Paris\"}");
     match s.end_round(true) {
         SplicerEnd::Recall { calls, .. } => assert_eq!(calls[0].id, "r1"),
         other => panic!("{other:?}"),
     }
+    assert!(s.client_calls().is_empty(), "not in the restored history");
+    s.next_round();
+    let round1 = events(
+        &[
+            chunk(
+                "b",
+                json!({"tool_calls": [{"index": 0, "id": "k2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}]}),
+                None,
+            ),
+            chunk(
+                "b",
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Lyon\"}"}}]}),
+                None,
+            ),
+            chunk("b", json!({}), Some("tool_calls")),
+        ],
+        true,
+    );
+    let out = run_round(&mut s, &round1);
+    let chunks: Vec<Value> = datas(&out)
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("json"))
+        .collect();
+    assert_eq!(chunks.len(), 2, "the call, then the finish: {chunks:?}");
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"]["tool_calls"],
+        json!([{"index": 0, "id": "k2", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Lyon\"}"}}]),
+        "one delta, index 0: the dropped call took no index"
+    );
+    assert_eq!(chunks[0]["id"], "a", "the first round's identity");
+    assert_eq!(chunks[1]["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
+    assert_eq!(s.client_calls().len(), 1);
+    assert_eq!(s.client_calls()[0]["id"], "k2");
+}
+
+#[test]
+fn a_last_rounds_client_call_goes_out_with_its_finish() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let out = run_round(&mut s, &mixed_round("a", "Paris"));
+    assert!(shown_calls(&out).is_empty());
+    // The last round: its recall call may not run.
+    assert_eq!(s.end_round(false), SplicerEnd::Done);
+    let closing = s.finish();
+    let calls = shown_calls(&closing);
+    assert_eq!(calls.len(), 1, "{:?}", datas(&closing));
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    let finish: Value = serde_json::from_str(&datas(&closing)[1]).expect("json");
+    assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(s.client_calls().len(), 1);
 }
 
 #[test]

@@ -145,6 +145,10 @@ pub struct Endpoint {
     /// The model the path names (the Gemini API's, Claude's on Vertex AI
     /// and on Bedrock: their bodies name none).
     pub model_in_path: fn(&str) -> Option<String>,
+    /// Whether its responses stream, where the path says so and the body
+    /// does not (Bedrock's `invoke` and `invoke-with-response-stream`);
+    /// `None`: as the body says.
+    pub streams: Option<bool>,
     pub framing: Framing,
     /// The AWS service that authenticates requests to it by a SigV4
     /// signature over the body (Bedrock's): the proxy checks a client's
@@ -171,6 +175,7 @@ impl Endpoint {
             serves,
             purpose: Purpose::Turn,
             model_in_path: no_model,
+            streams: None,
             framing: Framing::Sse,
             aws: None,
             response_ids: None,

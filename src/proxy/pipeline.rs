@@ -950,6 +950,7 @@ fn read<'b>(
 ) -> Result<Reading<'b>, crate::rewrite::Unchanged> {
     let facts = RequestFacts {
         path_model: input.path_model.as_deref(),
+        path_streams: endpoint.streams,
         long_context: input.long_context,
         expired: &[],
     };

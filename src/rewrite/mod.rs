@@ -298,6 +298,9 @@ pub struct RequestFacts<'a> {
     /// The model the path names (the Gemini API, Bedrock, Claude on Vertex
     /// AI), for a body that names none.
     pub path_model: Option<&'a str>,
+    /// Whether the response streams, where the path says so and the body
+    /// does not ([`crate::protocol::endpoint::Endpoint::streams`]).
+    pub path_streams: Option<bool>,
     /// The client asked for the model's long context window in a header
     /// (Anthropic's `anthropic-beta: context-1m-*`).
     pub long_context: bool,
@@ -356,6 +359,9 @@ impl<'b> Reading<'b> {
         let mut parsed = protocol.parse(text).ok_or(Unchanged::NotUnderstood)?;
         if parsed.model.is_none() {
             parsed.model = facts.path_model.map(str::to_string);
+        }
+        if let Some(streams) = facts.path_streams {
+            parsed.streaming = streams;
         }
         parsed.long_context |= facts.long_context;
         Ok(Reading { text, parsed })

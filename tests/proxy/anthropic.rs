@@ -1680,6 +1680,44 @@ async fn claude_on_bedrock_streamed_in_event_stream_frames_is_rewritten_and_reca
     claude_on_bedrock(true).await;
 }
 
+/// On Bedrock as on Anthropic's own API, an exchange the client's history
+/// cannot do without (a thinking block made after the recall, bound to it)
+/// is restored on the next turn, though restoration is off.
+#[tokio::test]
+async fn a_bedrock_turn_gets_back_the_exchange_its_thinking_is_bound_to() {
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let s = setup(bedrock_reader()).await;
+    let listing = big_listing(1_500);
+    let path = format!("{BEDROCK_MODEL}/invoke");
+    let headers = [("content-type", "application/json"), ("x-api-key", API_KEY)];
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url(&path),
+        &headers,
+        bedrock_body(&listing),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&bytes).expect("json");
+    let seen = json!({"role": "assistant", "content": answer["content"]});
+    let next = json!({"role": "user", "content": [{"type": "text", "text": "And then?"}]});
+    let turn2 = messages_body(&[json!(listing)], &[seen, next], "").replacen(
+        r#""model":"claude-test","#,
+        r#""anthropic_version":"bedrock-2023-05-31","#,
+        1,
+    );
+    let (status, _, _) = send(&client(), "POST", s.url(&path), &headers, turn2).await;
+    assert_eq!(status, 200);
+    // Turn 1's two rounds, then turn 2's first request.
+    let sent = body_json(&s.mock.requests()[2]);
+    let messages = sent["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 7, "restored");
+    assert_eq!(messages[3]["content"][2]["name"], "tool_result_read");
+    assert_eq!(messages[5]["content"][0]["signature"], "sig-2");
+    s.proxy.shutdown().await;
+}
+
 /// Claude Code on Vertex AI told to skip its own Google auth sends no
 /// token: the proxy adds one, from the service-account key of
 /// `GOOGLE_APPLICATION_CREDENTIALS` (exchanged at its `token_uri`, here the

@@ -3,91 +3,22 @@
 //! the body without `model` and with `anthropic_version:
 //! "bedrock-2023-05-31"`, whole or streamed as the path says (not the body),
 //! the stream in Bedrock's binary frames ([`eventstream`]). The Anthropic
-//! adapter reads and rewrites it; [`OnBedrock`] only says that the stream
-//! route streams. A body that is not Anthropic's (another model family)
-//! does not parse, so it goes upstream unchanged.
+//! adapter reads and rewrites it; the endpoints say which route streams
+//! ([`Endpoint::streams`]). A body that is not Anthropic's (another model
+//! family) does not parse, so it goes upstream unchanged.
 
 pub mod eventstream;
 
 use super::anthropic::AnthropicMessages;
 use super::endpoint::{AwsService, Endpoint, Envelope, Purpose};
 use super::framing::Framing;
-use super::{Flavor, ParsedRequest, Protocol, RecallToolNames, RoundsContext};
-use crate::recall::Rounds;
-
-/// The Anthropic adapter on one Bedrock route.
-#[derive(Clone, Copy, Debug)]
-pub struct OnBedrock {
-    /// `/invoke-with-response-stream`.
-    pub streaming: bool,
-}
-
-impl OnBedrock {
-    pub const INVOKE: OnBedrock = OnBedrock { streaming: false };
-    pub const STREAM: OnBedrock = OnBedrock { streaming: true };
-}
-
-impl Protocol for OnBedrock {
-    fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
-        let mut parsed = AnthropicMessages.parse(body)?;
-        parsed.streaming = self.streaming;
-        Some(parsed)
-    }
-
-    fn recall_tools(&self, names: &RecallToolNames) -> Vec<String> {
-        AnthropicMessages.recall_tools(names)
-    }
-
-    fn message_canon(&self, message: &str) -> Option<String> {
-        AnthropicMessages.message_canon(message)
-    }
-
-    fn recall_edits(&self, body: &str) -> Vec<(std::ops::Range<usize>, String)> {
-        AnthropicMessages.recall_edits(body)
-    }
-
-    fn cache_breakpoint(
-        &self,
-        body: &str,
-        message: std::ops::Range<usize>,
-    ) -> Vec<(std::ops::Range<usize>, String)> {
-        AnthropicMessages.cache_breakpoint(body, message)
-    }
-
-    fn rounds(&self, context: RoundsContext) -> Box<dyn Rounds> {
-        AnthropicMessages.rounds(context)
-    }
-
-    fn append_items(&self, body: &str, items: &[String]) -> Option<String> {
-        AnthropicMessages.append_items(body, items)
-    }
-
-    fn cache_lifetime_ms(&self, body: &str) -> Option<u64> {
-        AnthropicMessages.cache_lifetime_ms(body)
-    }
-
-    fn keeps_recall_tools_in_last_round(&self) -> bool {
-        AnthropicMessages.keeps_recall_tools_in_last_round()
-    }
-
-    fn flavor(&self) -> Flavor {
-        Flavor::Anthropic
-    }
-
-    fn usage(&self, json: &str) -> Option<crate::usage::Reported> {
-        AnthropicMessages.usage(json)
-    }
-
-    fn asks_long_context(&self, headers: &http::HeaderMap) -> bool {
-        AnthropicMessages.asks_long_context(headers)
-    }
-}
 
 /// `POST .../model/{id}/invoke`.
 pub static INVOKE: Endpoint = Endpoint {
     model_in_path: |path| model_in(path, "invoke"),
+    streams: Some(false),
     aws: Some(&AWS),
-    ..Endpoint::turn("bedrock_invoke", &OnBedrock::INVOKE, |path| {
+    ..Endpoint::turn("bedrock_invoke", &AnthropicMessages, |path| {
         model_segment(path, "invoke").is_some()
     })
 };
@@ -96,9 +27,10 @@ pub static INVOKE: Endpoint = Endpoint {
 /// Bedrock's binary frames.
 pub static INVOKE_STREAM: Endpoint = Endpoint {
     model_in_path: |path| model_in(path, "invoke-with-response-stream"),
+    streams: Some(true),
     framing: Framing::EventStream,
     aws: Some(&AWS),
-    ..Endpoint::turn("bedrock_invoke_stream", &OnBedrock::STREAM, |path| {
+    ..Endpoint::turn("bedrock_invoke_stream", &AnthropicMessages, |path| {
         model_segment(path, "invoke-with-response-stream").is_some()
     })
 };
@@ -114,7 +46,7 @@ pub static COUNT_TOKENS: Endpoint = Endpoint {
         open: count_tokens_inner,
         close: count_tokens_wrap,
     }),
-    ..Endpoint::turn("bedrock_count_tokens", &OnBedrock::INVOKE, |path| {
+    ..Endpoint::turn("bedrock_count_tokens", &AnthropicMessages, |path| {
         model_segment(path, "count-tokens").is_some()
     })
 };
@@ -272,10 +204,35 @@ mod tests {
 
     #[test]
     fn the_stream_route_streams_whatever_the_body_says() {
-        let body = r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
-        assert!(OnBedrock::STREAM.parse(body).expect("parsed").streaming);
-        assert!(!OnBedrock::INVOKE.parse(body).expect("parsed").streaming);
+        use crate::rewrite::memo::Memo;
+        use crate::rewrite::{rewrite_reading_for, Mode, Outcome, Policy, RequestFacts};
+        let output = "line of a long tool output\n".repeat(2_000);
+        let body = serde_json::json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
+            "stream": false, "tools": [{"name": "Read", "input_schema": {}}],
+            "messages": [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": output}]}]})
+        .to_string();
+        for (endpoint, streams) in [(&INVOKE, false), (&INVOKE_STREAM, true)] {
+            let facts = RequestFacts {
+                path_streams: endpoint.streams,
+                ..RequestFacts::default()
+            };
+            let memo = Memo::new(0);
+            let (outcome, _) = rewrite_reading_for(
+                body.as_bytes(),
+                &Policy::default(),
+                endpoint.protocol,
+                Mode::WithRefs,
+                &memo,
+                facts,
+            );
+            match outcome {
+                Outcome::Rewritten(r) => assert_eq!(r.streaming, streams, "{endpoint:?}"),
+                Outcome::Unchanged(why) => panic!("{endpoint:?}: {why:?}"),
+            }
+        }
         // Another model family's body is no Anthropic request.
-        assert!(OnBedrock::INVOKE.parse(r#"{"inputText":"hi"}"#).is_none());
+        assert!(INVOKE.protocol.parse(r#"{"inputText":"hi"}"#).is_none());
     }
 }

@@ -25,6 +25,10 @@ pub enum ProxyError {
     /// encoding it cannot decode.
     #[error("{0}")]
     UpstreamEncoding(String),
+    /// A response the proxy must read whole (for recall calls) is larger
+    /// than it reads.
+    #[error("{0}")]
+    UpstreamTooLarge(String),
     /// The proxy holds as much as its bounds allow (connections, buffered
     /// bytes); the answer carries `Retry-After`.
     #[error("{0}")]
@@ -77,7 +81,9 @@ impl ProxyError {
             ProxyError::UpstreamTimeout(_) | ProxyError::UpstreamIdle(_) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::UpstreamEncoding(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamEncoding(_) | ProxyError::UpstreamTooLarge(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::BodyRead(_) | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -99,6 +105,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout(_) => "upstream_timeout",
             ProxyError::UpstreamIdle(_) => "upstream_idle_timeout",
             ProxyError::UpstreamEncoding(_) => "upstream_encoding",
+            ProxyError::UpstreamTooLarge(_) => "upstream_too_large",
             ProxyError::Overloaded(_) => "overloaded",
             ProxyError::BodyTimeout(_) => "request_timeout",
             ProxyError::BodyRead(_) => "bad_request_body",

@@ -304,9 +304,9 @@ async fn read_round(app: &App, body: RoundBody) -> Result<Bytes, ProxyError> {
     let read = collect_reserving(body, MAX_RESPONSE_BYTES, |total| held.grow_to(total)).await;
     match read {
         Ok(Ok(Collected::Complete(bytes))) => Ok(bytes),
-        Ok(Ok(Collected::TooLarge(_))) => Err(ProxyError::Internal(
-            "the upstream response is too large to inspect for recall calls".to_string(),
-        )),
+        Ok(Ok(Collected::TooLarge(_))) => Err(ProxyError::UpstreamTooLarge(format!(
+            "the upstream response is over {MAX_RESPONSE_BYTES} bytes, more than toolstub reads for recall calls"
+        ))),
         Ok(Err(_)) => Err(super::limits::over_buffered(app)),
         Err(e) => Err(match find::<UpstreamIdle>(e.as_ref()) {
             Some(idle) => ProxyError::UpstreamIdle(idle.0),

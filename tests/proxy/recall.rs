@@ -606,6 +606,26 @@ async fn a_streamed_client_call_beside_a_recall_call_is_shown_once() {
     s.proxy.shutdown().await;
 }
 
+/// A round's response the proxy must read whole for recall calls, and
+/// larger than it reads (64 MiB): the upstream's failing, a 502 in the
+/// API's format, not an internal error.
+#[tokio::test]
+async fn a_round_response_too_large_to_read_is_a_502() {
+    let huge = Arc::new(completion(&"x".repeat(65 << 20)));
+    let script: Script = Arc::new(move |_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            huge.as_ref().clone(),
+        )
+    });
+    let s = setup(script).await;
+    let (status, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    assert_eq!(status, 502);
+    assert_eq!(got["error"]["code"], "upstream_too_large", "{got}");
+    s.proxy.shutdown().await;
+}
+
 /// `body` with `messages` (JSON texts) appended to its `messages` array.
 pub(crate) fn with_messages(body: &str, messages: &[String]) -> String {
     let close = messages_close(body.as_bytes());

@@ -23,6 +23,7 @@ use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
 use http::{header, HeaderMap, HeaderValue, Request};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -329,7 +330,7 @@ mod tests {
         );
         // A claimed payload hash must be this body's.
         let mut claimed = signed_for_the_proxy("the-secret", body);
-        let other = hex_of(&crate::refs::sha256(b"{}"));
+        let other = crate::refs::hex(&crate::refs::sha256(b"{}"));
         claimed.headers.insert(
             "x-amz-content-sha256",
             HeaderValue::from_str(&other).expect("hex"),
@@ -342,7 +343,7 @@ mod tests {
             verified_key(&claimed, body, "AKIDPROXY", "the-secret", now),
             None
         );
-        let own = hex_of(&crate::refs::sha256(body));
+        let own = crate::refs::hex(&crate::refs::sha256(body));
         claimed.headers.insert(
             "x-amz-content-sha256",
             HeaderValue::from_str(&own).expect("hex"),
@@ -490,17 +491,13 @@ fn verified_key<'a>(
     if skew > Duration::from_secs(900) || !amz_date.starts_with(sig.date) {
         return None;
     }
-    let encode = |s: &str| {
-        let mut out = String::with_capacity(s.len());
-        for b in s.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
-        out
-    };
+    // SigV4's encoding: every byte but letters, digits and `-_.~`.
+    const KEPT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    let encode = |s: &str| utf8_percent_encode(s, KEPT).to_string();
     // The path the client signed: wrap's run secret was in it.
     let path = parts
         .extensions
@@ -542,7 +539,7 @@ fn verified_key<'a>(
     // The body's own hash, whatever the client claims: a signature over
     // `UNSIGNED-PAYLOAD`, or over another body, is no signature of this
     // one (a captured signature replayed with a new body must not pass).
-    let payload = hex_of(&Sha256::digest(body));
+    let payload = crate::refs::hex(&Sha256::digest(body));
     if let Some(claimed) = parts.headers.get("x-amz-content-sha256") {
         if claimed.as_bytes() != payload.as_bytes() {
             return None;
@@ -560,23 +557,13 @@ fn verified_key<'a>(
     let scope = format!("{}/{}/{}/aws4_request", sig.date, sig.region, sig.service);
     let to_sign = format!(
         "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex_of(&Sha256::digest(canonical.as_bytes()))
+        crate::refs::hex(&Sha256::digest(canonical.as_bytes()))
     );
     let key = v4::generate_signing_key(secret, signed_at, sig.region, sig.service);
     let want = v4::calculate_signature(key, to_sign.as_bytes());
     // Compared in constant time: a timing difference must not tell a
     // forger how many leading characters were right.
-    let same = want.len() == sig.signature.len()
-        && want
-            .bytes()
-            .zip(sig.signature.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    same.then_some(sig.key_id)
-}
-
-fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::auth::same_secret(sig.signature, &want).then_some(sig.key_id)
 }
 
 /// `20261202T140453Z` as a time.

@@ -47,6 +47,7 @@
 use super::body::full;
 use super::error::ProxyError;
 use super::{App, BoxBody};
+use crate::recall::execute::{Hits, Results};
 use crate::refs::looks_like_ref;
 use crate::store::{ReportQuery, StoreError, Tenant, OFFSET_UNIT};
 use crate::synopsis::{Kind, Synopsis};
@@ -243,22 +244,6 @@ fn json<T: Serialize>(value: &T) -> Result<Response<BoxBody>, ProxyError> {
 // The wire format, field order as documented (serde keeps declaration order).
 
 #[derive(Serialize)]
-struct ListResponse<'a> {
-    results: Vec<ListItem<'a>>,
-}
-
-#[derive(Serialize)]
-struct ListItem<'a> {
-    #[serde(rename = "ref")]
-    result_ref: &'a str,
-    session_id: &'a str,
-    tool_name: Option<&'a str>,
-    kind: Kind,
-    original_chars: u64,
-    created_at: i64,
-}
-
-#[derive(Serialize)]
 struct ReadResponse<'a> {
     #[serde(rename = "ref")]
     result_ref: &'a str,
@@ -304,21 +289,6 @@ struct MatchItem<'a> {
     snippet: &'a str,
 }
 
-#[derive(Serialize)]
-struct SearchResponse<'a> {
-    hits: Vec<HitItem<'a>>,
-}
-
-#[derive(Serialize)]
-struct HitItem<'a> {
-    #[serde(rename = "ref")]
-    result_ref: &'a str,
-    tool_name: Option<&'a str>,
-    offset: u64,
-    snippet: &'a str,
-    score: f64,
-}
-
 /// `GET stats`: the tenant's ledger, summed (see [`StatsResponse`]).
 async fn stats(app: &App, tenant: &Tenant, query: &Query) -> Result<Response<BoxBody>, ProxyError> {
     let report_query = ReportQuery {
@@ -346,19 +316,8 @@ async fn list(app: &App, tenant: &Tenant, query: &Query) -> Result<Response<BoxB
         .list(tenant, session, tool_name, limit)
         .await
         .map_err(|e| store_failure(app, "operator_list", e))?;
-    json(&ListResponse {
-        results: rows
-            .iter()
-            .map(|r| ListItem {
-                result_ref: &r.result_ref,
-                session_id: &r.session_id,
-                tool_name: r.tool_name.as_deref(),
-                kind: r.kind,
-                original_chars: r.original_chars,
-                created_at: r.created_at,
-            })
-            .collect(),
-    })
+    // The store's rows are the wire format (`crate::store::OutputSummary`).
+    json(&Results { results: rows })
 }
 
 async fn read(
@@ -456,24 +415,14 @@ async fn search_session(
     let context =
         usize::try_from(query.non_negative("context_chars", CONTEXT_CHARS)?).unwrap_or(usize::MAX);
     // The store's ranked search sees every committed output (each backend
-    // makes sure of it; see AsyncResultStore::search_session).
+    // makes sure of it; see `Store::search_session`).
     let hits = app
         .store
         .search_session(tenant, session, q, limit, context)
         .await
         .map_err(|e| store_failure(app, "operator_search", e))?;
-    json(&SearchResponse {
-        hits: hits
-            .iter()
-            .map(|h| HitItem {
-                result_ref: &h.result_ref,
-                tool_name: h.tool_name.as_deref(),
-                offset: h.offset,
-                snippet: &h.snippet,
-                score: h.score,
-            })
-            .collect(),
-    })
+    // The store's hits are the wire format (`crate::store::SearchHit`).
+    json(&Hits { hits })
 }
 
 #[cfg(test)]

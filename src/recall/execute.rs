@@ -6,6 +6,20 @@ use super::{RecallCall, RecallTool};
 use crate::store::{AsyncResultStore, StoreError, Tenant};
 use serde::{Deserialize, Serialize};
 
+/// A list's answer, the model's and the operator API's alike:
+/// `{"results": [...]}`.
+#[derive(Serialize)]
+pub(crate) struct Results<T> {
+    pub results: T,
+}
+
+/// A ranked search's answer, the model's and the operator API's alike:
+/// `{"hits": [...]}`.
+#[derive(Serialize)]
+pub(crate) struct Hits<T> {
+    pub hits: T,
+}
+
 /// Where a recall call may look: one tenant's outputs, one session for
 /// `list` and ref-less search.
 pub struct RecallScope<'a> {
@@ -174,10 +188,6 @@ async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, Stri
             to_json(&found)
         }
         None => {
-            #[derive(Serialize)]
-            struct Hits<T> {
-                hits: T,
-            }
             let hits = scope
                 .store
                 .search_session(scope.tenant, scope.session, &a.query, limit, context)
@@ -191,10 +201,6 @@ async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, Stri
 async fn list(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String> {
     let a: ListArgs = args("list", arguments)?;
     let limit = bounded(a.limit, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, "limit", 1)?;
-    #[derive(Serialize)]
-    struct Results<T> {
-        results: T,
-    }
     let results = scope
         .store
         .list(

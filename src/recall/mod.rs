@@ -119,6 +119,29 @@ pub struct Restoration {
     pub required: bool,
 }
 
+impl Restoration {
+    /// The exchange of a request whose last message canonicalizes to
+    /// `previous` and whose answer, as the client saw it, to `seen`: the
+    /// hidden rounds' `appended` messages, then the last round's `last`
+    /// (its answer as the next turn sends it upstream). `None` when either
+    /// canonical form is unknown (nothing to recognize the turn by).
+    pub fn of(
+        previous: Option<&str>,
+        seen: Option<String>,
+        appended: &[String],
+        last: impl IntoIterator<Item = String>,
+        required: bool,
+    ) -> Option<Restoration> {
+        let (previous, seen) = (previous?, seen?);
+        let replacement: Vec<String> = appended.iter().cloned().chain(last).collect();
+        Some(Restoration {
+            identity: crate::protocol::turn_identity(previous, &seen),
+            replacement: replacement.join(","),
+            required,
+        })
+    }
+}
+
 /// The id a client got for an answer whose last round the upstream knows
 /// under another id (the Responses API: the client sees round 1's id), so
 /// that a request chaining from it, or fetching it, reaches the true one.

@@ -132,22 +132,13 @@ impl AnthropicRounds {
             "{{\"role\":\"assistant\",\"content\":[{}]}}",
             self.visible.join(",")
         );
-        let (Some(previous), Some(seen)) = (
+        self.restoration = Restoration::of(
             self.context.last_canon.as_deref(),
             AnthropicMessages.message_canon(&seen),
-        ) else {
-            return;
-        };
-        let mut replacement = self.appended.join(",");
-        if !last.is_empty() {
-            replacement.push(',');
-            replacement.push_str(&assistant_message(last.iter()));
-        }
-        self.restoration = Some(Restoration {
-            identity: crate::protocol::turn_identity(previous, &seen),
-            replacement,
-            required: self.thinking_after_recall,
-        });
+            &self.appended,
+            (!last.is_empty()).then(|| assistant_message(last.iter())),
+            self.thinking_after_recall,
+        );
     }
 
     /// The final `stop_reason`: `tool_use` only if a client call is shown.

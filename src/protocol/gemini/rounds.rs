@@ -201,20 +201,13 @@ impl GeminiRounds {
         if self.rounds == 0 {
             return;
         }
-        let (Some(previous), Some(seen)) = (
+        self.restoration = Restoration::of(
             self.context.last_canon.as_deref(),
             Gemini::GENERATE.canon(seen),
-        ) else {
-            return;
-        };
-        let mut replacement = self.appended.join(",");
-        replacement.push(',');
-        replacement.push_str(last);
-        self.restoration = Some(Restoration {
-            identity: crate::protocol::turn_identity(previous, &seen),
-            replacement,
-            required: false,
-        });
+            &self.appended,
+            [last.to_string()],
+            false,
+        );
     }
 
     /// Raw parts without the recall calls among them.

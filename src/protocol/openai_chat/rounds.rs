@@ -48,20 +48,13 @@ impl ChatRounds {
         if self.rounds == 0 {
             return;
         }
-        let (Some(previous), Some(seen)) = (
+        self.restoration = Restoration::of(
             self.context.last_canon.as_deref(),
             super::OpenAiChat.message_canon(&seen.to_string()),
-        ) else {
-            return;
-        };
-        let mut replacement = self.appended.join(",");
-        replacement.push(',');
-        replacement.push_str(&last.to_string());
-        self.restoration = Some(Restoration {
-            identity: crate::protocol::turn_identity(previous, &seen),
-            replacement,
-            required: false,
-        });
+            &self.appended,
+            [last.to_string()],
+            false,
+        );
     }
 }
 

@@ -220,19 +220,13 @@ impl ResponsesRounds {
         if self.rounds == 0 {
             return;
         }
-        let (Some(previous), Some(seen)) = (
+        self.restoration = Restoration::of(
             self.context.last_canon.as_deref(),
             OpenAiResponses.message_canon(&self.visible.join(",")),
-        ) else {
-            return;
-        };
-        let mut replacement = self.appended.clone();
-        replacement.extend(last.iter().cloned());
-        self.restoration = Some(Restoration {
-            identity: crate::protocol::turn_identity(previous, &seen),
-            replacement: replacement.join(","),
-            required: self.reasoning_shown,
-        });
+            &self.appended,
+            last.iter().cloned(),
+            self.reasoning_shown,
+        );
     }
 
     /// The visible output, as a JSON array.

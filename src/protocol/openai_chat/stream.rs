@@ -397,8 +397,8 @@ impl Splicer {
             .collect();
         if calls.is_empty() || !recall_allowed {
             // A last round's recall calls do not run: its client calls go
-            // out with its held finish ([`Splicer::finish`]).
-            // So do the calls of a stream that ended without a finish chunk.
+            // out at the end ([`Splicer::finish`]), as do those of a stream
+            // that ended without a finish chunk.
             self.late_calls = self.show_client_calls();
             return SplicerEnd::Done;
         }
@@ -408,9 +408,11 @@ impl Splicer {
         }
     }
 
-    /// The closing bytes of the whole response: the held finish chunk (when a
-    /// round ended on recall calls the model was not allowed to make), the
-    /// summed usage chunk if the client asked for usage, and one `[DONE]`.
+    /// The closing bytes of the whole response: the last round's client
+    /// calls not shown yet (beside recall calls the model was not allowed
+    /// to make, or in a stream without a finish chunk), the held finish
+    /// chunk (when that round ended on such recall calls), the summed usage
+    /// chunk if the client asked for usage, and one `[DONE]`.
     pub fn finish(&mut self) -> Vec<Bytes> {
         let mut out = Vec::new();
         let late = std::mem::take(&mut self.late_calls);

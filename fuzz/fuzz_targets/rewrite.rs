@@ -93,6 +93,8 @@ fn policy(c: &[u8; CONFIG_BYTES]) -> Policy {
             conversation_floor_chars: b(6) * 64,
         },
         recall_enabled: c[0] & 1 != 0,
+        // The last round of a recall loop that drops the tools.
+        withhold_recall_tools: c[1] & 1 != 0,
         recall_names: RecallToolNames::default(),
         tools: ToolRules(rules),
         externalize_errors: c[0] & 0x20 != 0,

@@ -979,9 +979,7 @@ fn finish(
             model: r.model,
             recall_names: r.recall_names,
             streaming: r.streaming,
-            recall_offered: policy.recall_enabled
-                && !policy.withhold_recall_tools
-                && mode == Mode::WithRefs,
+            recall_offered: policy.adds_recall_tools(mode),
             turns: r.turns,
             last_canon: r.last_canon,
             cache_anchor: r.cache_anchor,

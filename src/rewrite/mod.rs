@@ -108,6 +108,13 @@ pub fn default_tools_from_start() -> Vec<tool_policy::Glob> {
         .collect()
 }
 
+impl Policy {
+    /// Whether a request rewritten in `mode` gets the recall tools added.
+    pub fn adds_recall_tools(&self, mode: Mode) -> bool {
+        self.recall_enabled && !self.withhold_recall_tools && mode == Mode::WithRefs
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy {
@@ -567,7 +574,7 @@ fn rewrite_parsed<'b>(
         splices.extend(protocol.cache_breakpoint(body, message.span.clone()));
         Some(message.span.end)
     });
-    if offers_tools && !policy.withhold_recall_tools {
+    if policy.adds_recall_tools(mode) {
         splices.extend(protocol.recall_edits(body));
         let tools = protocol.recall_tools(&names).join(",");
         splices.push(match parsed.tools.clone() {

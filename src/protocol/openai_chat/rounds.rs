@@ -74,17 +74,19 @@ impl Rounds for ChatRounds {
             return Step::Final(None);
         };
         self.usage.add(value.get("usage"));
-        let calls = if recall_allowed {
+        let (calls, entries): (Vec<RecallCall>, Vec<Value>) = if recall_allowed {
             recall_calls(&value, &self.context.names)
+                .into_iter()
+                .unzip()
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         if !calls.is_empty() {
             let content = value
                 .pointer("/choices/0/message/content")
                 .and_then(Value::as_str);
             self.appended
-                .push(assistant_message(content, &calls).to_string());
+                .push(assistant_message(content, entries).to_string());
             self.rounds += 1;
             return Step::Recall(calls);
         }
@@ -118,8 +120,9 @@ impl Rounds for ChatRounds {
     fn end_round(&mut self, recall_allowed: bool) -> (Vec<Bytes>, RoundEnd) {
         let end = match self.splicer.end_round(recall_allowed) {
             SplicerEnd::Recall { content, calls } => {
+                let entries = self.splicer.recall_entries();
                 self.appended
-                    .push(assistant_message(content.as_deref(), &calls).to_string());
+                    .push(assistant_message(content.as_deref(), entries).to_string());
                 self.rounds += 1;
                 RoundEnd::Recall(calls)
             }
@@ -175,8 +178,12 @@ fn mentions_recall(value: &Value, names: &RecallToolNames) -> bool {
     copy != *value
 }
 
-/// The recall calls of the first choice's message, in order.
-pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<RecallCall> {
+/// The recall calls of the first choice's message, in order, each with its
+/// entry as the model wrote it: the next round sends the entry back whole,
+/// since a provider may sign a call in a member of its own (Gemini's
+/// OpenAI-compatible API puts a thought signature in `extra_content`, and
+/// refuses a call that comes back without it).
+pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<(RecallCall, Value)> {
     let Some(calls) = response
         .pointer("/choices/0/message/tool_calls")
         .and_then(Value::as_array)
@@ -188,7 +195,7 @@ pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<RecallCall
         .filter_map(|call| {
             let name = call.pointer("/function/name")?.as_str()?;
             let tool = RecallTool::named(names, name)?;
-            Some(RecallCall {
+            let recall = RecallCall {
                 id: call.get("id")?.as_str()?.to_string(),
                 name: name.to_string(),
                 tool,
@@ -197,29 +204,20 @@ pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<RecallCall
                     .and_then(Value::as_str)
                     .unwrap_or("{}")
                     .to_string(),
-            })
+            };
+            Some((recall, call.clone()))
         })
         .collect()
 }
 
 /// The assistant message appended for the next round: its content (if any)
-/// and only its recall calls. Client calls of a mixed response are dropped;
-/// the model issues them again once it has read.
-pub fn assistant_message(content: Option<&str>, calls: &[RecallCall]) -> Value {
-    let tool_calls: Vec<Value> = calls
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-            })
-        })
-        .collect();
+/// and only its recall calls' entries. Client calls of a mixed response
+/// are dropped; the model issues them again once it has read.
+pub fn assistant_message(content: Option<&str>, entries: Vec<Value>) -> Value {
     json!({
         "role": "assistant",
         "content": content,
-        "tool_calls": tool_calls,
+        "tool_calls": entries,
     })
 }
 
@@ -303,7 +301,10 @@ mod tests {
             {"id":"a","type":"function","function":{"name":"tool_result_read","arguments":"{\"ref\":\"tr_x\"}"}},
             {"id":"b","type":"function","function":{"name":"client_tool","arguments":"{}"}},
             {"id":"c","type":"function","function":{"name":"tool_result_list","arguments":""}}]}}]});
-        let calls = recall_calls(&r, &names());
+        let calls: Vec<RecallCall> = recall_calls(&r, &names())
+            .into_iter()
+            .map(|(call, _)| call)
+            .collect();
         assert_eq!(calls.len(), 2);
         assert_eq!(
             (calls[0].id.as_str(), calls[0].tool),
@@ -312,6 +313,26 @@ mod tests {
         assert_eq!(
             (calls[1].id.as_str(), calls[1].tool),
             ("c", RecallTool::List)
+        );
+    }
+
+    #[test]
+    fn the_next_round_sends_a_recall_call_back_whole() {
+        let mut rounds = ChatRounds::new(RoundsContext {
+            names: names(),
+            last_canon: None,
+        });
+        let call = json!({"id":"a","type":"function","extra_content":{"google":{"thought_signature":"S"}},
+            "function":{"name":"tool_result_read","arguments":"{\"ref\":\"tr_x\"}"}});
+        let response = json!({"choices":[{"finish_reason":"tool_calls","message":{"role":"assistant",
+            "content":null,"tool_calls":[call]}}]});
+        let step = rounds.response(response.to_string().as_bytes(), true);
+        assert!(matches!(step, Step::Recall(ref calls) if calls.len() == 1));
+        let appended: Value = serde_json::from_str(&rounds.appended()[0]).expect("json");
+        assert_eq!(
+            appended["tool_calls"],
+            json!([call]),
+            "the signature goes back"
         );
     }
 

@@ -44,7 +44,24 @@ struct CallState {
     id: Option<String>,
     name: Option<String>,
     arguments: String,
+    /// The deltas' other members (`extra_content`, where Gemini's
+    /// OpenAI-compatible API signs a call), kept for the call's entry.
+    extra: Map<String, Value>,
     decision: Decision,
+}
+
+impl CallState {
+    /// The call as one `tool_calls` entry, every member the deltas carried.
+    fn entry(&self) -> Value {
+        let mut entry = self.extra.clone();
+        entry.insert("id".into(), self.id.clone().unwrap_or_default().into());
+        entry.insert("type".into(), "function".into());
+        entry.insert(
+            "function".into(),
+            json!({"name": self.name.clone().unwrap_or_default(), "arguments": self.arguments}),
+        );
+        Value::Object(entry)
+    }
 }
 
 /// How a round ended.
@@ -68,14 +85,20 @@ pub struct Splicer {
     round: usize,
     id: Option<String>,
     model: Option<String>,
+    /// The usage of the rounds before this one, summed.
     usage: Usage,
-    /// The last usage chunk seen, to re-emit with the sums at the end.
+    /// The round's usage: the last it reported (a provider that repeats
+    /// cumulative usage on every chunk is counted once).
+    round_usage: Option<Value>,
+    /// The last chunk that carried usage, its choices emptied: re-emitted
+    /// at the end with the sums.
     usage_chunk: Option<Value>,
     next_client_index: u64,
     /// The content of every round, as the client received it.
     visible_content: String,
-    /// The client calls shown so far, by client index: (id, name, arguments).
-    client_calls: BTreeMap<u64, (String, String, String)>,
+    /// The client calls shown so far, by client index, as `tool_calls`
+    /// entries.
+    client_calls: BTreeMap<u64, Value>,
     // Per-round state.
     calls: BTreeMap<u64, CallState>,
     content: String,
@@ -98,6 +121,7 @@ impl Splicer {
             id: None,
             model: None,
             usage: Usage::default(),
+            round_usage: None,
             usage_chunk: None,
             next_client_index: 0,
             visible_content: String::new(),
@@ -114,6 +138,7 @@ impl Splicer {
 
     /// Starts the next round.
     pub fn next_round(&mut self) {
+        self.usage.add(self.round_usage.take().as_ref());
         self.round += 1;
         self.calls.clear();
         self.content.clear();
@@ -157,15 +182,21 @@ impl Splicer {
         } else if self.round > 0 {
             changed |= self.align_identity(chunk);
         }
-        // Usage: summed over rounds and sent once, at the end.
+        // Usage: summed over rounds and sent once, at the end, in a chunk
+        // of its own (as OpenAI sends it) even when it came on a chunk with
+        // choices.
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage.add(Some(usage));
+            self.round_usage = Some(usage.clone());
             let no_choices = chunk
                 .get("choices")
                 .and_then(Value::as_array)
                 .is_none_or(|c| c.is_empty());
+            let mut alone = chunk.clone();
+            if !no_choices {
+                alone["choices"] = json!([]);
+            }
+            self.usage_chunk = Some(alone);
             if no_choices {
-                self.usage_chunk = Some(chunk.clone());
                 return Vec::new();
             }
             if let Some(obj) = chunk.as_object_mut() {
@@ -253,13 +284,24 @@ impl Splicer {
             return released;
         };
         for delta in deltas {
-            let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let index = match delta.get("index").and_then(Value::as_u64) {
+                Some(index) => index,
+                None => self.unindexed(delta.get("id").and_then(Value::as_str)),
+            };
             let state = self.calls.entry(index).or_insert_with(|| CallState {
                 id: None,
                 name: None,
                 arguments: String::new(),
+                extra: Map::new(),
                 decision: Decision::Undecided,
             });
+            if let Some(members) = delta.as_object() {
+                for (key, value) in members {
+                    if !matches!(key.as_str(), "index" | "id" | "type" | "function") {
+                        state.extra.insert(key.clone(), value.clone());
+                    }
+                }
+            }
             if let Some(id) = delta.get("id").and_then(Value::as_str) {
                 state.id = Some(id.to_string());
             }
@@ -288,6 +330,19 @@ impl Splicer {
         released
     }
 
+    /// Where a tool-call delta without `index` belongs (some
+    /// OpenAI-compatible APIs leave it out): a delta naming an id other
+    /// than the last call's starts a new call; any other continues it.
+    fn unindexed(&self, id: Option<&str>) -> u64 {
+        match self.calls.last_key_value() {
+            None => 0,
+            Some((&last, call)) => {
+                let new = id.is_some_and(|id| call.id.as_deref().is_some_and(|known| known != id));
+                last + u64::from(new)
+            }
+        }
+    }
+
     /// The round's held client calls, each as one delta under its client
     /// index, now shown (and remembered for the restored history).
     fn show_client_calls(&mut self) -> Vec<Value> {
@@ -299,16 +354,21 @@ impl Splicer {
             let index = self.next_client_index;
             self.next_client_index += 1;
             call.decision = Decision::Shown(index);
-            let (id, name) = (
-                call.id.clone().unwrap_or_default(),
-                call.name.clone().unwrap_or_default(),
-            );
-            shown.push(json!({"index": index, "id": id, "type": "function",
-                "function": {"name": name, "arguments": call.arguments}}));
-            self.client_calls
-                .insert(index, (id, name, call.arguments.clone()));
+            let entry = call.entry();
+            shown.push(reindex(entry.clone(), index));
+            self.client_calls.insert(index, entry);
         }
         shown
+    }
+
+    /// The round's recall calls as `tool_calls` entries, for the assistant
+    /// message the next round sends back.
+    pub fn recall_entries(&self) -> Vec<Value> {
+        self.calls
+            .values()
+            .filter(|c| matches!(c.decision, Decision::Recall) && c.id.is_some())
+            .map(CallState::entry)
+            .collect()
     }
 
     /// A chunk of `like`'s identity carrying `calls` and nothing else.
@@ -360,12 +420,7 @@ impl Splicer {
     /// Every client tool call shown so far, in the client's order, as an
     /// assistant message's `tool_calls` entries.
     pub fn client_calls(&self) -> Vec<Value> {
-        self.client_calls
-            .values()
-            .map(|(id, name, arguments)| {
-                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
-            })
-            .collect()
+        self.client_calls.values().cloned().collect()
     }
 
     /// Called when the round's upstream stream has ended; `recall_allowed`
@@ -414,6 +469,7 @@ impl Splicer {
     /// chunk (when that round ended on such recall calls), the summed usage
     /// chunk if the client asked for usage, and one `[DONE]`.
     pub fn finish(&mut self) -> Vec<Bytes> {
+        self.usage.add(self.round_usage.take().as_ref());
         let mut out = Vec::new();
         let late = std::mem::take(&mut self.late_calls);
         if let Some(like) = self.held_finish.as_ref().or(self.calls_like.as_ref()) {

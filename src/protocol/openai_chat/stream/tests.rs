@@ -279,3 +279,132 @@ fn a_stream_without_done_is_truncated_and_errors_are_reported() {
     let e = Splicer::error_event("upstream failed", "upstream_unreachable");
     assert!(String::from_utf8_lossy(&e).starts_with("data: {\"error\""));
 }
+
+/// Gemini's OpenAI-compatible API signs a call in `extra_content` and
+/// refuses one that comes back without it.
+#[test]
+fn a_calls_other_members_go_to_the_client_and_to_the_next_round() {
+    let signed = |sig: &str| json!({"google": {"thought_signature": sig}});
+    let mut s = Splicer::new(RecallToolNames::default());
+    let round0 = events(
+        &[
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "extra_content": signed("S1"),
+                    "function": {"name": "tool_result_read", "arguments": "{\"ref\":\"tr_x\"}"}}]}),
+                None,
+            ),
+            chunk("a", json!({}), Some("tool_calls")),
+        ],
+        true,
+    );
+    run_round(&mut s, &round0);
+    assert!(matches!(s.end_round(true), SplicerEnd::Recall { .. }));
+    assert_eq!(
+        s.recall_entries(),
+        vec![
+            json!({"id": "r1", "type": "function", "extra_content": signed("S1"),
+            "function": {"name": "tool_result_read", "arguments": "{\"ref\":\"tr_x\"}"}})
+        ]
+    );
+    s.next_round();
+    let round1 = events(
+        &[
+            chunk(
+                "b",
+                json!({"tool_calls": [{"index": 0, "id": "k1", "type": "function", "extra_content": signed("S2"),
+                    "function": {"name": "get_weather", "arguments": "{}"}}]}),
+                None,
+            ),
+            chunk("b", json!({}), Some("tool_calls")),
+        ],
+        true,
+    );
+    let calls = shown_calls(&run_round(&mut s, &round1));
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["extra_content"], signed("S2"), "{calls:?}");
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
+    assert_eq!(s.client_calls()[0]["extra_content"], signed("S2"));
+}
+
+/// Some OpenAI-compatible APIs leave `index` out of tool-call deltas.
+#[test]
+fn calls_without_an_index_are_told_apart_by_their_ids() {
+    let mut s = Splicer::new(RecallToolNames::default());
+    let round0 = events(
+        &[
+            chunk(
+                "a",
+                json!({"tool_calls": [
+                    {"id": "r1", "type": "function", "function": {"name": "tool_result_read", "arguments": "{\"ref\":\"tr_1\"}"}},
+                    {"id": "r2", "type": "function", "function": {"name": "tool_result_read", "arguments": "{\"ref\":"}}]}),
+                None,
+            ),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"function": {"arguments": "\"tr_2\"}"}}]}),
+                None,
+            ),
+            chunk("a", json!({}), Some("stop")),
+        ],
+        true,
+    );
+    run_round(&mut s, &round0);
+    match s.end_round(true) {
+        SplicerEnd::Recall { calls, .. } => {
+            let got: Vec<(&str, &str)> = calls
+                .iter()
+                .map(|c| (c.id.as_str(), c.arguments.as_str()))
+                .collect();
+            assert_eq!(
+                got,
+                [("r1", "{\"ref\":\"tr_1\"}"), ("r2", "{\"ref\":\"tr_2\"}")]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn usage_on_a_chunk_with_choices_is_summed_and_sent_at_the_end() {
+    let with_usage = |id: &str, p: u64, finish: Option<&str>| {
+        let mut c = chunk(id, json!({"content": "x"}), finish);
+        c["usage"] = json!({"prompt_tokens": p, "completion_tokens": 1, "total_tokens": p + 1});
+        c
+    };
+    let mut s = Splicer::new(RecallToolNames::default());
+    // A provider that repeats its (cumulative) usage on every chunk: the
+    // round's last counts, once.
+    let round0 = events(
+        &[
+            with_usage("a", 7, None),
+            chunk(
+                "a",
+                json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}),
+                None,
+            ),
+            with_usage("a", 10, Some("tool_calls")),
+        ],
+        true,
+    );
+    let out = run_round(&mut s, &round0);
+    assert!(
+        datas(&out).iter().all(|d| !d.contains("prompt_tokens")),
+        "no usage before the end: {:?}",
+        datas(&out)
+    );
+    assert!(matches!(s.end_round(true), SplicerEnd::Recall { .. }));
+    s.next_round();
+    let out = run_round(&mut s, &events(&[with_usage("b", 20, Some("stop"))], true));
+    assert!(datas(&out).iter().all(|d| !d.contains("prompt_tokens")));
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
+    let closing = datas(&s.finish());
+    let usage: Value = serde_json::from_str(&closing[closing.len() - 2]).expect("json");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["id"], "a");
+    assert_eq!(
+        usage["usage"],
+        json!({"prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32})
+    );
+    assert_eq!(closing.last().map(String::as_str), Some("[DONE]"));
+}

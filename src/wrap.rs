@@ -240,6 +240,8 @@ struct Endpoints {
     foundry: Option<String>,
     /// `ANTHROPIC_BEDROCK_BASE_URL` (Claude Code adds `/model/...`).
     bedrock: String,
+    /// The run's secret, in every URL above when set.
+    run_secret: Option<String>,
 }
 
 impl Endpoints {
@@ -253,6 +255,7 @@ impl Endpoints {
             foundry: None,
             bedrock: base.clone(),
             base,
+            run_secret: None,
         }
     }
 }
@@ -389,6 +392,7 @@ async fn start(source: ProxySource, inherited: &Inherited) -> Result<Started> {
                 server.addr,
                 crate::proxy::RUN_PREFIX
             ));
+            endpoints.run_secret = Some(secret);
             if let Some(path) = &routes.openai_path {
                 endpoints.openai = format!("{}{OPENAI_ROUTE}{path}", endpoints.base);
             }
@@ -577,7 +581,26 @@ fn child_command(
 ) -> std::process::Command {
     let mut command = std::process::Command::new(program);
     if is_codex(program) {
-        command.args(codex_options(&endpoints.openai, inherited.openai_api_key));
+        // Codex's provider is given in its arguments, which every user of
+        // the machine can read (`ps`): the URL there leaves the run's
+        // secret out, and Codex sends it in a header from its environment.
+        let secret = endpoints.run_secret.as_deref();
+        let url = match secret {
+            Some(secret) => {
+                endpoints
+                    .openai
+                    .replacen(&format!("{}{secret}", crate::proxy::RUN_PREFIX), "", 1)
+            }
+            None => endpoints.openai.clone(),
+        };
+        command.args(codex_options(
+            &url,
+            inherited.openai_api_key,
+            secret.is_some(),
+        ));
+        if let Some(secret) = secret {
+            command.env(CODEX_SECRET_VARIABLE, secret);
+        }
     }
     if is_opencode(program) {
         let existing = std::env::var("OPENCODE_CONFIG_CONTENT").ok();
@@ -725,18 +748,28 @@ fn opencode_file_base_urls(cwd: &Path) -> std::collections::BTreeSet<String> {
 
 /// The provider id wrap gives Codex.
 const CODEX_PROVIDER: &str = "toolstub_wrap";
+/// The variable that hands Codex the run's secret (not `TOOLSTUB_*`: a
+/// `toolstub` the child runs reads those as its own settings).
+const CODEX_SECRET_VARIABLE: &str = "CODEX_TOOLSTUB_RUN_SECRET";
 
 /// `-c` options making Codex use the proxy over HTTP: a provider of its own
 /// (`wire_api = "responses"`, `supports_websockets = false`), its key from
 /// `OPENAI_API_KEY` when that is set, else Codex's own login
 /// (`requires_openai_auth`).
-fn codex_options(base_url: &str, key_in_env: bool) -> Vec<String> {
+fn codex_options(base_url: &str, key_in_env: bool, secret_in_env: bool) -> Vec<String> {
     let quoted = |s: &str| toml::Value::String(s.to_string()).to_string();
-    let auth = if key_in_env {
+    let mut auth = if key_in_env {
         format!("env_key={}", quoted("OPENAI_API_KEY"))
     } else {
         "requires_openai_auth=true".to_string()
     };
+    if secret_in_env {
+        auth.push_str(&format!(
+            ",env_http_headers={{{}={}}}",
+            quoted(crate::proxy::RUN_SECRET_HEADER),
+            quoted(CODEX_SECRET_VARIABLE)
+        ));
+    }
     vec![
         "-c".to_string(),
         format!("model_provider={}", quoted(CODEX_PROVIDER)),
@@ -1251,6 +1284,7 @@ mod tests {
                 vertex: "http://127.0.0.1:9/v1".to_string(),
                 foundry: None,
                 bedrock: "http://127.0.0.1:9".to_string(),
+                run_secret: None,
             }
         );
     }

@@ -419,6 +419,8 @@ for name, url, body, headers in [
     ("wrong_secret", origin + "/run/" + "A" * 43 + "/healthz", None, {}),
     ("no_secret_run", origin + "/run/", None, {}),
     ("with_secret", base + "/healthz", None, {}),
+    ("wrong_header", origin + "/healthz", None, {"x-toolstub-run-secret": "A" * 43}),
+    ("header", origin + "/healthz", None, {"x-toolstub-run-secret": base.rsplit("/", 1)[1]}),
 ]:
     print("%s=%d" % (name, status(url, body, headers)))
 "#;
@@ -451,6 +453,7 @@ for name, url, body, headers in [
         "chat",
         "wrong_secret",
         "no_secret_run",
+        "wrong_header",
     ] {
         assert!(
             stdout.contains(&format!("{name}=404")),
@@ -458,6 +461,10 @@ for name, url, body, headers in [
         );
     }
     assert!(stdout.contains("with_secret=200"), "{stdout}");
+    assert!(
+        stdout.contains("header=200"),
+        "the secret as a header: {stdout}"
+    );
     assert!(
         mock.requests().is_empty(),
         "nothing reached the upstream: {:?}",
@@ -789,7 +796,7 @@ async fn codex_is_given_a_provider_pointing_at_the_proxy() {
     std::fs::write(
         &codex,
         format!(
-            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho \"openai=$OPENAI_BASE_URL\"\n",
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho \"openai=$OPENAI_BASE_URL\"\necho \"secret=$CODEX_TOOLSTUB_RUN_SECRET\"\n",
             args_file.display()
         ),
     )
@@ -821,18 +828,28 @@ async fn codex_is_given_a_provider_pointing_at_the_proxy() {
             .lines()
             .find_map(|l| l.strip_prefix("openai=").map(str::to_string))
             .expect("openai=");
+        let secret = text(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("secret=").map(str::to_string))
+            .expect("secret=");
         let args = std::fs::read_to_string(&args_file).expect("args");
         let auth = match key {
             Some(_) => "env_key=\"OPENAI_API_KEY\"",
             None => "requires_openai_auth=true",
         };
+        // Arguments are readable by every user of the machine (`ps`): the
+        // run's secret is not in them, Codex sends it from its environment.
+        assert_eq!(secret.len(), 43, "the run's secret: {secret:?}");
+        assert!(openai.contains(&format!("/run/{secret}/")), "{openai}");
+        let without = openai.replace(&format!("/run/{secret}"), "");
+        assert!(!args.contains(&secret), "{args}");
         assert_eq!(
             args,
             format!(
-                "-c\nmodel_provider=\"toolstub_wrap\"\n-c\nmodel_providers.toolstub_wrap={{name=\"OpenAI through toolstub\",base_url=\"{openai}\",wire_api=\"responses\",supports_websockets=false,{auth}}}\nexec\n--json\ndo it\n"
+                "-c\nmodel_provider=\"toolstub_wrap\"\n-c\nmodel_providers.toolstub_wrap={{name=\"OpenAI through toolstub\",base_url=\"{without}\",wire_api=\"responses\",supports_websockets=false,{auth},env_http_headers={{\"x-toolstub-run-secret\"=\"CODEX_TOOLSTUB_RUN_SECRET\"}}}}\nexec\n--json\ndo it\n"
             )
         );
-        assert!(openai.starts_with("http://127.0.0.1:") && openai.ends_with("/v1"));
+        assert!(without.starts_with("http://127.0.0.1:") && without.ends_with("/v1"));
     }
     // A program of another name gets its arguments untouched.
     let other = bin.join("codex-not");

@@ -5,8 +5,10 @@
 //!
 //! - **`toolstub wrap`'s run secret**: wrap's proxy serves only its child,
 //!   whose base URLs start with `/run/<secret>` (256 random bits made for
-//!   the run). A request without it is answered 404, whatever it asks;
-//!   with it, the prefix is taken off and the request is the local case's.
+//!   the run), or which sends the secret in `x-toolstub-run-secret` (Codex,
+//!   whose base URL is in its arguments, which other users can read). A
+//!   request without it is answered 404, whatever it asks; with it, the
+//!   prefix or header is taken off and the request is the local case's.
 //! - **Keys required** (`auth.required`, or by default when the proxy
 //!   listens on a non-loopback address or any client key exists): every
 //!   request but `/healthz`, the dashboard's fixed files and (with the
@@ -50,6 +52,9 @@ const REFRESH: Duration = Duration::from_secs(1);
 const MISS_SPACING: Duration = Duration::from_millis(50);
 /// The path prefix of wrap's run secret.
 pub const RUN_PREFIX: &str = "/run/";
+/// The header that may carry wrap's run secret instead, for a child whose
+/// base URL stands where other users can read it (Codex's arguments).
+pub const RUN_SECRET_HEADER: &str = "x-toolstub-run-secret";
 
 /// Who a request comes from, once admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,10 +209,18 @@ pub(super) const ADMIN_TOKEN_HEADER: &str = "x-toolstub-admin-token";
 
 const NO_KEY: &str = "this toolstub requires a client key: send it as x-toolstub-key, or in place of the provider's API key (toolstub keys create NAME makes one)";
 
-/// Takes `/run/<secret>` off the path, or refuses the request (404, as if
-/// nothing were there: wrap's proxy answers nothing else).
+/// Takes `/run/<secret>` off the path (or the secret's header off the
+/// request), or refuses the request (404, as if nothing were there: wrap's
+/// proxy answers nothing else).
 fn strip_run_secret<B>(secret: &Secret, req: &mut Request<B>) -> Result<(), ProxyError> {
     let nothing = || ProxyError::NotFound("not found".to_string());
+    if let Some(given) = req.headers().get(RUN_SECRET_HEADER) {
+        let right = given
+            .to_str()
+            .is_ok_and(|given| crate::auth::same_secret(given, secret.expose()));
+        req.headers_mut().remove(RUN_SECRET_HEADER);
+        return if right { Ok(()) } else { Err(nothing()) };
+    }
     let path = req.uri().path();
     let rest = path.strip_prefix(RUN_PREFIX).ok_or_else(nothing)?;
     let (given, tail) = match rest.find('/') {

@@ -32,7 +32,7 @@ mod upstream;
 mod usage_tap;
 mod write_stall;
 
-pub use access::RUN_PREFIX;
+pub use access::{RUN_PREFIX, RUN_SECRET_HEADER};
 pub use body::BoxBody;
 pub use error::ProxyError;
 

@@ -146,6 +146,8 @@ def test_codex_through_wrap(rmock, dirs, tmp_path):
     assert [(r.method, r.route) for r in rmock.requests()] == [("POST", "/v1/responses")] * len(rmock.requests()), \
         [(r.method, r.path) for r in rmock.requests()]
     assert all(r.header("authorization") == f"Bearer {codex.API_KEY}" for r in rmock.requests())
+    # Codex sent the run's secret in a header (its arguments leave it out); it stops at the proxy.
+    assert all("x-toolstub-run-secret" not in r.header_names() for r in rmock.requests())
     turn1 = [r for r in rmock.responses_posts() if any(CODEX_TURN1 in t for t in mr.user_texts(r.conversation or []))]
     assert len(turn1) == 3, [len(r.json["input"]) for r in turn1]
     [out] = [o for o in mr.tool_outputs(turn1[1].json["input"]) if o["call_id"] == CODEX_TOOL_ID]

@@ -191,10 +191,45 @@ impl Default for RawUpstream {
 }
 
 /// A secret from the configuration (a provider key, the admin token): it
-/// never prints, in a log line or an error.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
+/// never prints, in a log line or an error (one of another type than a
+/// string is refused without its value).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        secret_string(d).map(Secret)
+    }
+}
+
+/// A string, or an error that does not repeat the value given.
+fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    struct Quiet;
+    impl serde::de::Visitor<'_> for Quiet {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a quoted string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> std::result::Result<String, E> {
+            Err(E::custom(
+                "a secret must be a quoted string (its value is not shown)",
+            ))
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> std::result::Result<String, E> {
+            self.visit_i64(0)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> std::result::Result<String, E> {
+            self.visit_i64(0)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> std::result::Result<String, E> {
+            self.visit_i64(0)
+        }
+    }
+    d.deserialize_string(Quiet)
+}
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Secret {
@@ -225,9 +260,14 @@ pub struct RawAuth {
 }
 
 /// A database URL: it may hold a password, so it never prints.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoreUrl(pub String);
+
+impl<'de> Deserialize<'de> for StoreUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        secret_string(d).map(StoreUrl)
+    }
+}
 
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -562,9 +602,18 @@ pub fn load_with_defaults(
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let from_file = text
-            .parse::<toml::Table>()
-            .with_context(|| format!("invalid TOML in {}", path.display()))?;
+        // toml's error quotes the line, which may hold a secret: say
+        // where and what, not the line.
+        let from_file = text.parse::<toml::Table>().map_err(|e| {
+            let line = e.span().map_or(0, |span| {
+                text.get(..span.start).unwrap_or(&text).matches('\n').count() + 1
+            });
+            anyhow::anyhow!(
+                "invalid TOML in {} at line {line}: {} (the line is not shown: it may hold a secret)",
+                path.display(),
+                e.message().trim_end()
+            )
+        })?;
         merge_sections(&mut table, from_file);
     }
     let mut provider_keys = BTreeMap::new();
@@ -694,11 +743,14 @@ fn apply_env(table: &mut toml::Table, name: &str, key: &str, value: &str) -> Res
         bail!("unknown environment variable {name}: expected TOOLSTUB_<SECTION>_<KEY> with a section among {SECTIONS:?}");
     };
     let field = &lower[section.len() + 1..];
+    // A secret is a string, quoted or not (an all-digit token stays a
+    // string, and no type error quotes it).
+    let secret = field.ends_with("_key") || field.ends_with("_token") || field == "url";
     let parsed = format!("v = {value}")
         .parse::<toml::Table>()
         .ok()
         .and_then(|mut t| t.remove("v"))
-        .filter(|v| !v.is_str() || value.starts_with('"'))
+        .filter(|v| (v.is_str() || !secret) && (!v.is_str() || value.starts_with('"')))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
     set(table, section, field, parsed);
     Ok(())
@@ -1310,6 +1362,35 @@ mod tests {
         .expect("write");
         let err = load(Some(&file), no_env(), &Overrides::default()).expect_err("bad glob");
         assert!(format!("{err:#}").contains("pricing[0].match"), "{err:#}");
+    }
+
+    /// "Configured secrets never print": not in a TOML error (which quotes
+    /// the line), nor in a type error (which quotes the value).
+    #[test]
+    fn errors_never_quote_a_secret() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[upstream]\nanthropic_api_key = sk-ant-SECRET123\n").expect("write");
+        let err = format!(
+            "{:#}",
+            load(Some(&path), Vec::new(), &Overrides::default()).expect_err("bad TOML")
+        );
+        assert!(err.contains("at line 2"), "{err}");
+        assert!(!err.contains("SECRET123"), "{err}");
+        std::fs::write(&path, "[operator_api]\nadmin_token = 83920174\n").expect("write");
+        let err = format!(
+            "{:#}",
+            load(Some(&path), Vec::new(), &Overrides::default()).expect_err("a number")
+        );
+        assert!(!err.contains("83920174"), "{err}");
+        // From the environment an all-digit token is the string it reads.
+        let env = vec![(
+            "TOOLSTUB_OPERATOR_API_ADMIN_TOKEN".to_string(),
+            "83920174".to_string(),
+        )];
+        let c = load(None, env, &Overrides::default()).expect("a token of digits");
+        let token = c.operator_api.admin_token.expect("set");
+        assert_eq!(token.expose(), "83920174");
     }
 
     #[test]

@@ -1237,7 +1237,7 @@ mod tests {
         assert!(is_codex(OsStr::new("/opt/node_modules/.bin/codex")));
         assert!(!is_codex(OsStr::new("codex-helper")));
         assert!(!is_codex(OsStr::new("claude")));
-        let options = codex_options("http://127.0.0.1:4242/v1", true);
+        let options = codex_options("http://127.0.0.1:4242/v1", true, false);
         assert_eq!(
             options,
             [
@@ -1255,7 +1255,9 @@ mod tests {
             parsed["p"]["base_url"].as_str(),
             Some("http://127.0.0.1:4242/v1")
         );
-        assert!(codex_options("http://x/v1", false)[3].ends_with(",requires_openai_auth=true}"));
+        assert!(
+            codex_options("http://x/v1", false, false)[3].ends_with(",requires_openai_auth=true}")
+        );
     }
 
     #[test]

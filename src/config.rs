@@ -164,9 +164,15 @@ pub struct RawUpstream {
     pub openai_api_key: Option<Secret>,
     pub anthropic_api_key: Option<Secret>,
     pub gemini_api_key: Option<Secret>,
-    /// Hosts besides each provider's own API host that may get the
-    /// provider key toolstub holds (a gateway in front of it).
-    pub api_key_hosts: Vec<String>,
+    /// Hosts besides each provider's own API host that may get its key
+    /// (a gateway in front of it): one list per provider, so that a host
+    /// listed for one key never gets another.
+    pub openai_api_key_hosts: Vec<String>,
+    pub anthropic_api_key_hosts: Vec<String>,
+    pub gemini_api_key_hosts: Vec<String>,
+    /// The one list for every key this once was: refused, with the names
+    /// that replace it.
+    pub api_key_hosts: Option<toml::Value>,
 }
 
 impl Default for RawUpstream {
@@ -185,7 +191,10 @@ impl Default for RawUpstream {
             openai_api_key: None,
             anthropic_api_key: None,
             gemini_api_key: None,
-            api_key_hosts: Vec::new(),
+            openai_api_key_hosts: Vec::new(),
+            anthropic_api_key_hosts: Vec::new(),
+            gemini_api_key_hosts: Vec::new(),
+            api_key_hosts: None,
         }
     }
 }
@@ -546,16 +555,19 @@ pub struct UpstreamConfig {
     pub aws_signing_hosts: Vec<String>,
     /// The provider keys toolstub holds.
     pub held_keys: HeldKeys,
-    /// `upstream.api_key_hosts`.
-    pub api_key_hosts: Vec<String>,
 }
 
-/// The provider keys toolstub holds, one per API.
+/// The provider keys toolstub holds, one per API, each with the hosts
+/// besides its provider's own that may get it.
 #[derive(Clone, Debug, Default)]
 pub struct HeldKeys {
     pub openai: Option<Secret>,
     pub anthropic: Option<Secret>,
     pub gemini: Option<Secret>,
+    /// `upstream.openai_api_key_hosts`, ...
+    pub openai_hosts: Vec<String>,
+    pub anthropic_hosts: Vec<String>,
+    pub gemini_hosts: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -745,7 +757,14 @@ fn apply_env(table: &mut toml::Table, name: &str, key: &str, value: &str) -> Res
     let field = &lower[section.len() + 1..];
     // A secret is a string, quoted or not (an all-digit token stays a
     // string, and no type error quotes it).
-    let secret = field.ends_with("_key") || field.ends_with("_token") || field == "url";
+    let secret = matches!(
+        (*section, field),
+        (
+            "upstream",
+            "openai_api_key" | "anthropic_api_key" | "gemini_api_key"
+        ) | ("operator_api", "admin_token")
+            | ("store", "url")
+    );
     let parsed = format!("v = {value}")
         .parse::<toml::Table>()
         .ok()
@@ -944,13 +963,27 @@ fn validate(raw: RawConfig) -> Result<Config> {
             bail!("store.pool_size must be at least 1");
         }
     }
+    if raw.upstream.api_key_hosts.is_some() {
+        bail!("upstream.api_key_hosts lent every held key to each host it listed; name the hosts per key instead: upstream.openai_api_key_hosts, anthropic_api_key_hosts, gemini_api_key_hosts");
+    }
     for (key, hosts) in [
         ("auth.hosts", &raw.auth.hosts),
         (
             "upstream.aws_signing_hosts",
             &raw.upstream.aws_signing_hosts,
         ),
-        ("upstream.api_key_hosts", &raw.upstream.api_key_hosts),
+        (
+            "upstream.openai_api_key_hosts",
+            &raw.upstream.openai_api_key_hosts,
+        ),
+        (
+            "upstream.anthropic_api_key_hosts",
+            &raw.upstream.anthropic_api_key_hosts,
+        ),
+        (
+            "upstream.gemini_api_key_hosts",
+            &raw.upstream.gemini_api_key_hosts,
+        ),
         (
             "upstream.google_token_hosts",
             &raw.upstream.google_token_hosts,
@@ -1002,8 +1035,10 @@ fn validate(raw: RawConfig) -> Result<Config> {
                 openai: raw.upstream.openai_api_key.clone(),
                 anthropic: raw.upstream.anthropic_api_key.clone(),
                 gemini: raw.upstream.gemini_api_key.clone(),
+                openai_hosts: raw.upstream.openai_api_key_hosts.clone(),
+                anthropic_hosts: raw.upstream.anthropic_api_key_hosts.clone(),
+                gemini_hosts: raw.upstream.gemini_api_key_hosts.clone(),
             },
-            api_key_hosts: raw.upstream.api_key_hosts.clone(),
         },
         store: raw.store.clone(),
         failure_mode: e.failure_mode,
@@ -1362,6 +1397,31 @@ mod tests {
         .expect("write");
         let err = load(Some(&file), no_env(), &Overrides::default()).expect_err("bad glob");
         assert!(format!("{err:#}").contains("pricing[0].match"), "{err:#}");
+    }
+
+    /// The one list of hosts for every held key is refused: a host listed
+    /// for one provider's key must not get another's.
+    #[test]
+    fn hosts_are_listed_per_held_key() {
+        let env = vec![(
+            "TOOLSTUB_UPSTREAM_API_KEY_HOSTS".to_string(),
+            "[\"gw.example\"]".to_string(),
+        )];
+        let err = format!(
+            "{:#}",
+            load(None, env, &Overrides::default()).expect_err("refused")
+        );
+        assert!(err.contains("openai_api_key_hosts"), "{err}");
+        let env = vec![(
+            "TOOLSTUB_UPSTREAM_ANTHROPIC_API_KEY_HOSTS".to_string(),
+            "[\"gw.example\"]".to_string(),
+        )];
+        let keys = load(None, env, &Overrides::default())
+            .expect("per key")
+            .upstream
+            .held_keys;
+        assert_eq!(keys.anthropic_hosts, ["gw.example"]);
+        assert!(keys.openai_hosts.is_empty() && keys.gemini_hosts.is_empty());
     }
 
     /// "Configured secrets never print": not in a TOML error (which quotes

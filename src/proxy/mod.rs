@@ -690,14 +690,7 @@ fn upstream_request(
     if let Some(n) = content_length {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
     }
-    let held = &app.config.upstream;
-    upstream::lend_held_key(
-        &held.held_keys,
-        &held.api_key_hosts,
-        flavor,
-        &uri,
-        &mut headers,
-    );
+    upstream::lend_held_key(&app.config.upstream.held_keys, flavor, &uri, &mut headers);
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = uri;

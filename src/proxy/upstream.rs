@@ -287,23 +287,28 @@ pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
 /// The provider key toolstub holds for `flavor`'s API, added to a request
 /// that carries no credential of its own (its client sent none, or a
 /// client key in its place, taken off at the gate): only when the request
-/// goes to that provider's own API host or a host listed in
-/// `upstream.api_key_hosts`, never anywhere else. Every caller past the
-/// gate is authenticated (a client key, wrap's run secret, or the local
-/// case), so lending is theirs to have.
-pub fn lend_held_key(
-    held: &HeldKeys,
-    listed: &[String],
-    flavor: Flavor,
-    uri: &http::Uri,
-    headers: &mut HeaderMap,
-) {
-    let (key, own_host, header) = match flavor {
-        Flavor::OpenAi => (&held.openai, "api.openai.com", header::AUTHORIZATION),
-        Flavor::Anthropic => (&held.anthropic, "api.anthropic.com", X_API_KEY),
+/// goes to that provider's own API host or a host listed for that key
+/// (`upstream.openai_api_key_hosts`, ...), never anywhere else. Every
+/// caller past the gate is authenticated (a client key, wrap's run secret,
+/// or the local case), so lending is theirs to have.
+pub fn lend_held_key(held: &HeldKeys, flavor: Flavor, uri: &http::Uri, headers: &mut HeaderMap) {
+    let (key, own_host, listed, header) = match flavor {
+        Flavor::OpenAi => (
+            &held.openai,
+            "api.openai.com",
+            &held.openai_hosts,
+            header::AUTHORIZATION,
+        ),
+        Flavor::Anthropic => (
+            &held.anthropic,
+            "api.anthropic.com",
+            &held.anthropic_hosts,
+            X_API_KEY,
+        ),
         Flavor::Google => (
             &held.gemini,
             "generativelanguage.googleapis.com",
+            &held.gemini_hosts,
             X_GOOG_API_KEY,
         ),
     };
@@ -428,7 +433,6 @@ mod tests {
             google_token_hosts: Vec::new(),
             aws_signing_hosts: Vec::new(),
             held_keys: crate::config::HeldKeys::default(),
-            api_key_hosts: Vec::new(),
         };
         let up = Upstream::new(&config).expect("client");
         assert_eq!(

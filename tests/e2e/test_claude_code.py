@@ -360,7 +360,7 @@ def keyed(amock, tmp_path):
     key, tenant = make_client_key(binary, work / "toolstub.db", "claude-e2e")
     p = start_proxy(amock.url, work, extra_env={
         "ANTHROPIC_API_KEY": HELD_ANTHROPIC_KEY,
-        "TOOLSTUB_UPSTREAM_API_KEY_HOSTS": '["127.0.0.1"]',
+        "TOOLSTUB_UPSTREAM_ANTHROPIC_API_KEY_HOSTS": '["127.0.0.1"]',
         "AWS_ACCESS_KEY_ID": AWS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
         "TOOLSTUB_UPSTREAM_AWS_SIGNING_HOSTS": '["127.0.0.1"]'})

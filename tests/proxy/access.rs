@@ -242,13 +242,15 @@ async fn a_held_provider_key_goes_only_to_its_providers_hosts() {
     );
     proxy.shutdown().await;
 
-    // Listed (a gateway in front of the provider): lent to a local caller
-    // that sent no key of its own; a caller's own key goes as it is.
+    // Listed for the OpenAI key (a gateway in front of OpenAI): lent to a
+    // local caller that sent no key of its own; a caller's own key goes as
+    // it is. The Anthropic key the proxy also holds is not listed there.
     let (proxy, mock, _dir) = start(
         "127.0.0.1:0",
         &[
             ("OPENAI_API_KEY", held),
-            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+            ("ANTHROPIC_API_KEY", "sk-ant-held-not-for-this-host"),
+            ("TOOLSTUB_UPSTREAM_OPENAI_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
         ],
     )
     .await;
@@ -275,7 +277,7 @@ async fn a_held_provider_key_goes_only_to_its_providers_hosts() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(mock.last().headers["authorization"], KEY);
-    // An Anthropic request gets no OpenAI key.
+    // An Anthropic request to the same host gets neither key.
     let (status, _, _) = send(
         &c,
         "POST",
@@ -574,7 +576,11 @@ async fn client_keys_admit_their_holders_scope_their_outputs_and_never_go_upstre
         &[
             ("OPENAI_API_KEY", held_openai),
             ("ANTHROPIC_API_KEY", held_anthropic),
-            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+            ("TOOLSTUB_UPSTREAM_OPENAI_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+            (
+                "TOOLSTUB_UPSTREAM_ANTHROPIC_API_KEY_HOSTS",
+                "[\"127.0.0.1\"]",
+            ),
         ],
     )
     .await;
@@ -893,7 +899,7 @@ async fn a_page_of_another_local_server_is_another_origin() {
         "127.0.0.1:0",
         &[
             ("OPENAI_API_KEY", held),
-            ("TOOLSTUB_UPSTREAM_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
+            ("TOOLSTUB_UPSTREAM_OPENAI_API_KEY_HOSTS", "[\"127.0.0.1\"]"),
         ],
     )
     .await;

@@ -551,14 +551,10 @@ async fn drive(
                         match super::body::collect_within(response.into_body(), MAX_ERROR_BYTES)
                             .await
                         {
-                            Ok(Collected::Complete(b)) => String::from_utf8_lossy(&b).into_owned(),
-                            _ => String::new(),
+                            Ok(Collected::Complete(b)) => b,
+                            _ => Bytes::new(),
                         };
-                    let message = format!(
-                        "the upstream answered {status} during a recall round: {}",
-                        crate::synopsis::clip(&detail, 500)
-                    );
-                    let end = rounds.error_event(&message, "upstream_error");
+                    let end = rounds.upstream_error_event(status, &detail);
                     client.send(vec![end]).await;
                     return;
                 }

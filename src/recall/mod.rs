@@ -67,6 +67,17 @@ pub struct RecallCall {
     pub arguments: String,
 }
 
+/// The code of the proxy's error event for an upstream's error answer.
+pub const UPSTREAM_ERROR: &str = "upstream_error";
+
+/// The proxy's words for an upstream's error answer to a later round.
+pub fn upstream_error_message(status: u16, body: &[u8]) -> String {
+    format!(
+        "the upstream answered {status} during a recall round: {}",
+        crate::synopsis::clip(&String::from_utf8_lossy(body), 500)
+    )
+}
+
 /// A recall call answered, as the next round sends it back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallResult {
@@ -189,6 +200,17 @@ pub trait Rounds: Send + Sync {
 
     /// A well-formed event that ends the client's stream with an error.
     fn error_event(&self, message: &str, code: &str) -> Bytes;
+
+    /// The event that ends the client's stream when the upstream answered
+    /// a later round with an error status (`body`: the start of its
+    /// answer). By default the proxy's own error, naming the status and
+    /// the answer; an adapter whose API's error object can stand in a
+    /// stream passes the upstream's on, so that a client that retries or
+    /// backs off by the error's type (`overloaded_error`,
+    /// `rate_limit_exceeded`) still can.
+    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
+        self.error_event(&upstream_error_message(status, body), UPSTREAM_ERROR)
+    }
 
     /// An event that keeps the client's stream alive and means nothing.
     fn keepalive(&self) -> Bytes;

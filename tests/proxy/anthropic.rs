@@ -1404,6 +1404,47 @@ async fn a_stream_cut_in_a_recall_round_ends_with_an_error_event() {
     s.proxy.shutdown().await;
 }
 
+/// An upstream that answers a recall round with an error status: the
+/// client's stream ends with the upstream's own error event, its type
+/// intact (a client backs off on `overloaded_error`, not on `api_error`).
+#[tokio::test]
+async fn an_error_answer_to_a_recall_round_ends_the_stream_with_its_type() {
+    let s = setup(Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        if last_recall_result(&request).is_some() {
+            return Reply::Full(
+                529,
+                vec![("content-type", "application/json".to_string())],
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+                    .to_string(),
+            );
+        }
+        stream_reply(&streamed(
+            "msg_1",
+            &[json!({"type": "tool_use", "id": "toolu_rc_1", "name": "tool_result_read", "input": {"ref": stub_ref(&request)}})],
+            "tool_use",
+            1,
+            1,
+        ))
+    }))
+    .await;
+    let body = messages_body(&[json!(big_listing(1_500))], &[], r#","stream":true"#);
+    let (status, bytes) =
+        tokio::time::timeout(Duration::from_secs(10), stream(&s, "/v1/messages", body))
+            .await
+            .expect("no hang");
+    assert_eq!(status, 200);
+    let events = events_of(&bytes);
+    let (kind, data) = events.last().expect("events");
+    assert_eq!(kind, "error");
+    assert_eq!(
+        *data,
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    );
+    assert_eq!(s.mock.requests().len(), 2, "the round was sent");
+    s.proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_client_gone_mid_stream_cancels_the_upstream_request() {
     let closed = Arc::new(tokio::sync::Notify::new());

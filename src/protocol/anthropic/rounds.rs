@@ -293,6 +293,19 @@ impl Rounds for AnthropicRounds {
         super::stream::sse("error", &data.to_string())
     }
 
+    /// Anthropic's error body is its stream's `error` event's data.
+    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(error) if error["type"] == "error" && error["error"]["type"].is_string() => {
+                super::stream::sse("error", &error.to_string())
+            }
+            _ => self.error_event(
+                &crate::recall::upstream_error_message(status, body),
+                crate::recall::UPSTREAM_ERROR,
+            ),
+        }
+    }
+
     fn keepalive(&self) -> Bytes {
         Bytes::from_static(b"event: ping\ndata: {\"type\": \"ping\"}\n\n")
     }

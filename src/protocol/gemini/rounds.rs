@@ -412,6 +412,20 @@ impl Rounds for GeminiRounds {
         Self::sse(&json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}))
     }
 
+    /// Google's error body (`{"error": {"code", "message", "status"}}`) is
+    /// what its stream sends as an error event.
+    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(error) if error["error"]["code"].is_u64() => {
+                Self::sse(&json!({"error": error["error"]}))
+            }
+            _ => self.error_event(
+                &crate::recall::upstream_error_message(status, body),
+                crate::recall::UPSTREAM_ERROR,
+            ),
+        }
+    }
+
     /// A bare blank line, sent between whole events: the only keep-alive
     /// both Google SDKs ignore. An SSE comment stalls the JS SDK's parser
     /// (`@google/genai` 1.30, Gemini CLI 0.61's: a pattern anchored at
@@ -427,6 +441,27 @@ const KEEPALIVE: &[u8] = b"\r\n";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The data of the one event in `bytes`.
+    fn data(bytes: &[u8]) -> Value {
+        let text = std::str::from_utf8(bytes).expect("utf-8");
+        serde_json::from_str(text.trim_start_matches("data: ").trim_end()).expect("json")
+    }
+
+    #[test]
+    fn an_upstreams_error_answer_to_a_round_is_passed_on() {
+        let rounds = GeminiRounds::new(RoundsContext::default());
+        let google = json!({"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}});
+        let e = rounds.upstream_error_event(429, google.to_string().as_bytes());
+        assert_eq!(data(&e), google);
+        let e = data(&rounds.upstream_error_event(502, b"<html>bad gateway</html>"));
+        assert_eq!(e["error"]["code"], 500);
+        let message = e["error"]["message"].as_str().expect("message");
+        assert!(
+            message.contains("502") && message.contains("bad gateway"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn a_keepalive_is_a_blank_line_googles_sdks_ignore() {

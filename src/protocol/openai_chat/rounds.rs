@@ -166,6 +166,19 @@ impl Rounds for ChatRounds {
         Splicer::error_event(message, code)
     }
 
+    /// OpenAI's error body (`{"error": {...}}`) is its stream's error chunk.
+    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(error) if error["error"].is_object() => {
+                Bytes::from(format!("data: {}\n\n", json!({"error": error["error"]})))
+            }
+            _ => self.error_event(
+                &crate::recall::upstream_error_message(status, body),
+                crate::recall::UPSTREAM_ERROR,
+            ),
+        }
+    }
+
     fn keepalive(&self) -> Bytes {
         Bytes::from_static(b": toolstub keep-alive\n\n")
     }
@@ -334,6 +347,20 @@ mod tests {
             json!([call]),
             "the signature goes back"
         );
+    }
+
+    #[test]
+    fn an_upstreams_error_answer_to_a_round_is_passed_on() {
+        let rounds = ChatRounds::new(RoundsContext {
+            names: names(),
+            last_canon: None,
+        });
+        let error = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
+        let e = rounds.upstream_error_event(429, error.to_string().as_bytes());
+        assert_eq!(e, format!("data: {error}\n\n").as_bytes());
+        let e =
+            String::from_utf8_lossy(&rounds.upstream_error_event(502, b"bad gateway")).into_owned();
+        assert!(e.contains("upstream_error") && e.contains("502"), "{e}");
     }
 
     #[test]

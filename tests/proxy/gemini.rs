@@ -604,6 +604,62 @@ async fn hostile_gemini_streams_in_a_recall_request_end_cleanly() {
     s.proxy.shutdown().await;
 }
 
+/// A streamed round that ends in an error after a recall call shows the
+/// client the error, never the call; a blocked prompt's stream (its
+/// `promptFeedback` and no candidate) is a whole answer, not a cut one.
+#[tokio::test]
+async fn a_failed_or_blocked_gemini_stream_shows_no_recall_call_and_no_error_of_its_own() {
+    let failed = vec![
+        "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Looking.\"},{\"functionCall\":{\"name\":\"tool_result_read\",\"args\":{\"ref\":\"tr_x\"}}}]}}]}\r\n\r\n".to_string(),
+        "data: {\"error\":{\"code\":503,\"message\":\"The model is overloaded.\",\"status\":\"UNAVAILABLE\"}}\r\n\r\n".to_string(),
+    ];
+    let blocked = vec![
+        "data: {\"promptFeedback\":{\"blockReason\":\"SAFETY\"},\"usageMetadata\":{\"promptTokenCount\":9,\"totalTokenCount\":9}}\r\n\r\n".to_string(),
+    ];
+    let s = setup(Arc::new(move |r: &Recorded| Reply::Stream {
+        chunks: if r.path_and_query.contains("blocked") {
+            blocked.clone()
+        } else {
+            failed.clone()
+        },
+        gap: Duration::from_millis(1),
+        sent: Arc::new(Mutex::new(Vec::new())),
+    }))
+    .await;
+    let stream = |path: &'static str| {
+        let url = s.url(path);
+        async move {
+            let (status, _, bytes) = tokio::time::timeout(
+                Duration::from_secs(20),
+                send(
+                    &client(),
+                    "POST",
+                    url,
+                    &[("x-goog-api-key", KEY)],
+                    big_listing_body(),
+                ),
+            )
+            .await
+            .expect("the stream ends");
+            assert_eq!(status, 200, "{path}");
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    };
+    let text = stream("/v1beta/models/m:streamGenerateContent?alt=sse").await;
+    assert!(
+        text.contains("Looking.") && text.contains("UNAVAILABLE"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("tool_result_read"),
+        "the recall call stays hidden: {text}"
+    );
+    let text = stream("/v1beta/models/m:streamGenerateContent?alt=sse&blocked=1").await;
+    assert!(text.contains("\"blockReason\":\"SAFETY\""), "{text}");
+    assert!(!text.contains("\"error\""), "no error appended: {text}");
+    s.proxy.shutdown().await;
+}
+
 /// The context window of the model the path names (a Gemini body names
 /// none): with a window for `gemini-small` only (none for other models), a
 /// conversation over it goes up with outputs the model has seen as

@@ -223,6 +223,14 @@ impl GeminiRounds {
             .collect()
     }
 
+    /// Whether a response or event calls a recall tool.
+    fn calls_recall(&self, value: &Value) -> bool {
+        parts(value).is_some_and(|p| {
+            p.iter()
+                .any(|p| call_name(p).is_some_and(|n| self.is_recall(n)))
+        })
+    }
+
     /// `value` without recall call parts.
     fn strip_recall(&self, value: &mut Value) {
         if let Some(parts) = value
@@ -265,11 +273,7 @@ impl Rounds for GeminiRounds {
                 }
             }
         }
-        let mentions = parts(&value).is_some_and(|p| {
-            p.iter()
-                .any(|p| call_name(p).is_some_and(|n| self.is_recall(n)))
-        });
-        if self.rounds == 0 && !mentions {
+        if self.rounds == 0 && !self.calls_recall(&value) {
             return Step::Final(None);
         }
         self.strip_recall(&mut value);
@@ -297,7 +301,10 @@ impl Rounds for GeminiRounds {
         self.round_parts
             .extend(event.data.as_deref().map(raw_parts).unwrap_or_default());
         let has_call = event_parts.iter().any(|p| call_name(p).is_some());
-        let finishes = value.pointer("/candidates/0/finishReason").is_some();
+        // A blocked prompt's stream ends with `promptFeedback.blockReason`
+        // and no candidate.
+        let finishes = value.pointer("/candidates/0/finishReason").is_some()
+            || value.pointer("/promptFeedback/blockReason").is_some();
         if has_call || finishes || value.get("error").is_some() {
             self.finished |= finishes;
             self.held.push((event.raw.clone(), value));
@@ -311,12 +318,23 @@ impl Rounds for GeminiRounds {
     fn end_round(&mut self, recall_allowed: bool) -> (Vec<Bytes>, RoundEnd) {
         let held = std::mem::take(&mut self.held);
         let round = std::mem::take(&mut self.round_parts);
-        let raw = |held: Vec<(Bytes, Value)>| held.into_iter().map(|(raw, _)| raw).collect();
+        // A round that failed shows what it held but its recall calls.
+        let shown = |held: Vec<(Bytes, Value)>| {
+            held.into_iter()
+                .map(|(raw, mut value)| {
+                    if !self.calls_recall(&value) {
+                        return raw;
+                    }
+                    self.strip_recall(&mut value);
+                    Self::sse(&value)
+                })
+                .collect()
+        };
         if held.iter().any(|(_, v)| v.get("error").is_some()) {
-            return (raw(held), RoundEnd::UpstreamError);
+            return (shown(held), RoundEnd::UpstreamError);
         }
         if !self.finished {
-            return (raw(held), RoundEnd::Truncated);
+            return (shown(held), RoundEnd::Truncated);
         }
         let content = model_content(&round);
         if recall_allowed {
@@ -334,10 +352,7 @@ impl Rounds for GeminiRounds {
             .iter()
             .rposition(|(_, v)| v.get("usageMetadata").is_some());
         for (i, (raw, mut value)) in held.into_iter().enumerate() {
-            let recalls = parts(&value).is_some_and(|p| {
-                p.iter()
-                    .any(|p| call_name(p).is_some_and(|n| self.is_recall(n)))
-            });
+            let recalls = self.calls_recall(&value);
             let summed = self.rounds > 0 && Some(i) == last_with_usage;
             if !recalls && !summed {
                 if let Some(p) = parts(&value) {

@@ -604,6 +604,44 @@ async fn hostile_gemini_streams_in_a_recall_request_end_cleanly() {
     s.proxy.shutdown().await;
 }
 
+/// Without `alt=sse` the Gemini API streams one JSON array, which the
+/// proxy does not splice: such a request goes upstream as it came, its
+/// outputs unstubbed, and its answer comes back as it was sent.
+#[tokio::test]
+async fn a_gemini_stream_without_alt_sse_goes_upstream_as_it_came() {
+    let array = "[{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"tool_result_read\",\"args\":{}}}]}}]}\n]";
+    let s = setup(Arc::new(move |_: &Recorded| {
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            array.to_string(),
+        )
+    }))
+    .await;
+    let body = big_listing_body();
+    let (status, _, bytes) = send(
+        &client(),
+        "POST",
+        s.url("/v1beta/models/m:streamGenerateContent"),
+        &[("x-goog-api-key", KEY)],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        &bytes[..],
+        array.as_bytes(),
+        "the answer as the upstream sent it"
+    );
+    assert_eq!(s.mock.requests().len(), 1);
+    assert_eq!(
+        s.mock.last().body,
+        body.as_bytes(),
+        "the body as the client sent it"
+    );
+    s.proxy.shutdown().await;
+}
+
 /// A streamed round that ends in an error after a recall call shows the
 /// client the error, never the call; a blocked prompt's stream (its
 /// `promptFeedback` and no candidate) is a whole answer, not a cut one.

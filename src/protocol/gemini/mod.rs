@@ -47,6 +47,7 @@ pub static GENERATE_CONTENT: Endpoint = Endpoint {
 /// `POST .../models/{model}:streamGenerateContent`.
 pub static STREAM_GENERATE_CONTENT: Endpoint = Endpoint {
     model_in_path: owned_model,
+    query_needs: Some("alt=sse"),
     ..Endpoint::turn("stream_generate_content", &Gemini::STREAM, |path| {
         serves(path, ":streamGenerateContent")
     })

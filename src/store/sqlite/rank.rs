@@ -10,7 +10,10 @@
 //! on each read connection), and BM25 is computed here over the session:
 //! N is the session's passages, a word's frequency counted among the
 //! candidates, the mean length theirs. A search's hits, scores and order
-//! depend only on the searching tenant's session.
+//! depend only on the searching tenant's session, but for one thing: a
+//! text is stored once for every tenant, so a passage's rowid (the order
+//! of ties, and of the newest candidates) is that of its text's first
+//! storing, by anyone (SECURITY.md says so).
 
 use super::StoreError;
 use rusqlite::{ffi, Connection};

@@ -791,10 +791,11 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
     header_tenant(headers, None).unwrap_or_else(Tenant::anonymous)
 }
 
-/// The tenant a credential header names; `None` without one, or when it
-/// is a SigV4 signature: a signature differs on every request, and its
-/// access key is no secret, so such a request has no tenant of its own
-/// until its signature checks good (`aws::AwsSigner::decide`).
+/// The tenant the first credential header names; `None` without one. A
+/// SigV4 signature is passed over: a signature differs on every request,
+/// and its access key is no secret, so it names no tenant of its own
+/// until it checks good (`aws::AwsSigner::decide`); a key beside it still
+/// does (no request naming a credential is `anonymous`).
 fn header_tenant(headers: &HeaderMap, memo: Option<&TenantMemo>) -> Option<Tenant> {
     let value = [
         header::AUTHORIZATION.as_str(),
@@ -803,14 +804,12 @@ fn header_tenant(headers: &HeaderMap, memo: Option<&TenantMemo>) -> Option<Tenan
         "x-goog-api-key",
     ]
     .iter()
-    .find_map(|name| headers.get(*name))?;
+    .filter_map(|name| headers.get(*name))
+    .find(|value| !aws::is_sigv4(&String::from_utf8_lossy(value.as_bytes())))?;
     if let Some(tenant) = memo.and_then(|m| m.get(value)) {
         return Some(tenant);
     }
     let credential = String::from_utf8_lossy(value.as_bytes());
-    if aws::is_sigv4(&credential) {
-        return None;
-    }
     let tenant = Tenant::from_credential(&credential);
     if let Some(memo) = memo {
         memo.set(value, &tenant);
@@ -976,6 +975,17 @@ mod tests {
         assert_eq!(signed("aaaa"), Tenant::anonymous());
         assert_eq!(signed("bbbb"), Tenant::anonymous());
         assert!(!aws::is_sigv4("Bearer AWS4"));
+        // A key beside the signature names its tenant: a request naming a
+        // credential is never `anonymous`.
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261202/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=cc"
+                .parse()
+                .expect("header"),
+        );
+        h.insert("x-api-key", "sk-ant-beside".parse().expect("header"));
+        assert_eq!(tenant_of(&h), Tenant::from_credential("sk-ant-beside"));
     }
 
     #[test]

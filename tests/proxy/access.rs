@@ -943,3 +943,91 @@ async fn a_page_of_another_local_server_is_another_origin() {
     );
     proxy.shutdown().await;
 }
+
+/// A replica whose store has been unreachable since it started knows no
+/// key: beyond loopback a key is answered 503 (the store may know it) and
+/// anything else 401, and nothing goes upstream; on loopback it admits as
+/// in the local case.
+#[tokio::test]
+async fn a_replica_that_never_reached_its_store_admits_no_one_beyond_loopback() {
+    let down = [("TOOLSTUB_STORE_URL", "postgres://u:p@127.0.0.1:1/toolstub")];
+    let (proxy, mock, _dir) = start("0.0.0.0:0", &down).await;
+    let c = client();
+    let chat = local_url(&proxy, "/v1/chat/completions");
+    let key = format!("tsk_{}", "A".repeat(43));
+    let (status, _, _) = send(&c, "POST", chat.clone(), &[("x-toolstub-key", &key)], CHAT).await;
+    assert_eq!(status, 503, "a key the store may know");
+    let (status, _, _) = send(&c, "POST", chat, &[("authorization", KEY)], CHAT).await;
+    assert_eq!(status, 401, "no key");
+    assert!(mock.requests().is_empty(), "nothing went upstream");
+    proxy.shutdown().await;
+
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &down).await;
+    let chat = local_url(&proxy, "/v1/chat/completions");
+    let (status, _, _) = send(&c, "POST", chat, &[("authorization", KEY)], CHAT).await;
+    assert_eq!(status, 200, "the local case");
+    assert_eq!(mock.requests().len(), 1);
+    proxy.shutdown().await;
+}
+
+/// A revoked key presented in the place of a provider key, once no key is
+/// active on a loopback proxy (the local case again), names the tenant of
+/// that credential, not the key's: the key's outputs stay out of reach.
+#[tokio::test]
+async fn a_revoked_key_presented_as_a_provider_key_reaches_none_of_its_outputs() {
+    let (proxy, mock, _dir) = start("127.0.0.1:0", &[]).await;
+    let alice = make_key(&proxy, "alice").await;
+    let c = client();
+    let chat = local_url(&proxy, "/v1/chat/completions");
+    let (status, _, _) = send(
+        &c,
+        "POST",
+        chat,
+        &[("x-toolstub-key", &alice), ("authorization", KEY)],
+        chat_body(&[big_json(3_000)], ""),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let alices = last_ref(&mock);
+    assert!(proxy
+        .app
+        .store
+        .revoke_key("alice", 0)
+        .await
+        .expect("revoke"));
+    let bearer = format!("Bearer {alice}");
+    let output = local_url(&proxy, &format!("/toolstub/v1/results/{alices}"));
+    let list = local_url(&proxy, "/toolstub/v1/results");
+    // Once the ring is read again the key is refused where it is given as
+    // a key, and the proxy, with no active key, is in the local case.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _, _) = send(&c, "GET", list.clone(), &[("x-toolstub-key", &alice)], "").await;
+        if status == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still admitted: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for (header, value) in [
+        ("authorization", bearer.as_str()),
+        ("x-api-key", alice.as_str()),
+    ] {
+        let (status, _, body) = send(&c, "GET", list.clone(), &[(header, value)], "").await;
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            !body.contains(&alices),
+            "{header}: listed ({status}): {body}"
+        );
+        let (status, _, body) = send(&c, "GET", output.clone(), &[(header, value)], "").await;
+        assert!(
+            matches!(status.as_u16(), 401 | 404),
+            "{header}: the key's output is out of reach: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    proxy.shutdown().await;
+}

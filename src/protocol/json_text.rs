@@ -17,6 +17,12 @@ pub fn decode(raw: &str) -> Option<Cow<'_, str>> {
     decode_split(raw, PARALLEL_BYTES)
 }
 
+/// A raw value's text when it is a string literal; `None` for any other
+/// value, or a literal that does not decode.
+pub fn string(raw: &str) -> Option<Cow<'_, str>> {
+    raw.starts_with('"').then(|| decode(raw)).flatten()
+}
+
 /// The number of characters `raw` (a validated JSON string literal with its
 /// quotes) decodes to, without decoding it: the literal's characters less
 /// what each escape adds (`\n` is one character, `\u00e9` one, a surrogate

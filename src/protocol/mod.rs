@@ -351,16 +351,12 @@ pub fn turn_identity(previous: &str, message: &str) -> String {
     crate::refs::sha256_hex(&format!("{previous}\u{1f}{message}"))
 }
 
-/// A JSON string literal for `s`.
 /// The model a body's raw `model` member names, if it is a string.
 pub fn model_of(raw: Option<&str>) -> Option<String> {
-    let raw = raw?;
-    raw.starts_with('"')
-        .then(|| json_text::decode(raw))
-        .flatten()
-        .map(std::borrow::Cow::into_owned)
+    json_text::string(raw?).map(std::borrow::Cow::into_owned)
 }
 
+/// A JSON string literal for `s`.
 pub fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }

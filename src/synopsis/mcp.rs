@@ -710,7 +710,10 @@ fn python_fields(c: &mut Cursor<'_>, fields: &mut PythonFields) -> Result<(), St
         match name {
             "annotations" | "meta" | "_meta" => c.take("None")?,
             "type" | "text" | "data" | "mimeType" => {
-                let (value, end) = python_string(c.rest)?;
+                if c.rest.is_empty() {
+                    return Err(Stop::End);
+                }
+                let (value, end) = python_string(c.rest).ok_or(Stop::Other)?;
                 match end {
                     Some(end) => c.rest = &c.rest[end..],
                     None => {
@@ -738,66 +741,69 @@ fn python_fields(c: &mut Cursor<'_>, fields: &mut PythonFields) -> Result<(), St
 
 /// A Python string literal at the start of `text` (`'...'` or `"..."`, as
 /// `repr` writes them): its value and where it ends, or the value as far as
-/// it goes and `None` when the text ends inside it.
-fn python_string(text: &str) -> Result<(String, Option<usize>), Stop> {
+/// it goes and `None` when the text ends inside it. `None` when `text` does
+/// not start with a quote or holds an escape Python would refuse. (The
+/// replay's reader of `repr`s reads its strings with it too.)
+pub(crate) fn python_string(text: &str) -> Option<(String, Option<usize>)> {
     let quote = match text.as_bytes().first() {
-        Some(&q @ (b'\'' | b'"')) => q as char,
-        Some(_) => return Err(Stop::Other),
-        None => return Err(Stop::End),
+        Some(&q @ (b'\'' | b'"')) => q,
+        _ => return None,
     };
     let mut out = String::new();
-    let mut chars = text.char_indices().skip(1);
-    while let Some((i, ch)) = chars.next() {
-        if ch == quote {
-            return Ok((out, Some(i + 1)));
+    let mut at = 1;
+    loop {
+        // Runs without a quote or a backslash (both ASCII: `run` is a
+        // character boundary) are copied whole.
+        let rest = text.get(at..)?;
+        let run = rest
+            .bytes()
+            .position(|b| b == quote || b == b'\\')
+            .unwrap_or(rest.len());
+        out.push_str(rest.get(..run)?);
+        at += run;
+        match text.as_bytes().get(at) {
+            None => return Some((out, None)),
+            Some(&b) if b == quote => return Some((out, Some(at + 1))),
+            Some(_) => {}
         }
-        if ch != '\\' {
-            out.push(ch);
+        let Some(escape) = text.get(at + 1..).and_then(|r| r.chars().next()) else {
+            return Some((out, None));
+        };
+        at += 1 + escape.len_utf8();
+        let digits = match escape {
+            'x' => 2,
+            'u' => 4,
+            'U' => 8,
+            _ => 0,
+        };
+        if digits > 0 {
+            let Some(hex) = text.get(at..at + digits) else {
+                // Cut inside the escape, or not a hex escape at all.
+                return (text.len() < at + digits).then_some((out, None));
+            };
+            out.push(u32::from_str_radix(hex, 16).ok().and_then(char::from_u32)?);
+            at += digits;
             continue;
         }
-        let Some((_, e)) = chars.next() else {
-            return Ok((out, None));
-        };
-        let hex = |n: usize, chars: &mut dyn Iterator<Item = (usize, char)>| -> Option<char> {
-            let digits: String = chars.take(n).map(|(_, c)| c).collect();
-            if digits.len() < n {
-                return None;
-            }
-            u32::from_str_radix(&digits, 16)
-                .ok()
-                .and_then(char::from_u32)
-        };
-        match e {
+        match escape {
             'n' => out.push('\n'),
             't' => out.push('\t'),
             'r' => out.push('\r'),
-            '\\' | '\'' | '"' => out.push(e),
+            '\\' | '\'' | '"' => out.push(escape),
             'a' => out.push('\u{7}'),
             'b' => out.push('\u{8}'),
             'f' => out.push('\u{c}'),
             'v' => out.push('\u{b}'),
             '0' => out.push('\0'),
-            'x' | 'u' | 'U' => {
-                let n = match e {
-                    'x' => 2,
-                    'u' => 4,
-                    _ => 8,
-                };
-                let rest_len = text.len() - chars.clone().next().map_or(text.len(), |(i, _)| i);
-                match hex(n, &mut chars) {
-                    Some(decoded) => out.push(decoded),
-                    // Cut inside the escape.
-                    None if rest_len < n => return Ok((out, None)),
-                    None => return Err(Stop::Other),
-                }
-            }
+            // A backslash before a line break continues the literal.
+            '\n' => {}
+            // Python keeps an unknown escape as written.
             other => {
                 out.push('\\');
                 out.push(other);
             }
         }
     }
-    Ok((out, None))
 }
 
 #[cfg(test)]
@@ -904,6 +910,29 @@ mod tests {
             Some(r#"[{"id": 153, "name": "Samsung"#)
         );
         assert!(notes(&marked)[0].contains("then \"...[truncated]\""));
+    }
+
+    #[test]
+    fn python_strings_are_read_as_repr_writes_them() {
+        let whole = python_string;
+        assert_eq!(
+            whole(r"'it\'s \u00e9\x41\n' tail"),
+            Some(("it's éA\n".to_string(), Some(20)))
+        );
+        assert_eq!(
+            whole(r#""say 'hi' é""#),
+            Some(("say 'hi' é".to_string(), Some(13)))
+        );
+        // Cut: the value as far as it goes, inside an escape too.
+        assert_eq!(whole("'abc"), Some(("abc".to_string(), None)));
+        assert_eq!(whole(r"'ab\u00"), Some(("ab".to_string(), None)));
+        assert_eq!(whole("'ab\\"), Some(("ab".to_string(), None)));
+        // Kept as written, continued, refused.
+        assert_eq!(whole(r"'\q'"), Some((r"\q".to_string(), Some(4))));
+        assert_eq!(whole("'a\\\nb'"), Some(("ab".to_string(), Some(6))));
+        assert_eq!(whole(r"'\xZZ'"), None);
+        assert_eq!(whole("x'"), None);
+        assert_eq!(whole(""), None);
     }
 
     #[test]

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
 pub use lines::{clip, clip_line, one_line, LINE_CAP};
+pub(crate) use mcp::python_string;
 
 /// The closed set of output kinds a synopsis can have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

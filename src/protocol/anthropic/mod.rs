@@ -152,20 +152,13 @@ fn read_block<'b>(s: &mut Scanner<'b>) -> Option<Block<'b>> {
         _ => s.value().map(drop),
     })?;
     block.kind = kind.flatten();
-    block.id = id.and_then(text_of);
-    block.name = name.and_then(text_of);
-    block.tool_use_id = tool_use_id.and_then(text_of);
+    block.id = id.and_then(json_text::string);
+    block.name = name.and_then(json_text::string);
+    block.tool_use_id = tool_use_id.and_then(json_text::string);
     block.content = content;
     block.text = text.filter(|t| t.starts_with('"'));
     block.is_error = is_error.unwrap_or(false);
     Some(block)
-}
-
-/// A raw value's text when it is a string.
-fn text_of(raw: &str) -> Option<Cow<'_, str>> {
-    raw.starts_with('"')
-        .then(|| json_text::decode(raw))
-        .flatten()
 }
 
 /// The blocks of a content array, each with the offset where it starts;

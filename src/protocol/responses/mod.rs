@@ -123,12 +123,6 @@ impl Item<'_> {
     }
 }
 
-fn text_of(raw: &str) -> Option<Cow<'_, str>> {
-    raw.starts_with('"')
-        .then(|| json_text::decode(raw))
-        .flatten()
-}
-
 fn read_item<'b>(s: &mut Scanner<'b>) -> Option<Item<'b>> {
     let start = s.position()?;
     let (mut kind, mut role, mut id, mut call_id, mut name, mut output, mut content) =
@@ -145,11 +139,11 @@ fn read_item<'b>(s: &mut Scanner<'b>) -> Option<Item<'b>> {
     })?;
     Some(Item {
         span: start..s.offset(),
-        kind: kind.and_then(text_of),
-        role: role.and_then(text_of),
-        id: id.and_then(text_of),
-        call_id: call_id.and_then(text_of),
-        name: name.and_then(text_of),
+        kind: kind.and_then(json_text::string),
+        role: role.and_then(json_text::string),
+        id: id.and_then(json_text::string),
+        call_id: call_id.and_then(json_text::string),
+        name: name.and_then(json_text::string),
         output,
         content,
     })
@@ -169,7 +163,7 @@ fn message_text(content: &str) -> Option<String> {
             "text" => once(&mut part, s.value()?),
             _ => s.value().map(drop),
         })?;
-        if let Some(part) = part.and_then(text_of) {
+        if let Some(part) = part.and_then(json_text::string) {
             text.push_str(&part);
         }
         Some(())

@@ -94,70 +94,16 @@ impl Parser<'_> {
                     return self.eat(close).then_some(Value::Array(items));
                 }
             }
-            q @ (b'\'' | b'"') => self.string(q).map(Value::String),
+            b'\'' | b'"' => self.string().map(Value::String),
             _ => self.word(),
         }
     }
 
     /// A quoted string (no prefix), its escapes decoded.
-    fn string(&mut self, quote: u8) -> Option<String> {
-        self.at += 1;
-        let mut out = String::new();
-        loop {
-            let start = self.at;
-            while let Some(&b) = self.s.get(self.at) {
-                if b == quote || b == b'\\' {
-                    break;
-                }
-                self.at += 1;
-            }
-            out.push_str(self.text.get(start..self.at)?);
-            match *self.s.get(self.at)? {
-                b if b == quote => {
-                    self.at += 1;
-                    return Some(out);
-                }
-                _ => {
-                    self.at += 1;
-                    let e = *self.s.get(self.at)?;
-                    self.at += 1;
-                    match e {
-                        b'n' => out.push('\n'),
-                        b't' => out.push('\t'),
-                        b'r' => out.push('\r'),
-                        b'0' => out.push('\0'),
-                        b'a' => out.push('\u{7}'),
-                        b'b' => out.push('\u{8}'),
-                        b'f' => out.push('\u{c}'),
-                        b'v' => out.push('\u{b}'),
-                        b'\\' => out.push('\\'),
-                        b'\'' => out.push('\''),
-                        b'"' => out.push('"'),
-                        b'\n' => {}
-                        b'x' => out.push(self.hex(2)?),
-                        b'u' => out.push(self.hex(4)?),
-                        b'U' => out.push(self.hex(8)?),
-                        other => {
-                            // Python keeps an unknown escape as written.
-                            out.push('\\');
-                            self.at -= 1;
-                            let rest = self.text.get(self.at..)?;
-                            let c = rest.chars().next()?;
-                            out.push(c);
-                            self.at += c.len_utf8();
-                            let _ = other;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn hex(&mut self, n: usize) -> Option<char> {
-        let digits = self.text.get(self.at..self.at + n)?;
-        let code = u32::from_str_radix(digits, 16).ok()?;
-        self.at += n;
-        char::from_u32(code)
+    fn string(&mut self) -> Option<String> {
+        let (value, end) = crate::synopsis::python_string(self.text.get(self.at..)?)?;
+        self.at += end?;
+        Some(value)
     }
 
     /// `True`, `False`, `None`, or a number.

@@ -19,7 +19,7 @@
 //! requests hold the system messages and what follows the reset.
 
 use super::super::{Recorded, Request, Shape, Source};
-use super::conversation::{schema_of, Tool};
+use super::conversation::tools_implied;
 use super::strings;
 use serde_json::{json, Map, Value};
 
@@ -323,43 +323,19 @@ fn calls_of(m: &Value) -> Vec<(String, String, Value)> {
 
 /// Tool definitions made from the calls of `messages` (Chat Completions form).
 fn tools_from_calls(messages: &[Value]) -> Vec<Value> {
-    let mut tools: Vec<Tool> = Vec::new();
-    for m in messages {
-        for (_, name, args) in calls_of(m) {
-            if name.is_empty() {
-                continue;
-            }
-            let names: Vec<String> = args
-                .as_object()
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default();
-            match tools.iter_mut().find(|t| t.name == name) {
-                Some(t) => {
-                    if let Some(props) = t
-                        .parameters
-                        .get_mut("properties")
-                        .and_then(Value::as_object_mut)
-                    {
-                        for n in names {
-                            props.entry(n).or_insert_with(|| json!({"type": "string"}));
-                        }
-                    }
-                }
-                None => tools.push(Tool {
-                    name,
-                    description: String::new(),
-                    parameters: schema_of(&names),
-                }),
-            }
-        }
-    }
-    tools
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "function": {"name": t.name, "description": t.description,
-                                                    "parameters": t.parameters}})
-        })
-        .collect()
+    let calls: Vec<(String, String, Value)> = messages.iter().flat_map(calls_of).collect();
+    tools_implied(
+        calls
+            .iter()
+            .filter(|(_, name, _)| !name.is_empty())
+            .map(|(_, name, args)| (name.as_str(), args)),
+    )
+    .into_iter()
+    .map(|t| {
+        json!({"type": "function", "function": {"name": t.name, "description": t.description,
+                                                "parameters": t.parameters}})
+    })
+    .collect()
 }
 
 /// What the model said in an assistant message: its text and its calls'

@@ -51,42 +51,51 @@ pub struct Tool {
     pub parameters: Value,
 }
 
-/// Tool definitions made from the calls of `turns`, for a session that
-/// records none: each tool's name, and its arguments' names as string
-/// parameters (the smallest definition a client could have sent).
-pub fn tools_from_calls(turns: &[Turn]) -> Vec<Tool> {
+/// Tool definitions implied by `calls` (name, arguments), for a session
+/// that records none: each tool's name, in the order of its first call,
+/// and the argument names of all its calls as string parameters (the
+/// smallest definition a client could have sent). Every reader of such
+/// sessions makes its definitions here.
+pub fn tools_implied<'a>(calls: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Vec<Tool> {
     let mut tools: Vec<Tool> = Vec::new();
-    for t in turns {
-        let Turn::Assistant { calls, .. } = t else {
-            continue;
-        };
-        for c in calls {
-            let names: Vec<String> = c
-                .input
-                .as_object()
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default();
-            match tools.iter_mut().find(|t| t.name == c.name) {
-                Some(tool) => {
-                    if let Some(props) = tool
-                        .parameters
-                        .get_mut("properties")
-                        .and_then(Value::as_object_mut)
-                    {
-                        for n in names {
-                            props.entry(n).or_insert_with(|| json!({"type": "string"}));
-                        }
-                    }
-                }
-                None => tools.push(Tool {
-                    name: c.name.clone(),
+    for (name, args) in calls {
+        let index = tools
+            .iter()
+            .position(|t| t.name == name)
+            .unwrap_or_else(|| {
+                tools.push(Tool {
+                    name: name.to_string(),
                     description: String::new(),
-                    parameters: schema_of(&names),
-                }),
+                    parameters: schema_of(&[]),
+                });
+                tools.len() - 1
+            });
+        let properties = tools[index]
+            .parameters
+            .get_mut("properties")
+            .and_then(Value::as_object_mut);
+        if let (Some(properties), Some(args)) = (properties, args.as_object()) {
+            for arg in args.keys() {
+                properties
+                    .entry(arg.clone())
+                    .or_insert_with(|| json!({"type": "string"}));
             }
         }
     }
     tools
+}
+
+/// [`tools_implied`] by the calls of `turns`.
+pub fn tools_from_calls(turns: &[Turn]) -> Vec<Tool> {
+    tools_implied(
+        turns
+            .iter()
+            .flat_map(|t| match t {
+                Turn::Assistant { calls, .. } => calls.as_slice(),
+                _ => &[],
+            })
+            .map(|c| (c.name.as_str(), &c.input)),
+    )
 }
 
 /// An object schema with each of `names` a string.

@@ -17,7 +17,7 @@
 
 use super::super::{Recorded, Request, Shape, Source};
 use super::codex::{answer_text, is_model_item};
-use super::conversation::schema_of;
+use super::conversation::tools_implied;
 use serde_json::{json, Map, Value};
 
 /// The item types of the Responses API (besides `message`).
@@ -187,7 +187,7 @@ pub fn read(name: &str, value: &Value) -> Vec<Recorded> {
 /// Tool definitions made from the function calls of `items`, and one
 /// `mcp` tool per server an `mcp_list_tools` or `mcp_call` item names.
 fn tools_from_items(items: &[Value]) -> Vec<Value> {
-    let mut functions: Vec<(String, Vec<String>)> = Vec::new();
+    let mut calls: Vec<(&str, Value)> = Vec::new();
     let mut servers: Vec<String> = Vec::new();
     for item in items {
         match item.get("type").and_then(Value::as_str) {
@@ -195,22 +195,12 @@ fn tools_from_items(items: &[Value]) -> Vec<Value> {
                 let Some(name) = item.get("name").and_then(Value::as_str) else {
                     continue;
                 };
-                let args: Vec<String> = item
+                let args = item
                     .get("arguments")
                     .and_then(Value::as_str)
                     .and_then(|a| serde_json::from_str::<Value>(a).ok())
-                    .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
                     .unwrap_or_default();
-                match functions.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, known)) => {
-                        for a in args {
-                            if !known.contains(&a) {
-                                known.push(a);
-                            }
-                        }
-                    }
-                    None => functions.push((name.to_string(), args)),
-                }
+                calls.push((name, args));
             }
             Some("mcp_list_tools" | "mcp_call") => {
                 if let Some(label) = item.get("server_label").and_then(Value::as_str) {
@@ -222,11 +212,11 @@ fn tools_from_items(items: &[Value]) -> Vec<Value> {
             _ => {}
         }
     }
-    let mut tools: Vec<Value> = functions
+    let mut tools: Vec<Value> = tools_implied(calls.iter().map(|(name, args)| (*name, args)))
         .into_iter()
-        .map(|(name, args)| {
-            json!({"type": "function", "name": name, "description": "",
-                   "parameters": schema_of(&args), "strict": false})
+        .map(|t| {
+            json!({"type": "function", "name": t.name, "description": "",
+                   "parameters": t.parameters, "strict": false})
         })
         .collect();
     tools.extend(

@@ -59,6 +59,12 @@ pub(super) fn read_conversation<'b, M>(
             once(&mut messages, list)
         }
         "tools" => once(&mut tools, s.value()?),
+        // Beside these the API refuses the recall tools the rewrite would
+        // add: Chat's legacy `functions` (OpenAI takes them or `tools`,
+        // never both), Gemini's `cachedContent` (its cache holds the
+        // tools, and a request naming it may name none). Not understood,
+        // so forwarded as the client sent it.
+        "functions" | "cachedContent" => None,
         "stream" => {
             streams += 1;
             stream_true = s.value()? == "true";

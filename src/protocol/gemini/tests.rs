@@ -69,6 +69,8 @@ fn shapes_it_does_not_know_are_not_understood() {
         r#"{"contents":[],"tools":{}}"#,
         r#"{"contents":[],"tools":[["f"]]}"#,
         r#"{"contents":[{"role":"user","role":"model","parts":[]}]}"#,
+        // A cached content holds the tools: the API refuses any beside it.
+        r#"{"cachedContent":"cachedContents/x","contents":[]}"#,
     ] {
         assert!(Gemini::GENERATE.parse_body(body).is_none(), "{body}");
     }

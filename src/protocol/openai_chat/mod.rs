@@ -534,6 +534,8 @@ mod tests {
             r#"{"messages":[1]}"#,
             r#"{"messages":[],"tools":{}}"#,
             r#"{"messages":[{"role":"assistant","tool_calls":{}}]}"#,
+            // Legacy functions: OpenAI refuses `tools` beside them.
+            r#"{"functions":[{"name":"read","parameters":{}}],"messages":[{"role":"function","name":"read","content":"x"}]}"#,
         ] {
             assert!(OpenAiChat.parse(body).is_none(), "{body}");
         }

@@ -38,7 +38,10 @@ impl Facts {
     }
 }
 
-type Key = (u128, usize, Option<String>);
+/// The hash and length of an output's identifying bytes, whether they are
+/// decoded text (not JSON as sent: a text may spell another output's
+/// literal, quotes and escapes included), and its MIME type.
+type Key = (u128, usize, bool, Option<String>);
 
 pub struct Memo {
     capacity: usize,
@@ -63,11 +66,13 @@ impl Memo {
         }
     }
 
-    /// The content key of an output's bytes (as they came, encoded or not).
-    pub fn key(identity: &[u8], mime: Option<&str>) -> Key {
+    /// The content key of an output's bytes (as they came, encoded or not:
+    /// `decoded` says which).
+    pub fn key(identity: &[u8], decoded: bool, mime: Option<&str>) -> Key {
         (
             xxhash_rust::xxh3::xxh3_128(identity),
             identity.len(),
+            decoded,
             mime.map(str::to_string),
         )
     }

@@ -1077,7 +1077,8 @@ impl<'b> Prepared<'b> {
         preview: usize,
         memo: &Memo,
     ) -> Option<Prepared<'b>> {
-        let key = Memo::key(output.content.identity(), mime.as_deref());
+        let decoded = matches!(output.content, Content::Decoded(_));
+        let key = Memo::key(output.content.identity(), decoded, mime.as_deref());
         let (facts, text) = match memo.get(&key) {
             Some(facts) => (facts, None),
             None => {

@@ -1431,3 +1431,39 @@ fn a_message_identity_survives_a_moved_cache_marker_and_tells_branches_apart() {
     assert_eq!(identity(&marked, 0), None);
     assert_eq!(identity(&marked, 4), None);
 }
+
+/// The memo tells decoded text from an encoded literal: a text part whose
+/// text spells another output's JSON literal, quotes and escapes included,
+/// is another output, with the digest and length of its own text.
+#[test]
+fn a_text_spelling_another_outputs_literal_is_another_output() {
+    let memo = Memo::new(1_000);
+    let text = big_json(2_000);
+    let literal = serde_json::to_string(&text).expect("literal");
+    let a = body_with_outputs(std::slice::from_ref(&text));
+    let part = serde_json::json!([{"type": "text", "text": literal}]).to_string();
+    let b = a.replace(
+        &format!("\"content\":{literal}"),
+        &format!("\"content\":{part}"),
+    );
+    assert_ne!(a, b);
+    let digest = |body: &str| match rewrite_with(
+        body.as_bytes(),
+        &Policy::default(),
+        &OpenAiChat,
+        Mode::WithRefs,
+        &memo,
+    ) {
+        Outcome::Rewritten(r) => (r.outputs[0].sha256.clone(), r.outputs[0].original_chars),
+        Outcome::Unchanged(why) => panic!("unchanged: {why:?}"),
+    };
+    assert_eq!(
+        digest(&a),
+        (crate::refs::sha256_hex(&text), text.chars().count())
+    );
+    assert_eq!(
+        digest(&b),
+        (crate::refs::sha256_hex(&literal), literal.chars().count()),
+        "not the memo's facts of the literal"
+    );
+}

@@ -200,11 +200,26 @@ pub fn select(
             None => break,
         }
     }
-    let n = reasons.iter().filter(|r| r.is_some()).count();
-    Selection {
-        preview: budget.effective_preview(n),
-        reasons,
-        held,
+    // A stub never stands for fewer characters than it has (a low
+    // threshold, a short output and a long preview): that output stays
+    // inline. Fewer stubs may widen the others' previews: again until none.
+    loop {
+        let n = reasons.iter().filter(|r| r.is_some()).count();
+        let preview = budget.effective_preview(n);
+        let longer = (0..candidates.len()).find(|&i| {
+            reasons[i].is_some_and(|reason| stub_len(i, preview, reason) >= candidates[i].len)
+        });
+        let Some(i) = longer else {
+            return Selection {
+                preview,
+                reasons,
+                held,
+            };
+        };
+        if reasons[i] != Some(Reason::TurnBudget) {
+            held = held.saturating_add(candidates[i].len);
+        }
+        reasons[i] = None;
     }
 }
 
@@ -248,6 +263,26 @@ mod tests {
     }
 
     #[test]
+    fn no_output_gives_way_to_a_longer_stub() {
+        // A per-tool threshold of 1,000 and stubs of 500 plus the preview
+        // (1,000 here, the preview budget shared by two stubs).
+        let b = Budget {
+            preview_chars: 1_000,
+            ..Budget::default()
+        };
+        let candidates: Vec<Candidate> = [1_200, 5_000]
+            .iter()
+            .map(|&len| Candidate {
+                threshold_chars: 1_000,
+                ..Candidate::new(&b, len)
+            })
+            .collect();
+        let s = select(&b, &candidates, 0, stub);
+        assert_eq!(s.reasons, [None, Some(Reason::SingleThreshold)]);
+        assert_eq!(s.held, 1_200, "the short output counts as inline");
+    }
+
+    #[test]
     fn single_threshold_is_strictly_greater() {
         let b = Budget::default();
         let s = run(&b, &[20_000, 20_001, 10], &[true; 3], 0);
@@ -260,8 +295,8 @@ mod tests {
         let b = Budget::default();
         let candidates = [
             Candidate {
-                threshold_chars: 500,
-                ..Candidate::new(&b, 501)
+                threshold_chars: 3_000,
+                ..Candidate::new(&b, 3_001)
             },
             Candidate {
                 threshold_chars: 50_000,

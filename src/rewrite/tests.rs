@@ -593,7 +593,7 @@ fn tool_rules_set_a_threshold_keep_outputs_inline_and_leave_the_conversation_bud
     let policy = Policy {
         budget: Budget {
             conversation_inline_budget_chars: 40_000,
-            conversation_floor_chars: 3_000,
+            conversation_floor_chars: 3_500,
             ..Budget::default()
         },
         tools: tool_policy::ToolRules(vec![
@@ -602,7 +602,7 @@ fn tool_rules_set_a_threshold_keep_outputs_inline_and_leave_the_conversation_bud
                 ..rule("mcp__github__*")
             },
             tool_policy::ToolRule {
-                threshold_chars: Some(500),
+                threshold_chars: Some(3_000),
                 ..rule("fetch_?")
             },
             tool_policy::ToolRule {
@@ -622,8 +622,8 @@ fn tool_rules_set_a_threshold_keep_outputs_inline_and_leave_the_conversation_bud
             &[
                 // Never: inline at 50,000, and counted (the budget is now passed).
                 ("mcp__github__get_file", text_of(1, 50_000)),
-                ("fetch_a", text_of(2, 501)),
-                ("fetch_ab", text_of(3, 501)),
+                ("fetch_a", text_of(2, 3_001)),
+                ("fetch_ab", text_of(3, 3_001)),
                 ("Read", text_of(4, 10_000)),
                 ("Read", text_of(5, 20_001)),
                 ("Bash", text_of(6, 10_000)),

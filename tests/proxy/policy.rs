@@ -210,15 +210,15 @@ async fn tool_rules_give_a_threshold_and_keep_outputs_inline_on_every_route() {
         answers(),
         &[(
             "TOOLSTUB_EXTERNALIZATION_TOOLS",
-            r#"[{ match = "mcp__github__*", externalize = "never" }, { match = "tin?", threshold_chars = 100 }]"#,
+            r#"[{ match = "mcp__github__*", externalize = "never" }, { match = "tin?", threshold_chars = 3000 }]"#,
         )],
     )
     .await;
     for route in ROUTES {
         let calls = [
             ("mcp__github__get_file", text_of(1, 50_000), false),
-            ("tiny", text_of(2, 101), false),
-            ("tin", text_of(3, 101), false),
+            ("tiny", text_of(2, 3_001), false),
+            ("tin", text_of(3, 3_001), false),
             ("Read", text_of(4, 50_000), false),
         ];
         let (status, headers) = post(&s, route, route.body(&route.turn(0, &calls))).await;

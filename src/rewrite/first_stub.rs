@@ -18,8 +18,10 @@
 //! ```
 //!
 //! where `removed` is what the group's stubs take out of the body (bytes,
-//! as sent), `prefix` the bytes of the body before the group's first
-//! output (tools, system prompt and history: what the cache holds), and
+//! as sent), `prefix` the bytes of the body but the conversation from the
+//! group's first output on (tools, system prompt and history: what the
+//! cache holds before the group, in that order whatever the body's order;
+//! Claude Code and the OpenAI SDKs send `tools` after the conversation), and
 //! `later` the requests the conversation is expected to go on for: the
 //! assistant turns it has had so far times the horizon (0.5 by default: a
 //! conversation `d` turns in is counted on for `d / 2` more). Anything

@@ -478,6 +478,11 @@ fn rewrite_parsed<'b>(
     let free_until = last_expiry(expired, &parsed).unwrap_or(0);
     // Whether the gate kept a group that an expiry would release.
     let mut held_back = false;
+    // The provider's cache prefix before a group is the body but the
+    // conversation from the group on: tools and system prompt come first
+    // in the prefix wherever the body puts them (Claude Code and the
+    // OpenAI SDKs send `tools` after the conversation).
+    let conversation_end = parsed.messages.last().map_or(body.len(), |m| m.span.end);
     let mut assistant_turns = parsed.messages.iter().filter(|m| m.assistant).peekable();
     let mut turns_before = 0usize;
     let mut start = 0;
@@ -493,7 +498,9 @@ fn rewrite_parsed<'b>(
         }
         let gate = (weigh && at >= free_until).then_some(Weigh {
             gate: &policy.first_stub,
-            prefix: at,
+            prefix: body
+                .len()
+                .saturating_sub(conversation_end.saturating_sub(at)),
             turns: turns_before,
         });
         let made_before = outputs.len();
@@ -804,7 +811,8 @@ fn rewrite_group<'b>(
 #[derive(Clone, Copy)]
 struct Weigh<'a> {
     gate: &'a first_stub::Gate,
-    /// Bytes of the body before the group's first output.
+    /// Bytes of the provider's cache prefix before the group's first
+    /// output: the body but the conversation from there on.
     prefix: usize,
     /// Assistant turns before the group.
     turns: usize,

@@ -1467,3 +1467,31 @@ fn a_text_spelling_another_outputs_literal_is_another_output() {
         "not the memo's facts of the literal"
     );
 }
+
+/// The cached prompt a first stub makes the provider write again holds the
+/// tool definitions wherever the body puts them: Claude Code and the
+/// OpenAI SDKs send `tools` after the conversation.
+#[test]
+fn the_first_stubs_prefix_counts_the_tools_after_the_conversation() {
+    let body = late_output(10, 30_000);
+    let r = rewritten_with(&body, &Policy::default(), &OpenAiChat);
+    assert_eq!(r.outputs.len(), 1, "about 35 KB before it: the stub pays");
+    let heavy = body.replacen(
+        r#""name":"fetch","parameters":{}"#,
+        &format!(
+            r#""name":"fetch","description":"{}","parameters":{{}}"#,
+            "d".repeat(150_000)
+        ),
+        1,
+    );
+    let tools_at = heavy.find(r#","tools":"#).expect("tools");
+    let tools = &heavy[tools_at + 1..heavy.len() - 1];
+    let before = format!("{{{tools},{}}}", &heavy[1..tools_at]);
+    assert!(before.starts_with(r#"{"tools":"#), "{}", &before[..40]);
+    for body in [&heavy, &before] {
+        assert!(
+            matches!(run(body), Outcome::Unchanged(Unchanged::NothingOverBudget)),
+            "150 KB of tools to write again: the output stays, tools first or last"
+        );
+    }
+}

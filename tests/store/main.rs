@@ -211,6 +211,23 @@ mod read {
     }
 
     both! {
+        /// A NUL (a `cat` of a binary file) is stored on both backends, at
+        /// its offset: PostgreSQL's text holds none, so it reads back there
+        /// as U+FFFD, one character for one.
+        fn a_nul_is_stored_and_keeps_every_offset() {
+            let (_d, store) = open();
+            let text = "bin\0ary\0tail";
+            let r = store
+                .put_one(&alice(), output("s", "c\0", "cat\0", text))
+                .unwrap()
+                .result_ref;
+            let w = store.read(&alice(), &r, 3, 5).unwrap();
+            assert!(matches!(w.content.as_str(), "\0ary\0" | "\u{FFFD}ary\u{FFFD}"), "{:?}", w.content);
+            assert_eq!((w.total_chars, w.next_offset), (12, Some(8)));
+            assert_eq!(store.read(&alice(), &r, 8, -1).unwrap().content, "tail");
+            assert_eq!(store.list(&alice(), Some("s"), None, 10).unwrap().len(), 1);
+        }
+
         fn windows_follow_code_points() {
             let (_d, store) = open();
             // CJK (3 bytes) and emoji (4 bytes): byte offsets would differ.
@@ -2064,6 +2081,19 @@ mod ledger {
     }
 
     both! {
+        /// A client's model or tool name holding a NUL does not fail the
+        /// batch it is in (every tenant's rows of the last moments).
+        fn a_nul_in_a_name_fails_no_batch() {
+            let (_d, s) = open();
+            let a = alice();
+            let mut odd = saving("s", 1, "Re\0ad", true, 7);
+            odd.model = Some("gpt\0x".to_string());
+            let entries = vec![(a.clone(), odd), (a.clone(), turn("s", 2, 10, 20))];
+            s.record(LedgerBatch { entries, tokens: Vec::new(), ..Default::default() }).unwrap();
+            let report = s.report(Some(&a), ReportQuery::default()).unwrap();
+            assert_eq!((report.totals.requests, report.totals.tokens_saved), (1, 7));
+        }
+
         fn ledger_rows_past_retention_are_summed_per_day_and_totals_kept() {
             let cfg = StoreConfig {
                 retention_days: 30,

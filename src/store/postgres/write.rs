@@ -21,6 +21,7 @@ use crate::store::{
 };
 use crate::store::{size_victims, Kept, KeptKind, Victim};
 use deadpool_postgres::GenericClient;
+use std::borrow::Cow;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -66,14 +67,19 @@ pub async fn record(conn: &mut Conn, batch: &crate::store::LedgerBatch) -> Resul
                     n(e.recall_calls),
                 ],
                 e,
+                // A client's model and tool names may hold a NUL.
+                (
+                    e.model.as_deref().map(pg_text),
+                    e.tool.as_deref().map(pg_text),
+                ),
             )
         })
         .collect();
     type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
     let insert_params: Vec<Vec<Param<'_>>> = rows
         .iter()
-        .map(|(tenant, kind, v, e)| {
-            let mut p: Vec<Param<'_>> = vec![tenant, &e.session_id, &e.at, &e.model, &e.tool, kind];
+        .map(|(tenant, kind, v, e, (model, tool))| {
+            let mut p: Vec<Param<'_>> = vec![tenant, &e.session_id, &e.at, model, tool, kind];
             p.extend(v.iter().map(|x| x as Param<'_>));
             p
         })
@@ -166,18 +172,23 @@ async fn put_item(
     let kind = o.synopsis.kind.as_str();
     let tenant = tenant.as_str();
     let stub = crate::store::stub_facts_json(o.stub.as_ref());
+    let (call, tool, mime) = (
+        o.tool_call_id.as_deref().map(pg_text),
+        o.tool_name.as_deref().map(pg_text),
+        o.mime_type.as_deref().map(pg_text),
+    );
     // $1..$14 of both statements below.
     let values: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
         &tenant,
         &item.result_ref,
         &o.session_id,
-        &o.tool_call_id,
-        &o.tool_name,
+        &call,
+        &tool,
         &now,
         &chars,
         &preview,
         &item.sha256,
-        &o.mime_type,
+        &mime,
         &kind,
         &item.synopsis_json,
         &blob_id,
@@ -283,6 +294,17 @@ async fn ensure_blob(
     )))
 }
 
+/// `s` as PostgreSQL's `text` can hold it: a NUL (which it refuses, and
+/// which a `cat` of a binary file puts in an output) is kept as U+FFFD, one
+/// character for one, so that every offset counts the same as on SQLite.
+fn pg_text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
 /// All of an original's chunks in one statement (arrays unnested), so a
 /// 1 MB output costs one round trip, not 256.
 async fn insert_chunks(
@@ -293,7 +315,12 @@ async fn insert_chunks(
     let text = &item.output.text;
     let seqs: Vec<i32> = (0..item.chunks.len() as i32).collect();
     let starts: Vec<i64> = item.chunks.iter().map(|c| c.0 as i64).collect();
-    let texts: Vec<&str> = item.chunks.iter().map(|&(_, f, t)| &text[f..t]).collect();
+    let texts: Vec<Cow<'_, str>> = item
+        .chunks
+        .iter()
+        .map(|&(_, f, t)| pg_text(&text[f..t]))
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
     let insert = tx
         .prepare_cached(
             "INSERT INTO chunks (blob_id, seq, start_char, text) \

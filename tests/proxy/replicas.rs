@@ -396,6 +396,82 @@ async fn a_lost_database_degrades_to_passthrough_and_is_used_again_once_back() {
     s.proxy.shutdown().await;
 }
 
+/// A replica whose first migration waits on another's (the migration lock
+/// held) while its health probe gives up: the migration runs to its end
+/// once the lock is free, and leaves it free. Cut off with the probe, it
+/// left the lock held by a pooled connection, and every replica started
+/// after waited for it for good.
+#[tokio::test]
+async fn a_migration_its_caller_gave_up_on_runs_to_its_end() {
+    let schema = pg::Schema::create().await;
+    let url = schema.store_url();
+    let at = url.find('@').expect("credentials") + 1;
+    let end = at + url[at..].find('/').expect("path");
+    let relay = Relay::start(url[at..end].to_string()).await;
+    relay.cut();
+    let relayed = format!("{}127.0.0.1:{}{}", &url[..at], relay.port, &url[end..]);
+    let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
+    let s = replica(&mock, &relayed).await;
+    assert!(
+        healthz(&s).await.starts_with("degraded"),
+        "started without its database"
+    );
+    // Another replica migrating: its lock held.
+    let (other, conn) = tokio_postgres::connect(&pg::url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    const LOCK: i64 = 0x746f_6f6c_7374_7562;
+    other
+        .execute("SELECT pg_advisory_lock($1)", &[&LOCK])
+        .await
+        .expect("lock");
+    relay.restore().await;
+    // Past the half second a replica fails fast after a failure.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let asked = std::time::Instant::now();
+    let health = healthz(&s).await;
+    assert!(
+        health.starts_with("degraded"),
+        "the probe gave up waiting: {health}"
+    );
+    assert!(
+        asked.elapsed() >= std::time::Duration::from_millis(1_900),
+        "the probe waited on the migration: {health}"
+    );
+    other
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK])
+        .await
+        .expect("unlock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while healthz(&s).await != "ok\n" {
+        assert!(std::time::Instant::now() < deadline, "never healthy");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The lock is free: another replica takes it (within moments: the
+    // replicas of tests running beside this one take it in turn).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let free = other
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK])
+            .await
+            .expect("query");
+        if free.get::<_, bool>(0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the migration lock was left held"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    other
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK])
+        .await
+        .expect("unlock");
+    s.proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn tls_to_the_database_is_verified_against_the_upstream_roots_and_ca_file() {
     let schema = pg::Schema::create().await;

@@ -202,15 +202,29 @@ impl Inner {
             }
         }
         let result = async {
-            let conn = self
-                .pool
+            self.migrated
+                .get_or_try_init(|| async {
+                    // In a task of its own, run to its end whatever becomes
+                    // of this call (a health probe's timeout, a client gone):
+                    // a migration dropped between its lock and its unlock,
+                    // or its BEGIN and COMMIT, would leave the lock held
+                    // (every replica started later waiting for good) or a
+                    // transaction open on a pooled connection.
+                    let pool = self.pool.clone();
+                    tokio::spawn(async move {
+                        let conn = pool.get().await.map_err(|e| {
+                            StoreError::Unavailable(format!("connecting: {}", chain(&e)))
+                        })?;
+                        schema::migrate(&conn).await
+                    })
+                    .await
+                    .map_err(|e| StoreError::Unavailable(format!("migrating: {e}")))?
+                })
+                .await?;
+            self.pool
                 .get()
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("connecting: {}", chain(&e))))?;
-            self.migrated
-                .get_or_try_init(|| schema::migrate(&conn))
-                .await?;
-            Ok(conn)
+                .map_err(|e| StoreError::Unavailable(format!("connecting: {}", chain(&e))))
         }
         .await;
         self.note(result)

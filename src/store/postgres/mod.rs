@@ -297,7 +297,10 @@ impl PostgresBackend {
         }
         let backend = PostgresBackend { inner };
         match backend.inner.conn().await {
-            Ok(_) => tracing::info!(database = %backend.inner.described, "store: PostgreSQL ready"),
+            Ok(conn) => {
+                tracing::info!(database = %backend.inner.described, "store: PostgreSQL ready");
+                warn_of_search_settings(&conn).await;
+            }
             Err(e) => {
                 // A wrong password or a schema too new will not heal by itself.
                 if matches!(e, StoreError::SchemaTooNew { .. }) {
@@ -332,6 +335,25 @@ impl PostgresBackend {
             // Committed (or failed): reads stop merging it in.
             drop(touch);
         });
+    }
+}
+
+/// Says at start what makes PostgreSQL's ranked search find less than
+/// SQLite's: a C or POSIX character type (its word pattern then takes
+/// only ASCII letters for letters: `東京` is never indexed, `café` is
+/// `caf`), and no `unaccent` (diacritics not folded: `CAFE` does not find
+/// `café`). Searches still answer; the operator is told why they miss.
+async fn warn_of_search_settings(conn: &Conn) {
+    let query = "SELECT current_setting('lc_ctype'),                  EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'unaccent')";
+    let Ok(row) = conn.query_one(query, &[]).await else {
+        return;
+    };
+    let (ctype, unaccent): (String, bool) = (row.get(0), row.get(1));
+    if matches!(ctype.as_str(), "C" | "POSIX") {
+        tracing::warn!(lc_ctype = %ctype, "store: the database's character type is {ctype}: ranked search indexes ASCII letters only (create the database with a UTF-8 locale, e.g. C.UTF-8)");
+    }
+    if !unaccent {
+        tracing::warn!("store: the unaccent extension is not installed: ranked search does not fold diacritics (CREATE EXTENSION unaccent as a superuser)");
     }
 }
 

@@ -265,6 +265,16 @@ struct Relay {
 }
 
 impl Relay {
+    /// A relay to the database of `url` (`postgres://user:pass@HOST:PORT/db?...`),
+    /// and the URL that goes through it.
+    async fn to(url: &str) -> (Relay, String) {
+        let at = url.find('@').expect("credentials") + 1;
+        let end = at + url[at..].find('/').expect("path");
+        let relay = Relay::start(url[at..end].to_string()).await;
+        let relayed = format!("{}127.0.0.1:{}{}", &url[..at], relay.port, &url[end..]);
+        (relay, relayed)
+    }
+
     async fn start(target: String) -> Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -336,12 +346,7 @@ async fn externalized(s: &Setup, body: String) -> usize {
 #[tokio::test]
 async fn a_lost_database_degrades_to_passthrough_and_is_used_again_once_back() {
     let schema = pg::Schema::create().await;
-    let url = schema.store_url();
-    // postgres://user:pass@HOST:PORT/db?...
-    let at = url.find('@').expect("credentials") + 1;
-    let end = at + url[at..].find('/').expect("path");
-    let relay = Relay::start(url[at..end].to_string()).await;
-    let relayed = format!("{}127.0.0.1:{}{}", &url[..at], relay.port, &url[end..]);
+    let (relay, relayed) = Relay::to(&schema.store_url()).await;
     let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
     let s = replica(&mock, &relayed).await;
     assert_eq!(healthz(&s).await, "ok\n");
@@ -404,12 +409,8 @@ async fn a_lost_database_degrades_to_passthrough_and_is_used_again_once_back() {
 #[tokio::test]
 async fn a_migration_its_caller_gave_up_on_runs_to_its_end() {
     let schema = pg::Schema::create().await;
-    let url = schema.store_url();
-    let at = url.find('@').expect("credentials") + 1;
-    let end = at + url[at..].find('/').expect("path");
-    let relay = Relay::start(url[at..end].to_string()).await;
+    let (relay, relayed) = Relay::to(&schema.store_url()).await;
     relay.cut();
-    let relayed = format!("{}127.0.0.1:{}{}", &url[..at], relay.port, &url[end..]);
     let mock = mock::start(Arc::new(|_: &Recorded| answer("ok"))).await;
     let s = replica(&mock, &relayed).await;
     assert!(

@@ -554,7 +554,7 @@ async fn drive(
                             Ok(Collected::Complete(b)) => b,
                             _ => Bytes::new(),
                         };
-                    let end = rounds.upstream_error_event(status, &detail);
+                    let end = crate::recall::upstream_error_event(rounds.as_ref(), status, &detail);
                     client.send(vec![end]).await;
                     return;
                 }

@@ -67,15 +67,21 @@ pub struct RecallCall {
     pub arguments: String,
 }
 
-/// The code of the proxy's error event for an upstream's error answer.
-pub const UPSTREAM_ERROR: &str = "upstream_error";
-
-/// The proxy's words for an upstream's error answer to a later round.
-pub fn upstream_error_message(status: u16, body: &[u8]) -> String {
-    format!(
-        "the upstream answered {status} during a recall round: {}",
-        crate::synopsis::clip(&String::from_utf8_lossy(body), 500)
-    )
+/// The event that ends a client's stream when the upstream answered a
+/// later round with `status` and `body` (its first bytes, or none when it
+/// was too long to read): the upstream's own error where the adapter can
+/// pass it on ([`Rounds::upstream_error`]), else the proxy's.
+pub fn upstream_error_event(rounds: &dyn Rounds, status: u16, body: &[u8]) -> Bytes {
+    serde_json::from_slice(body)
+        .ok()
+        .and_then(|answer| rounds.upstream_error(&answer))
+        .unwrap_or_else(|| {
+            let message = format!(
+                "the upstream answered {status} during a recall round: {}",
+                crate::synopsis::clip(&String::from_utf8_lossy(body), 500)
+            );
+            rounds.error_event(&message, "upstream_error")
+        })
 }
 
 /// A recall call answered, as the next round sends it back.
@@ -202,14 +208,15 @@ pub trait Rounds: Send + Sync {
     fn error_event(&self, message: &str, code: &str) -> Bytes;
 
     /// The event that ends the client's stream when the upstream answered
-    /// a later round with an error status (`body`: the start of its
-    /// answer). By default the proxy's own error, naming the status and
-    /// the answer; an adapter whose API's error object can stand in a
-    /// stream passes the upstream's on, so that a client that retries or
-    /// backs off by the error's type (`overloaded_error`,
-    /// `rate_limit_exceeded`) still can.
-    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
-        self.error_event(&upstream_error_message(status, body), UPSTREAM_ERROR)
+    /// a later round with an error status, its `answer` (JSON) in the
+    /// API's error format: the upstream's own error passed on, so that a
+    /// client that retries or backs off by the error's type
+    /// (`overloaded_error`, `rate_limit_exceeded`) still can. `None` (the
+    /// default, or an answer of another shape): the driver ends the stream
+    /// with the proxy's own [`Rounds::error_event`], naming the status and
+    /// the answer.
+    fn upstream_error(&self, _answer: &serde_json::Value) -> Option<Bytes> {
+        None
     }
 
     /// An event that keeps the client's stream alive and means nothing.

@@ -294,16 +294,9 @@ impl Rounds for AnthropicRounds {
     }
 
     /// Anthropic's error body is its stream's `error` event's data.
-    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(error) if error["type"] == "error" && error["error"]["type"].is_string() => {
-                super::stream::sse("error", &error.to_string())
-            }
-            _ => self.error_event(
-                &crate::recall::upstream_error_message(status, body),
-                crate::recall::UPSTREAM_ERROR,
-            ),
-        }
+    fn upstream_error(&self, answer: &Value) -> Option<Bytes> {
+        (answer["type"] == "error" && answer["error"]["type"].is_string())
+            .then(|| super::stream::sse("error", &answer.to_string()))
     }
 
     fn keepalive(&self) -> Bytes {

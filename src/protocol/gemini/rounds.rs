@@ -429,16 +429,9 @@ impl Rounds for GeminiRounds {
 
     /// Google's error body (`{"error": {"code", "message", "status"}}`) is
     /// what its stream sends as an error event.
-    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(error) if error["error"]["code"].is_u64() => {
-                Self::sse(&json!({"error": error["error"]}))
-            }
-            _ => self.error_event(
-                &crate::recall::upstream_error_message(status, body),
-                crate::recall::UPSTREAM_ERROR,
-            ),
-        }
+    fn upstream_error(&self, answer: &Value) -> Option<Bytes> {
+        let error = answer.get("error").filter(|e| e["code"].is_u64())?;
+        Some(Self::sse(&json!({ "error": error })))
     }
 
     /// A bare blank line, sent between whole events: the only keep-alive
@@ -467,9 +460,13 @@ mod tests {
     fn an_upstreams_error_answer_to_a_round_is_passed_on() {
         let rounds = GeminiRounds::new(RoundsContext::default());
         let google = json!({"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}});
-        let e = rounds.upstream_error_event(429, google.to_string().as_bytes());
+        let e = crate::recall::upstream_error_event(&rounds, 429, google.to_string().as_bytes());
         assert_eq!(data(&e), google);
-        let e = data(&rounds.upstream_error_event(502, b"<html>bad gateway</html>"));
+        let e = data(&crate::recall::upstream_error_event(
+            &rounds,
+            502,
+            b"<html>bad gateway</html>",
+        ));
         assert_eq!(e["error"]["code"], 500);
         let message = e["error"]["message"].as_str().expect("message");
         assert!(

@@ -167,16 +167,12 @@ impl Rounds for ChatRounds {
     }
 
     /// OpenAI's error body (`{"error": {...}}`) is its stream's error chunk.
-    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(error) if error["error"].is_object() => {
-                Bytes::from(format!("data: {}\n\n", json!({"error": error["error"]})))
-            }
-            _ => self.error_event(
-                &crate::recall::upstream_error_message(status, body),
-                crate::recall::UPSTREAM_ERROR,
-            ),
-        }
+    fn upstream_error(&self, answer: &Value) -> Option<Bytes> {
+        let error = answer.get("error").filter(|e| e.is_object())?;
+        Some(Bytes::from(format!(
+            "data: {}\n\n",
+            json!({"error": error})
+        )))
     }
 
     fn keepalive(&self) -> Bytes {
@@ -356,10 +352,14 @@ mod tests {
             last_canon: None,
         });
         let error = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
-        let e = rounds.upstream_error_event(429, error.to_string().as_bytes());
+        let e = crate::recall::upstream_error_event(&rounds, 429, error.to_string().as_bytes());
         assert_eq!(e, format!("data: {error}\n\n").as_bytes());
-        let e =
-            String::from_utf8_lossy(&rounds.upstream_error_event(502, b"bad gateway")).into_owned();
+        let e = String::from_utf8_lossy(&crate::recall::upstream_error_event(
+            &rounds,
+            502,
+            b"bad gateway",
+        ))
+        .into_owned();
         assert!(e.contains("upstream_error") && e.contains("502"), "{e}");
     }
 

@@ -354,17 +354,10 @@ impl Rounds for ResponsesRounds {
 
     /// The upstream's error (`{"error": {"code"|"type", "message"}}`) as
     /// the `response.failed` event's: its code and message.
-    fn upstream_error_event(&self, status: u16, body: &[u8]) -> Bytes {
-        let error = serde_json::from_slice::<Value>(body).unwrap_or_default();
-        let error = &error["error"];
-        let code = error["code"].as_str().or_else(|| error["type"].as_str());
-        match (code, error["message"].as_str()) {
-            (Some(code), Some(message)) => self.error_event(message, code),
-            _ => self.error_event(
-                &crate::recall::upstream_error_message(status, body),
-                crate::recall::UPSTREAM_ERROR,
-            ),
-        }
+    fn upstream_error(&self, answer: &Value) -> Option<Bytes> {
+        let error = &answer["error"];
+        let code = error["code"].as_str().or_else(|| error["type"].as_str())?;
+        Some(self.error_event(error["message"].as_str()?, code))
     }
 
     fn keepalive(&self) -> Bytes {

@@ -279,14 +279,14 @@ fn errors_end_the_stream_well_formed() {
 fn an_upstreams_error_answer_to_a_round_keeps_its_code() {
     let r = ResponsesRounds::new(context());
     let error = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
-    let failed = r.upstream_error_event(429, error.to_string().as_bytes());
+    let failed = crate::recall::upstream_error_event(&r, 429, error.to_string().as_bytes());
     let (kind, data) = client(&[failed]).pop().expect("an event");
     assert_eq!(kind, "response.failed");
     assert_eq!(
         data["response"]["error"],
         json!({"code": "rate_limit_exceeded", "message": "Rate limit reached"})
     );
-    let failed = r.upstream_error_event(502, b"bad gateway");
+    let failed = crate::recall::upstream_error_event(&r, 502, b"bad gateway");
     let (_, data) = client(&[failed]).pop().expect("an event");
     assert_eq!(data["response"]["error"]["code"], "upstream_error");
 }

@@ -214,7 +214,9 @@ pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<(RecallCal
                     .unwrap_or("{}")
                     .to_string(),
             };
-            Some((recall, call.clone()))
+            let mut entry = call.clone();
+            entry["function"]["arguments"] = Value::from(recall.arguments.as_str());
+            Some((recall, entry))
         })
         .collect()
 }

@@ -14,7 +14,9 @@
 //! the repeated role delta, rewrites `id` and `model` to the first round's,
 //! holds back intermediate finish chunks, usage chunks and `[DONE]`, and at
 //! the very end emits the summed usage (when the client asked for it) and one
-//! `[DONE]`.
+//! `[DONE]`. Usage a provider puts on chunks with choices goes, summed, on
+//! the answer's finish chunk. A call's other members (`extra_content`) are
+//! kept; a delta without `index` is placed by its `id`.
 //!
 //! Pure: events in, bytes out; the proxy's driver does the I/O.
 
@@ -90,8 +92,8 @@ pub struct Splicer {
     /// The round's usage: the last it reported (a provider that repeats
     /// cumulative usage on every chunk is counted once).
     round_usage: Option<Value>,
-    /// The last chunk that carried usage, its choices emptied: re-emitted
-    /// at the end with the sums.
+    /// The last usage chunk seen (no choices: the client asked for usage),
+    /// to re-emit with the sums at the end.
     usage_chunk: Option<Value>,
     next_client_index: u64,
     /// The content of every round, as the client received it.
@@ -182,26 +184,25 @@ impl Splicer {
         } else if self.round > 0 {
             changed |= self.align_identity(chunk);
         }
-        // Usage: summed over rounds and sent once, at the end, in a chunk
-        // of its own (as OpenAI sends it) even when it came on a chunk with
-        // choices.
+        // Usage: summed over rounds and sent once. A usage chunk (no
+        // choices: the client asked for usage) goes at the very end; usage
+        // a provider puts on a chunk with choices goes, summed, on the
+        // answer's finish chunk (or the held one), never before.
+        let mut usage_here = false;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.round_usage = Some(usage.clone());
             let no_choices = chunk
                 .get("choices")
                 .and_then(Value::as_array)
                 .is_none_or(|c| c.is_empty());
-            let mut alone = chunk.clone();
-            if !no_choices {
-                alone["choices"] = json!([]);
-            }
-            self.usage_chunk = Some(alone);
             if no_choices {
+                self.usage_chunk = Some(chunk.clone());
                 return Vec::new();
             }
             if let Some(obj) = chunk.as_object_mut() {
                 obj.insert("usage".into(), Value::Null);
             }
+            usage_here = true;
             changed = true;
         }
         if self.calls_like.is_none() && chunk.pointer("/choices/0/delta/tool_calls").is_some() {
@@ -253,6 +254,14 @@ impl Splicer {
                     }
                 }
                 changed = true;
+            } else if usage_here {
+                // The answer's end: the sums of every round.
+                let mut total = self.usage;
+                total.add(self.round_usage.as_ref());
+                if let Some(usage) = &self.round_usage {
+                    chunk["usage"] = usage.clone();
+                    total.apply(&mut chunk["usage"]);
+                }
             }
         }
         if !(changed && delta_is_empty(chunk)) {
@@ -362,12 +371,19 @@ impl Splicer {
     }
 
     /// The round's recall calls as `tool_calls` entries, for the assistant
-    /// message the next round sends back.
+    /// message the next round sends back: the calls [`Splicer::end_round`]
+    /// runs, with the arguments it runs them with.
     pub fn recall_entries(&self) -> Vec<Value> {
         self.calls
             .values()
             .filter(|c| matches!(c.decision, Decision::Recall) && c.id.is_some())
-            .map(CallState::entry)
+            .map(|c| {
+                let mut entry = c.entry();
+                if c.arguments.is_empty() {
+                    entry["function"]["arguments"] = Value::from("{}");
+                }
+                entry
+            })
             .collect()
     }
 
@@ -482,6 +498,12 @@ impl Splicer {
                 if let Some(c) = finish.pointer_mut("/choices/0") {
                     c["finish_reason"] = Value::String("stop".to_string());
                 }
+            }
+            // Usage that came on chunks with choices goes on this, the
+            // answer's finish chunk.
+            if self.usage_chunk.is_none() && self.usage.seen {
+                finish["usage"] = json!({});
+                self.usage.apply(&mut finish["usage"]);
             }
             self.align_identity(&mut finish);
             out.push(Bytes::from(format!("data: {finish}\n\n")));

@@ -366,7 +366,7 @@ fn calls_without_an_index_are_told_apart_by_their_ids() {
 }
 
 #[test]
-fn usage_on_a_chunk_with_choices_is_summed_and_sent_at_the_end() {
+fn usage_on_chunks_with_choices_is_summed_onto_the_answers_finish() {
     let with_usage = |id: &str, p: u64, finish: Option<&str>| {
         let mut c = chunk(id, json!({"content": "x"}), finish);
         c["usage"] = json!({"prompt_tokens": p, "completion_tokens": 1, "total_tokens": p + 1});
@@ -380,7 +380,7 @@ fn usage_on_a_chunk_with_choices_is_summed_and_sent_at_the_end() {
             with_usage("a", 7, None),
             chunk(
                 "a",
-                json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": "{}"}}]}),
+                json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "tool_result_list", "arguments": ""}}]}),
                 None,
             ),
             with_usage("a", 10, Some("tool_calls")),
@@ -394,17 +394,31 @@ fn usage_on_a_chunk_with_choices_is_summed_and_sent_at_the_end() {
         datas(&out)
     );
     assert!(matches!(s.end_round(true), SplicerEnd::Recall { .. }));
-    s.next_round();
-    let out = run_round(&mut s, &events(&[with_usage("b", 20, Some("stop"))], true));
-    assert!(datas(&out).iter().all(|d| !d.contains("prompt_tokens")));
-    assert_eq!(s.end_round(true), SplicerEnd::Done);
-    let closing = datas(&s.finish());
-    let usage: Value = serde_json::from_str(&closing[closing.len() - 2]).expect("json");
-    assert_eq!(usage["choices"], json!([]));
-    assert_eq!(usage["id"], "a");
     assert_eq!(
-        usage["usage"],
-        json!({"prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32})
+        s.recall_entries()[0]["function"]["arguments"],
+        "{}",
+        "the arguments the call runs with"
     );
-    assert_eq!(closing.last().map(String::as_str), Some("[DONE]"));
+    s.next_round();
+    let out = datas(&run_round(
+        &mut s,
+        &events(
+            &[with_usage("b", 20, None), with_usage("b", 20, Some("stop"))],
+            true,
+        ),
+    ));
+    assert!(!out[0].contains("prompt_tokens"), "{out:?}");
+    let last: Value = serde_json::from_str(&out[1]).expect("json");
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        last["usage"],
+        json!({"prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32}),
+        "the answer's finish carries the sums"
+    );
+    assert_eq!(s.end_round(true), SplicerEnd::Done);
+    assert_eq!(
+        datas(&s.finish()),
+        ["[DONE]"],
+        "no chunk the client did not ask for"
+    );
 }

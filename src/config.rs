@@ -524,7 +524,8 @@ pub struct AuthConfig {
     /// `auth.hosts`.
     pub hosts: Vec<String>,
     /// `toolstub wrap`'s per-run secret: every request's path must start
-    /// with `/run/<secret>`, and nothing else is needed (nor served).
+    /// with `/run/<secret>` (or the request carry it in
+    /// `x-toolstub-run-secret`), and nothing else is needed (nor served).
     /// Never read from a file or the environment.
     pub run_secret: Option<Secret>,
 }

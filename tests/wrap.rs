@@ -421,6 +421,7 @@ for name, url, body, headers in [
     ("with_secret", base + "/healthz", None, {}),
     ("wrong_header", origin + "/healthz", None, {"x-toolstub-run-secret": "A" * 43}),
     ("header", origin + "/healthz", None, {"x-toolstub-run-secret": base.rsplit("/", 1)[1]}),
+    ("both", base + "/healthz", None, {"x-toolstub-run-secret": base.rsplit("/", 1)[1]}),
 ]:
     print("%s=%d" % (name, status(url, body, headers)))
 "#;
@@ -461,6 +462,10 @@ for name, url, body, headers in [
         );
     }
     assert!(stdout.contains("with_secret=200"), "{stdout}");
+    assert!(
+        stdout.contains("both=200"),
+        "in the path and a header: {stdout}"
+    );
     assert!(
         stdout.contains("header=200"),
         "the secret as a header: {stdout}"

@@ -27,14 +27,9 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &gemini::COUNT_TOKENS,
 ];
 
-/// The endpoint a `POST` to `path` (with `query`) is for, if any.
-pub fn route(path: &str, query: Option<&str>) -> Option<&'static Endpoint> {
-    ENDPOINTS.iter().copied().find(|e| {
-        (e.serves)(path)
-            && e.query_needs.is_none_or(|needed| {
-                query.is_some_and(|q| q.split('&').any(|param| param == needed))
-            })
-    })
+/// The endpoint a `POST` to `path` is for, if any.
+pub fn route(path: &str) -> Option<&'static Endpoint> {
+    ENDPOINTS.iter().copied().find(|e| (e.serves)(path))
 }
 
 /// The error format of a request to no endpoint (passed through, or
@@ -146,10 +141,10 @@ pub struct Endpoint {
     pub protocol: &'static dyn Protocol,
     /// Whether a `POST` to this path is for it.
     pub serves: fn(&str) -> bool,
-    /// A parameter its query must carry besides (the Gemini API streams
-    /// server-sent events only with `alt=sse`, else one JSON array the
-    /// adapter does not read): without it, the request is no endpoint's
-    /// and goes upstream as it came.
+    /// A parameter its query must carry for the adapter to read the
+    /// exchange (the Gemini API streams server-sent events only with
+    /// `alt=sse`, else one JSON array the adapter does not splice):
+    /// without it, the request goes upstream as it came.
     pub query_needs: Option<&'static str>,
     pub purpose: Purpose,
     /// The model the path names (the Gemini API's, Claude's on Vertex AI
@@ -197,6 +192,13 @@ impl Endpoint {
     /// Whether its responses may carry recall calls the proxy answers.
     pub fn is_turn(&self) -> bool {
         self.purpose == Purpose::Turn
+    }
+
+    /// Whether the adapter reads an exchange asked with `query`
+    /// ([`Endpoint::query_needs`]).
+    pub fn reads_query(&self, query: Option<&str>) -> bool {
+        self.query_needs
+            .is_none_or(|needed| query.is_some_and(|q| q.split('&').any(|param| param == needed)))
     }
 
     /// The model `path` names, for a body that names none.
@@ -267,11 +269,7 @@ mod tests {
                 .map(|e| e.label)
                 .collect();
             assert_eq!(serving, [*label], "{path}");
-            assert_eq!(
-                route(path, Some("alt=sse")).map(|e| e.label),
-                Some(*label),
-                "{path}"
-            );
+            assert_eq!(route(path).map(|e| e.label), Some(*label), "{path}");
         }
         for path in [
             "/v1/models",
@@ -279,7 +277,7 @@ mod tests {
             "/v1/responses/resp_1",
             "/healthz",
         ] {
-            assert_eq!(route(path, None), None, "{path}");
+            assert_eq!(route(path), None, "{path}");
         }
         // A stored response's path is no endpoint's to rewrite, but the
         // endpoint that stores it names it; no served path names one.
@@ -303,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_paths_that_name_a_model_give_it() {
-        let model = |path: &str| route(path, Some("alt=sse")).and_then(|e| e.model_in(path));
+        let model = |path: &str| route(path).and_then(|e| e.model_in(path));
         assert_eq!(
             model("/v1beta/models/gemini-2.5-pro:streamGenerateContent").as_deref(),
             Some("gemini-2.5-pro")

@@ -219,7 +219,13 @@ fn strip_run_secret<B>(secret: &Secret, req: &mut Request<B>) -> Result<(), Prox
             .to_str()
             .is_ok_and(|given| crate::auth::same_secret(given, secret.expose()));
         req.headers_mut().remove(RUN_SECRET_HEADER);
-        return if right { Ok(()) } else { Err(nothing()) };
+        if !right {
+            return Err(nothing());
+        }
+        // Sent both ways, the path's secret is taken off (and checked) too.
+        if !req.uri().path().starts_with(RUN_PREFIX) {
+            return Ok(());
+        }
     }
     let path = req.uri().path();
     let rest = path.strip_prefix(RUN_PREFIX).ok_or_else(nothing)?;

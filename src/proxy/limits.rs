@@ -210,7 +210,8 @@ pub(super) fn refuse(stream: TcpStream, app: &Arc<App>) {
         return;
     };
     let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
-        let flavor = Route::of(req.method(), req.uri()).flavor(req.uri().path(), req.headers());
+        let flavor =
+            Route::of(req.method(), req.uri().path()).flavor(req.uri().path(), req.headers());
         drain(req.into_body(), Instant::now() + REFUSAL_GRACE);
         Ok::<_, Infallible>(overloaded(flavor, too_many(max)))
     });

@@ -157,14 +157,14 @@ enum Route {
 }
 
 impl Route {
-    fn of(method: &Method, uri: &http::Uri) -> Route {
-        match (method, uri.path()) {
+    fn of(method: &Method, path: &str) -> Route {
+        match (method, path) {
             (&Method::GET, "/healthz") => Route::Healthz,
             (&Method::GET, "/metrics") => Route::Metrics,
             (_, p) if p.starts_with("/toolstub/v1/") => Route::Operator,
             (_, p) if dashboard::serves(p) => Route::Dashboard,
             (&Method::POST, p) => {
-                endpoint::route(p, uri.query()).map_or_else(|| Route::unrewritten(p), Route::Api)
+                endpoint::route(p).map_or_else(|| Route::unrewritten(p), Route::Api)
             }
             (_, p) => Route::unrewritten(p),
         }
@@ -426,9 +426,10 @@ async fn handle(
     mut req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let started = Instant::now();
-    // wrap's run secret comes off the path before anything reads it.
+    // wrap's run secret comes off the path (or its header) before anything
+    // reads it.
     let entered = app.access.enter(&mut req);
-    let route = Route::of(req.method(), req.uri());
+    let route = Route::of(req.method(), req.uri().path());
     let flavor = route.flavor(req.uri().path(), req.headers());
     // Read again where the request goes upstream (which provider, and whose
     // held key it may carry), so the route is classified once.
@@ -680,7 +681,7 @@ fn upstream_request(
         .get::<Flavor>()
         .copied()
         .unwrap_or_else(|| {
-            Route::of(&parts.method, &parts.uri).flavor(parts.uri.path(), &parts.headers)
+            Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers)
         });
     let (uri, host) = app.upstream.target(&parts.uri, flavor)?;
     let mut headers = upstream_headers(&parts.headers);

@@ -226,7 +226,9 @@ pub(super) async fn handle(
     let untouched = exchange.original.len() <= DEFER_MAX
         && app.config.policy.enabled
         && endpoint.protocol.surely_untouched(&exchange.original);
-    let outcome = if untouched {
+    let outcome = if !endpoint.reads_query(exchange.parts.uri.query()) {
+        RewriteOutcome::Unchanged("query_not_read", None)
+    } else if untouched {
         RewriteOutcome::Unchanged("no_tools", None)
     } else {
         let ask = Expiries::Ask(exchange.tenant.clone(), exchange.session_header.clone());

@@ -136,8 +136,11 @@ impl Candidate {
 /// (the turn budget, which weighs a group as a whole, does not enter it).
 /// Each output is held against the total of the outputs before it, those
 /// earlier in the group included, so its fate depends only on what
-/// precedes it, however a protocol groups outputs. `stub_len(i, preview,
-/// reason)` is the length of output `i`'s stub at that preview budget.
+/// precedes it, however a protocol groups outputs. (An output the last
+/// step gives back to inline, its stub no shorter than itself, joins the
+/// total after the group; that too depends only on the group.)
+/// `stub_len(i, preview, reason)` is the length of output `i`'s stub at
+/// that preview budget.
 pub fn select(
     budget: &Budget,
     candidates: &[Candidate],

@@ -344,15 +344,24 @@ impl PostgresBackend {
 /// `caf`), and no `unaccent` (diacritics not folded: `CAFE` does not find
 /// `café`). Searches still answer; the operator is told why they miss.
 async fn warn_of_search_settings(conn: &Conn) {
-    let query = "SELECT current_setting('lc_ctype'),                  EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'unaccent')";
-    let Ok(row) = conn.query_one(query, &[]).await else {
-        return;
+    let one = |sql: &'static str| async move {
+        let row = conn.query_one(sql, &[]).await.ok()?;
+        row.try_get::<_, String>(0).ok()
     };
-    let (ctype, unaccent): (String, bool) = (row.get(0), row.get(1));
-    if matches!(ctype.as_str(), "C" | "POSIX") {
-        tracing::warn!(lc_ctype = %ctype, "store: the database's character type is {ctype}: ranked search indexes ASCII letters only (create the database with a UTF-8 locale, e.g. C.UTF-8)");
+    let ctype = one("SELECT current_setting('lc_ctype')").await;
+    // PostgreSQL 15 on: a database whose locale is ICU's or the builtin
+    // one classifies Unicode letters whatever `lc_ctype` says. Before 15
+    // the column is missing, and libc decides.
+    let provider =
+        one("SELECT datlocprovider::text FROM pg_database WHERE datname = current_database()")
+            .await;
+    if let Some(ctype) = ctype.filter(|c| matches!(c.as_str(), "C" | "POSIX")) {
+        if provider.as_deref().is_none_or(|p| p == "c") {
+            tracing::warn!(lc_ctype = %ctype, "store: the database's character type is {ctype}: ranked search indexes ASCII letters only (create the database with a UTF-8 locale, e.g. C.UTF-8)");
+        }
     }
-    if !unaccent {
+    let unaccent = one("SELECT extname::text FROM pg_extension WHERE extname = 'unaccent'").await;
+    if unaccent.is_none() {
         tracing::warn!("store: the unaccent extension is not installed: ranked search does not fold diacritics (CREATE EXTENSION unaccent as a superuser)");
     }
 }

@@ -280,12 +280,18 @@ def test_claude_code_on_vertex_ai(amock, aproxy, dirs):
 
 def test_claude_code_on_microsoft_foundry(amock, aproxy, dirs):
     """CLAUDE_CODE_USE_FOUNDRY=1 with ANTHROPIC_FOUNDRY_BASE_URL at the
-    proxy: Anthropic Messages under the resource's path, its key kept."""
+    proxy: Anthropic Messages under the resource's path, its key kept.
+
+    On a model whose thinking binds the tools (Claude Code's default on
+    Anthropic's API here), the recall tools are offered from the first
+    request. On Foundry's default, claude-sonnet-4-5, they join at the
+    first stub, and the first-stub gate weighs it:
+    test_claude_code_on_foundrys_default_model_keeps_a_first_output_whose_stub_would_cost_more."""
     home, work = dirs
     nonce = secrets.token_hex(8)
     log = work / "build.log"
     log.write_text(build_log(nonce))
-    env = claude_code.foundry_env(aproxy.url)
+    env = claude_code.foundry_env(aproxy.url) | {"ANTHROPIC_MODEL": "claude-opus-5-5"}
     run_two_turns(amock, aproxy, dirs, "Bash", {"command": f"cat {log}", "description": "Show the build log"},
                   nonce, "Bash", extra_env=env, key=env["ANTHROPIC_FOUNDRY_API_KEY"])
     posts = amock.messages_posts()
@@ -310,6 +316,27 @@ def bproxy(amock, tmp_path):
     amock.aws_credentials = (AWS_KEY, AWS_SECRET)
     yield p
     stop_proxy(p)
+
+
+def test_claude_code_on_foundrys_default_model_keeps_a_first_output_whose_stub_would_cost_more(amock, aproxy, dirs):
+    """Claude Code sends its tools (48 KB) and system prompt (29 KB) after
+    its messages; its provider caches them first. A first stub of a 25 KB
+    output makes the provider write all of it again (the recall tools join
+    the tools), which 23 KB fewer characters to read do not repay this
+    early: the output goes upstream as Claude Code sent it."""
+    home, work = dirs
+    nonce = secrets.token_hex(8)
+    log = work / "build.log"
+    log.write_text(build_log(nonce))
+    amock.script = ClaudeCodeScript("Bash", {"command": f"cat {log}", "description": "Show the build log"},
+                                    f"E2E-DONE-{secrets.token_hex(4)}")
+    run = claude_code.prompt(f"{TURN1} Look at the output, please.", base_url=aproxy.url, home=home, cwd=work,
+                             extra_env=claude_code.foundry_env(aproxy.url))
+    assert run.returncode == 0, run.describe()
+    assert "NOT-STUBBED" in run.stdout, run.describe()
+    posts = amock.messages_posts()
+    assert posts and all(r.json.get("model") == "claude-sonnet-4-5" for r in posts), [r.json.get("model") for r in posts]
+    assert all("tool_result_read" not in ma.tool_names(r.json) for r in posts), "no recall tools: no stub"
 
 
 def test_claude_code_on_amazon_bedrock(amock, bproxy, dirs):

@@ -798,7 +798,7 @@ pub fn tenant_of(headers: &HeaderMap) -> Tenant {
 /// until it checks good (`aws::AwsSigner::decide`); a key beside it still
 /// does (no request naming a credential is `anonymous`).
 fn header_tenant(headers: &HeaderMap, memo: Option<&TenantMemo>) -> Option<Tenant> {
-    let value = [
+    let (value, credential) = [
         header::AUTHORIZATION.as_str(),
         "x-api-key",
         "api-key",
@@ -806,11 +806,11 @@ fn header_tenant(headers: &HeaderMap, memo: Option<&TenantMemo>) -> Option<Tenan
     ]
     .iter()
     .filter_map(|name| headers.get(*name))
-    .find(|value| !aws::is_sigv4(&String::from_utf8_lossy(value.as_bytes())))?;
+    .map(|value| (value, String::from_utf8_lossy(value.as_bytes())))
+    .find(|(_, credential)| !aws::is_sigv4(credential))?;
     if let Some(tenant) = memo.and_then(|m| m.get(value)) {
         return Some(tenant);
     }
-    let credential = String::from_utf8_lossy(value.as_bytes());
     let tenant = Tenant::from_credential(&credential);
     if let Some(memo) = memo {
         memo.set(value, &tenant);

@@ -254,14 +254,12 @@ impl Splicer {
                     }
                 }
                 changed = true;
-            } else if usage_here {
+            } else if let Some(usage) = self.round_usage.as_ref().filter(|_| usage_here) {
                 // The answer's end: the sums of every round.
                 let mut total = self.usage;
-                total.add(self.round_usage.as_ref());
-                if let Some(usage) = &self.round_usage {
-                    chunk["usage"] = usage.clone();
-                    total.apply(&mut chunk["usage"]);
-                }
+                total.add(Some(usage));
+                chunk["usage"] = usage.clone();
+                total.apply(&mut chunk["usage"]);
             }
         }
         if !(changed && delta_is_empty(chunk)) {

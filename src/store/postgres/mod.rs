@@ -179,6 +179,13 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// A connection from the pool; failing, the database is unavailable.
+async fn checkout(pool: &Pool) -> Result<Conn, StoreError> {
+    pool.get()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("connecting: {}", chain(&e))))
+}
+
 /// host:port/db of a configuration, for logs.
 fn describe(pg: &tokio_postgres::Config) -> String {
     let host = match pg.get_hosts().first() {
@@ -211,20 +218,12 @@ impl Inner {
                     // (every replica started later waiting for good) or a
                     // transaction open on a pooled connection.
                     let pool = self.pool.clone();
-                    tokio::spawn(async move {
-                        let conn = pool.get().await.map_err(|e| {
-                            StoreError::Unavailable(format!("connecting: {}", chain(&e)))
-                        })?;
-                        schema::migrate(&conn).await
-                    })
-                    .await
-                    .map_err(|e| StoreError::Unavailable(format!("migrating: {e}")))?
+                    tokio::spawn(async move { schema::migrate(&checkout(&pool).await?).await })
+                        .await
+                        .map_err(|e| StoreError::Unavailable(format!("migrating: {e}")))?
                 })
                 .await?;
-            self.pool
-                .get()
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("connecting: {}", chain(&e))))
+            checkout(&self.pool).await
         }
         .await;
         self.note(result)

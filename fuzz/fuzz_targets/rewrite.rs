@@ -17,7 +17,7 @@
 //! and it is the original byte for byte except for (a) each externalized
 //! output, in order: its content replaced by its encoded stub and the spans
 //! the adapter named for removal (Anthropic's other text blocks) gone, and
-//! (b) one insertion of the recall tools (when recall is on and refs exist)
+//! (b) one insertion of the recall tools (when the policy adds them)
 //! and the adapter's recall edits (Responses with `store: false`: the
 //! encrypted reasoning asked for in `include`); every restoration
 //! candidate's span is an assistant message (or a run of the model's items)
@@ -237,7 +237,7 @@ fn check_rewritten(
     assert_eq!(old, new, "message count changed");
 
     // Byte for byte: walk the original's gaps and contents along the new body.
-    let insertions: Vec<(String, String)> = if policy.recall_enabled && mode == Mode::WithRefs {
+    let insertions: Vec<(String, String)> = if policy.adds_recall_tools(mode) {
         let tools = protocol.recall_tools(&r.recall_names).join(",");
         vec![
             (String::new(), format!(",{tools}")),
@@ -252,7 +252,7 @@ fn check_rewritten(
     // The adapter's recall edits, each exactly once, anywhere in a gap, and
     // a cache breakpoint the aging rule may ask for at the end of a message
     // (at most one).
-    let mut edits: Vec<(String, bool, bool)> = if policy.recall_enabled && mode == Mode::WithRefs {
+    let mut edits: Vec<(String, bool, bool)> = if policy.adds_recall_tools(mode) {
         protocol
             .recall_edits(original)
             .into_iter()
@@ -351,7 +351,7 @@ fn check_rewritten(
     );
     assert_eq!(
         inserted,
-        policy.recall_enabled && mode == Mode::WithRefs,
+        policy.adds_recall_tools(mode),
         "recall tools inserted: {inserted}"
     );
     // Restoration candidates point at assistant messages of the new body.

@@ -34,6 +34,7 @@ use super::usage_tap::{FiledRequest, Tapped};
 use super::{stream_back, upstream_request, App};
 use crate::protocol::framing::Framing;
 use crate::protocol::RoundsContext;
+use crate::recall::execute::{over_round_budget, ROUND_RESULT_BYTES};
 use crate::recall::{execute, CallResult, RecallCall, RecallScope, RoundEnd, Rounds, Step};
 use crate::stub::RecallToolNames;
 use bytes::Bytes;
@@ -189,9 +190,15 @@ impl RecallRequest {
                 .recall_calls(tap.note.clone(), calls.len() as u64);
         }
         let mut results = Vec::with_capacity(calls.len());
+        let mut spent = 0usize;
         for call in calls {
             app.metrics.recall_call(call.tool.label());
-            let (text, is_error) = execute(&scope, &call).await;
+            let (text, is_error) = if spent < ROUND_RESULT_BYTES {
+                execute(&scope, &call).await
+            } else {
+                over_round_budget()
+            };
+            spent += text.len();
             if is_error {
                 app.metrics.recall_error(call.tool.label());
             }

@@ -36,23 +36,41 @@ const DEFAULT_LIST_LIMIT: usize = 50;
 const MAX_SEARCH_LIMIT: usize = 200;
 const MAX_CONTEXT_CHARS: usize = 5_000;
 const MAX_LIST_LIMIT: usize = 500;
+/// The most characters one read returns, whatever its `limit` (`-1`, "to
+/// the end", included); `has_more` and `next_offset` say where the rest
+/// is. A result goes back upstream in every later round's body and is held
+/// until the answer ends: uncapped, a read of a 64 MB output held it two
+/// or three times over and sent it to a model whose window it overflows.
+const MAX_READ_CHARS: i64 = 100_000;
+/// The most context one search shows over all its hits (`limit` times both
+/// sides): at the caps above it came to 2 million characters.
+const MAX_SEARCH_CONTEXT_CHARS: usize = 100_000;
+/// What one round's results may come to, in bytes. A call made after its
+/// round's results reached it is answered with an error asking for it in
+/// the next round, so a round of many large reads stays bounded (at most
+/// this plus one read's result).
+pub const ROUND_RESULT_BYTES: usize = 400_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadArgs {
-    #[serde(rename = "ref")]
+    #[serde(rename = "ref", deserialize_with = "a_ref")]
     result_ref: String,
+    #[serde(default, deserialize_with = "integer")]
     offset: Option<i64>,
+    #[serde(default, deserialize_with = "integer")]
     limit: Option<i64>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SearchArgs {
-    #[serde(rename = "ref")]
+    #[serde(rename = "ref", default, deserialize_with = "optional_ref")]
     result_ref: Option<String>,
     query: String,
+    #[serde(default, deserialize_with = "integer")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "integer")]
     context_chars: Option<i64>,
 }
 
@@ -60,7 +78,47 @@ struct SearchArgs {
 #[serde(deny_unknown_fields)]
 struct ListArgs {
     tool_name: Option<String>,
+    #[serde(default, deserialize_with = "integer")]
     limit: Option<i64>,
+}
+
+/// A ref as models copy it: trimmed, and without the `ref=` or `ref:` a
+/// stub's wording may lead them to copy with it.
+fn a_ref<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let raw = String::deserialize(d)?;
+    let trimmed = raw.trim();
+    let bare = ["ref=", "ref:"]
+        .iter()
+        .find_map(|p| trimmed.strip_prefix(p))
+        .unwrap_or(trimmed);
+    Ok(bare.trim().to_string())
+}
+
+fn optional_ref<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Ref(#[serde(deserialize_with = "a_ref")] String);
+    Ok(Option::<Ref>::deserialize(d)?.map(|r| r.0))
+}
+
+/// An integer argument as models send it: a number (`100`, or `100.0`), or
+/// a string of one (`"100"`); null is absent.
+fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    let number = match &value {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)),
+        Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
+        Some(_) => None,
+    };
+    number.map(Some).ok_or_else(|| {
+        D::Error::custom(format!(
+            "expected an integer, got {}",
+            value.unwrap_or_default()
+        ))
+    })
 }
 
 #[derive(Serialize)]
@@ -89,12 +147,25 @@ pub async fn execute(scope: &RecallScope<'_>, call: &RecallCall) -> (String, boo
     };
     match outcome {
         Ok(text) => (text, false),
-        Err(message) => (
-            serde_json::to_string(&ErrorResult { error: message })
-                .unwrap_or_else(|_| "{\"error\":\"internal error\"}".to_string()),
-            true,
-        ),
+        Err(message) => error_result(message),
     }
+}
+
+/// The answer to a call made after its round's results reached
+/// [`ROUND_RESULT_BYTES`].
+pub fn over_round_budget() -> (String, bool) {
+    error_result(format!(
+        "not run: this round's recall results already reached {ROUND_RESULT_BYTES} bytes; \
+         make the call again in your next turn, or read a smaller window"
+    ))
+}
+
+fn error_result(message: String) -> (String, bool) {
+    (
+        serde_json::to_string(&ErrorResult { error: message })
+            .unwrap_or_else(|_| "{\"error\":\"internal error\"}".to_string()),
+        true,
+    )
 }
 
 fn args<'a, T: Deserialize<'a>>(tool: &str, arguments: &'a str) -> Result<T, String> {
@@ -135,6 +206,11 @@ async fn read(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String
             "limit must be -1 (to the end) or 0 or more, got {limit}"
         ));
     }
+    let limit = if limit == -1 {
+        MAX_READ_CHARS
+    } else {
+        limit.min(MAX_READ_CHARS)
+    };
     let window = scope
         .store
         .read(scope.tenant, &a.result_ref, offset, limit)
@@ -177,7 +253,8 @@ async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, Stri
         MAX_CONTEXT_CHARS,
         "context_chars",
         0,
-    )?;
+    )?
+    .min(MAX_SEARCH_CONTEXT_CHARS / (2 * limit));
     match a.result_ref.as_deref().filter(|r| !r.is_empty()) {
         Some(result_ref) => {
             let found = scope
@@ -187,6 +264,10 @@ async fn search(scope: &RecallScope<'_>, arguments: &str) -> Result<String, Stri
                 .map_err(explain)?;
             to_json(&found)
         }
+        None if crate::store::query_terms(&a.query).is_empty() => Err(format!(
+            "the query {:?} has no words to search for; pass a ref for an exact search of any text",
+            a.query
+        )),
         None => {
             let hits = scope
                 .store
@@ -206,7 +287,7 @@ async fn list(scope: &RecallScope<'_>, arguments: &str) -> Result<String, String
         .list(
             scope.tenant,
             Some(scope.session),
-            a.tool_name.as_deref(),
+            a.tool_name.as_deref().filter(|t| !t.is_empty()),
             limit,
         )
         .await

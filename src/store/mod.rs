@@ -44,6 +44,7 @@ pub use backend::{AsyncResultStore, Backend, Health, Store};
 pub use error::StoreError;
 pub use postgres::PostgresOptions;
 pub use sqlite::{sqlite_memory_in_use, SCHEMA_VERSION};
+pub(crate) use text_index::query_terms;
 pub use types::{
     Answer, Exchange, KeyRecord, LedgerBatch, LedgerEntry, Match, NewOutput, OutputMeta,
     OutputSummary, OutputTokens, ReadWindow, RefSearch, Report, ReportQuery, ResponseId, SearchHit,

@@ -34,10 +34,17 @@ pub struct Chunk<'a> {
     pub text: &'a str,
 }
 
+/// Where a chunk may end when its window has no whitespace (minified JSON,
+/// one long line of a log): punctuation both indexes split words at. Not
+/// `.`, `/`, `-`, `_`, `:`, `@` or `=`, which PostgreSQL's parser keeps
+/// inside one token of a host, path, address or URL.
+const SEPARATORS: &[u8] = b",;\"'{}[]()<>|";
+
 /// Cuts `text` into chunks of [`CHUNK_CHARS`] code points, ending a chunk
 /// after ASCII whitespace when there is some in the last [`BOUNDARY_WINDOW`]
-/// code points. The chunks concatenate back to `text` exactly; empty text
-/// has none. Works on bytes (an all-ASCII window is skipped in one step), as
+/// code points, else after one of [`SEPARATORS`] there, so that no word is
+/// cut across two indexed rows (and found by neither). The chunks
+/// concatenate back to `text` exactly; empty text has none. Works on bytes (an all-ASCII window is skipped in one step), as
 /// it runs on the put path over every byte of every original.
 pub fn chunks(text: &str) -> Vec<Chunk<'_>> {
     let bytes = text.as_bytes();
@@ -50,7 +57,12 @@ pub fn chunks(text: &str) -> Vec<Chunk<'_>> {
             (end, n)
         } else {
             let window = back(bytes, end, BOUNDARY_WINDOW).max(start);
-            match bytes[window..end].iter().rposition(u8::is_ascii_whitespace) {
+            let region = &bytes[window..end];
+            match region
+                .iter()
+                .rposition(u8::is_ascii_whitespace)
+                .or_else(|| region.iter().rposition(|b| SEPARATORS.contains(b)))
+            {
                 Some(p) if window + p + 1 > start => {
                     let cut = window + p + 1;
                     (cut, n - count(&bytes[cut..end]))
@@ -377,6 +389,27 @@ mod tests {
                 text: "abc"
             }]
         );
+    }
+
+    #[test]
+    fn minified_json_is_cut_between_words() {
+        // No whitespace anywhere: each chunk ends after a separator, so no
+        // id is split across two indexed rows.
+        let s: String = (0..2000)
+            .map(|i| format!("{{\"request_id\":\"req_{i:08x}abcdef\",\"ok\":true}},"))
+            .collect();
+        let cs = chunks(&s);
+        assert!(cs.len() > 10);
+        assert_eq!(joined(&cs), s);
+        for c in &cs[..cs.len() - 1] {
+            let last = c.text.as_bytes()[c.text.len() - 1];
+            assert!(
+                SEPARATORS.contains(&last),
+                "{:?}",
+                &c.text[c.text.len() - 20..]
+            );
+            assert!(c.chars as usize >= CHUNK_CHARS - BOUNDARY_WINDOW);
+        }
     }
 
     #[test]

@@ -236,6 +236,111 @@ async fn invalid_arguments_and_unknown_refs_are_results_not_failures() {
 }
 
 #[tokio::test]
+async fn a_read_to_the_end_returns_at_most_its_cap_and_says_where_the_rest_is() {
+    let s = setup(reader(
+        "tool_result_read",
+        |r| json!({"ref": r, "limit": -1}),
+    ))
+    .await;
+    let original = big_json(10_000);
+    let (status, got) = ask(&s, chat_body(std::slice::from_ref(&original), ""), &[]).await;
+    assert_eq!(status, 200);
+    let result = read_result(&got);
+    let expected: String = original.chars().take(100_000).collect();
+    assert_eq!(result["content"], expected);
+    assert_eq!(result["has_more"], true);
+    assert_eq!(result["next_offset"], 100_000);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_models_slips_in_its_arguments_are_read_as_meant() {
+    // A ref copied with the stub's wording and spaces, numbers as a string
+    // and as a float.
+    let s = setup(reader(
+        "tool_result_read",
+        |r| json!({"ref": format!(" ref={r} "), "offset": "5", "limit": 20.0}),
+    ))
+    .await;
+    let original = big_json(3000);
+    let (_, got) = ask(&s, chat_body(std::slice::from_ref(&original), ""), &[]).await;
+    let result = read_result(&got);
+    let expected: String = original.chars().skip(5).take(20).collect();
+    assert_eq!(result["content"], expected, "{result}");
+    s.proxy.shutdown().await;
+
+    // An empty tool name lists every output; a query without a word says
+    // so, rather than finding nothing.
+    let s = setup(reader("tool_result_list", |_| json!({"tool_name": ""}))).await;
+    let (_, got) = ask(&s, chat_body(&[big_json(3000), big_json(3001)], ""), &[]).await;
+    let result = read_result(&got);
+    assert_eq!(
+        result["results"].as_array().map(Vec::len),
+        Some(2),
+        "{result}"
+    );
+    s.proxy.shutdown().await;
+    let s = setup(reader("tool_result_search", |_| json!({"query": "=="}))).await;
+    let (_, got) = ask(&s, chat_body(&[big_json(3000)], ""), &[]).await;
+    let result = read_result(&got);
+    assert!(
+        result["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no words")),
+        "{result}"
+    );
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_rounds_results_stay_within_their_bound() {
+    // Six reads to the end of a 400 KB output in one round: each result is
+    // about 122 KB, so the fifth and sixth are asked for again later.
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let results: Vec<Value> = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "tool")
+            .filter_map(|m| serde_json::from_str(m["content"].as_str()?).ok())
+            .collect();
+        if !results.is_empty() {
+            let ran = results
+                .iter()
+                .filter(|r| r.get("content").is_some())
+                .count();
+            let refused = results
+                .iter()
+                .filter(|r| {
+                    r["error"]
+                        .as_str()
+                        .is_some_and(|e| e.starts_with("not run"))
+                })
+                .count();
+            return answer(&format!("RAN:{ran} REFUSED:{refused}"));
+        }
+        match stub_ref(&request) {
+            Some(reference) if offers(&request, "tool_result_read") => tool_call_reply(
+                (0..6)
+                    .map(|i| {
+                        let args = json!({"ref": reference, "limit": -1});
+                        (format!("rc_{i}"), "tool_result_read", args)
+                    })
+                    .collect(),
+                None,
+            ),
+            _ => answer("no stub"),
+        }
+    });
+    let s = setup(script).await;
+    let (status, got) = ask(&s, chat_body(&[big_json(10_000)], ""), &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(got["choices"][0]["message"]["content"], "RAN:4 REFUSED:2");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn another_tenants_ref_is_unknown() {
     // Tenant A stores an output; tenant B's model tries to read A's ref.
     let stolen: Arc<Mutex<Option<String>>> = Arc::default();

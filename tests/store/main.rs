@@ -547,6 +547,48 @@ mod session_search {
             );
         }
 
+        fn equal_passages_rank_newest_first_on_both_backends() {
+            // Five outputs alike but for one letter: every passage scores
+            // the same for "timeout", and the newest come first.
+            let (_d, store) = open();
+            let refs: Vec<String> = "abcde"
+                .chars()
+                .map(|c| {
+                    let text = format!("timeout while reading case{c} from the pool");
+                    store
+                        .put_one(&alice(), output("s", &format!("c{c}"), "t", &text))
+                        .unwrap()
+                        .result_ref
+                })
+                .collect();
+            store.flush_index().unwrap();
+            let hits = store
+                .search_session(&alice(), "s", "timeout", 3, 5)
+                .unwrap();
+            let got: Vec<&str> = hits.iter().map(|h| h.result_ref.as_str()).collect();
+            assert_eq!(got, [&refs[4], &refs[3], &refs[2]]);
+        }
+
+        fn a_word_across_a_chunk_boundary_of_minified_json_is_found() {
+            // No whitespace: the chunk boundary falls between JSON tokens,
+            // never inside an id.
+            let (_d, store) = open();
+            let text: String = (0..600)
+                .map(|i| format!("{{\"request_id\":\"req{i:05}zq\",\"status\":\"ok\"}},"))
+                .collect();
+            let r = store
+                .put_one(&alice(), output("s", "c", "t", &text))
+                .unwrap()
+                .result_ref;
+            store.flush_index().unwrap();
+            for i in 0..600 {
+                let id = format!("req{i:05}zq");
+                let hits = store.search_session(&alice(), "s", &id, 5, 5).unwrap();
+                assert_eq!(hits.len(), 1, "{id}");
+                assert_eq!(hits[0].result_ref, r);
+            }
+        }
+
         fn only_the_newest_matching_passages_are_ranked() {
             // An old output with the best passage for "needle" and the only
             // "unicorn"; then a newer one of more than RANK_CANDIDATES

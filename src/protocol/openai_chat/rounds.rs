@@ -208,11 +208,13 @@ pub fn recall_calls(response: &Value, names: &RecallToolNames) -> Vec<(RecallCal
                 id: call.get("id")?.as_str()?.to_string(),
                 name: name.to_string(),
                 tool,
-                arguments: call
-                    .pointer("/function/arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or("{}")
-                    .to_string(),
+                // A string, as the API sends it; some compatible servers
+                // send the object itself.
+                arguments: match call.pointer("/function/arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(object @ Value::Object(_)) => object.to_string(),
+                    _ => "{}".to_string(),
+                },
             };
             let mut entry = call.clone();
             entry["function"]["arguments"] = Value::from(recall.arguments.as_str());
@@ -345,6 +347,17 @@ mod tests {
             json!([call]),
             "the signature goes back"
         );
+    }
+
+    #[test]
+    fn arguments_sent_as_an_object_are_read_as_its_text() {
+        let response = json!({"choices":[{"finish_reason":"tool_calls","message":{"role":"assistant",
+            "tool_calls":[{"id":"a","type":"function",
+                "function":{"name":"tool_result_read","arguments":{"ref":"tr_x"}}}]}}]});
+        let calls = recall_calls(&response, &names());
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].0.arguments, r#"{"ref":"tr_x"}"#);
+        assert_eq!(calls[0].1["function"]["arguments"], r#"{"ref":"tr_x"}"#);
     }
 
     #[test]

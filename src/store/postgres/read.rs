@@ -352,7 +352,8 @@ const BY_WALK: &str =
         ORDER BY seq DESC) c \
     LIMIT $4";
 
-/// The candidates ranked, the best `$5` with their text and output.
+/// The candidates ranked, the best `$5` with their text and output; equal
+/// scores newest first, as on SQLite.
 /// `OFFSET 0` keeps the ranking a lookup per candidate (else PostgreSQL
 /// may join by scanning every chunk).
 const RANKED: &str = "WITH MINE, cand AS MATERIALIZED (CANDIDATES), \
@@ -361,10 +362,10 @@ const RANKED: &str = "WITH MINE, cand AS MATERIALIZED (CANDIDATES), \
             SELECT ts_rank_cd(coalesce(c.tsv, TSVECTOR), (SELECT to_tsquery('toolstub_code', $3))) \
                 AS score \
             FROM chunks c WHERE c.blob_id = k.blob_id AND c.seq = k.seq OFFSET 0) r \
-        ORDER BY r.score DESC, k.blob_id, k.seq LIMIT $5) \
+        ORDER BY r.score DESC, k.blob_id DESC, k.seq DESC LIMIT $5) \
     SELECT t.blob_id, c.start_char, c.text, t.score, m.ref, m.tool_name, m.original_chars \
     FROM top t JOIN chunks c USING (blob_id, seq) JOIN mine m USING (blob_id) \
-    ORDER BY t.score DESC, t.blob_id, t.seq";
+    ORDER BY t.score DESC, t.blob_id DESC, t.seq DESC";
 
 /// The statement for a strategy: `ranked` ranks, else it only finds
 /// candidates (a term's existence check).

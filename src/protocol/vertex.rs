@@ -39,27 +39,34 @@ pub fn location(path: &str) -> Option<&str> {
 }
 
 /// Vertex AI's host for a location: `{location}-aiplatform.googleapis.com`,
-/// `aiplatform.googleapis.com` for `global`.
+/// `aiplatform.googleapis.com` for `global`, and the multi-regions `us` and
+/// `eu` at `aiplatform.{us|eu}.rep.googleapis.com` (as Claude Code and
+/// Google's SDKs map them).
 pub fn host(location: &str) -> String {
-    if location == "global" {
-        "aiplatform.googleapis.com".to_string()
-    } else {
-        format!("{location}-aiplatform.googleapis.com")
+    match location {
+        "global" => "aiplatform.googleapis.com".to_string(),
+        "us" | "eu" => format!("aiplatform.{location}.rep.googleapis.com"),
+        _ => format!("{location}-aiplatform.googleapis.com"),
     }
 }
 
-/// Whether `host` is Vertex AI's (`aiplatform.googleapis.com` or a
-/// region's `{region}-aiplatform.googleapis.com`).
+/// Whether `host` is Vertex AI's (`aiplatform.googleapis.com`, a
+/// multi-region's `aiplatform.{us|eu}.rep.googleapis.com` or a region's
+/// `{region}-aiplatform.googleapis.com`).
 pub fn is_host(host: &str) -> bool {
-    host == "aiplatform.googleapis.com"
-        || host
-            .strip_suffix("-aiplatform.googleapis.com")
-            .is_some_and(|region| {
-                !region.is_empty()
-                    && region
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
+    matches!(
+        host,
+        "aiplatform.googleapis.com"
+            | "aiplatform.us.rep.googleapis.com"
+            | "aiplatform.eu.rep.googleapis.com"
+    ) || host
+        .strip_suffix("-aiplatform.googleapis.com")
+        .is_some_and(|region| {
+            !region.is_empty()
+                && region
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
 }
 
 /// Whether `path` is a call on a publisher's model (`.../locations/{l}/
@@ -105,6 +112,9 @@ mod tests {
             "europe-west4-aiplatform.googleapis.com"
         );
         assert_eq!(host("global"), "aiplatform.googleapis.com");
+        assert_eq!(host("us"), "aiplatform.us.rep.googleapis.com");
+        assert_eq!(host("eu"), "aiplatform.eu.rep.googleapis.com");
+        assert!(is_host(&host("us")) && is_host(&host("eu")));
         assert_eq!(
             host_of_path(
                 "/v1/projects/p/locations/us-east5/publishers/anthropic/models/c:rawPredict"
@@ -123,6 +133,7 @@ mod tests {
             "evil.com-aiplatform.googleapis.com",
             "aiplatform.googleapis.com.evil.example",
             "US-aiplatform.googleapis.com",
+            "aiplatform.asia.rep.googleapis.com",
             "gateway.internal",
         ] {
             assert!(!is_host(other), "{other}");

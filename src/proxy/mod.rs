@@ -684,6 +684,9 @@ fn upstream_request(
             Route::of(&parts.method, parts.uri.path()).flavor(parts.uri.path(), &parts.headers)
         });
     let (uri, host) = app.upstream.target(&parts.uri, flavor)?;
+    if app.upstream.picks_by_provider(parts.uri.path()) {
+        upstream::stays_in_its_cloud(&parts.headers, parts.uri.path(), &uri)?;
+    }
     let mut headers = upstream_headers(&parts.headers);
     if let Some(host) = host {
         headers.insert(header::HOST, host);

@@ -131,6 +131,12 @@ impl Upstream {
             .map_or(("", default), |(prefix, base)| (prefix.as_str(), base))
     }
 
+    /// Whether the host of a request to `path` is picked by provider: no
+    /// single upstream is set and no `upstream.routes` prefix matches.
+    pub fn picks_by_provider(&self, path: &str) -> bool {
+        self.gemini_base.is_some() && self.route(path, Flavor::OpenAi).0.is_empty()
+    }
+
     /// The upstream URL of a request: its route's base URL + the path (its
     /// route prefix removed) and query. `flavor`: the API the request
     /// speaks, as its errors tell it.
@@ -291,6 +297,40 @@ pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
 /// (`upstream.openai_api_key_hosts`, ...), never anywhere else. Every
 /// caller past the gate is authenticated (a client key, wrap's run secret,
 /// or the local case), so lending is theirs to have.
+/// Where the proxy picks the host by provider, a request carrying a
+/// cloud's credentials (an AWS signature or session token, a Bedrock API
+/// key) or calling a Vertex AI model goes to that cloud's hosts only: one
+/// whose path names no host of it the proxy knows is refused, rather than
+/// sent with them to another provider's default host (an OpenAI-flavoured
+/// guess for a path it does not know).
+pub fn stays_in_its_cloud(headers: &HeaderMap, path: &str, target: &Uri) -> Result<(), ProxyError> {
+    let host = target.host().unwrap_or("");
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let bearer = authorization.strip_prefix("Bearer ").unwrap_or("");
+    let aws = super::aws::is_sigv4(authorization)
+        || headers.contains_key("x-amz-security-token")
+        || bearer.starts_with("ABSK")
+        || bearer.starts_with("bedrock-api-key-");
+    if aws && !super::aws::may_sign_for(host, &[]) {
+        return Err(ProxyError::BadRequest(
+            "this request carries AWS credentials, and its path names no AWS host toolstub knows; \
+             set --upstream (or an upstream.routes entry) for it"
+                .to_string(),
+        ));
+    }
+    if crate::protocol::vertex::is_model_path(path) && !crate::protocol::vertex::is_host(host) {
+        return Err(ProxyError::BadRequest(
+            "this Vertex AI path names no location toolstub can map to a host \
+             (it takes /v1/projects/P/locations/L/...); set --upstream for it"
+                .to_string(),
+        ));
+    }
+    Ok(())
+}
+
 pub fn lend_held_key(held: &HeldKeys, flavor: Flavor, uri: &http::Uri, headers: &mut HeaderMap) {
     let (key, own_host, listed, header) = match flavor {
         Flavor::OpenAi => (

@@ -1031,3 +1031,66 @@ async fn a_revoked_key_presented_as_a_provider_key_reaches_none_of_its_outputs()
     }
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_clouds_credentials_never_go_to_another_providers_host() {
+    // No single upstream: each provider at its own host. Requests that
+    // carry AWS credentials or call a Vertex AI model on a path naming no
+    // host of that cloud are refused here (400), never sent on to
+    // OpenAI's or Anthropic's default host (which this machine cannot
+    // reach: that would be a 502).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".to_string()),
+        db: Some(dir.path().join("toolstub.db")),
+        ..Overrides::default()
+    };
+    let env: Vec<(String, String)> = Vec::new();
+    let proxy = Server::start(load(None, env, &overrides).expect("config"))
+        .await
+        .expect("proxy");
+    let c = client();
+    let sigv4 = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261206/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc";
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        // Claude Code's listing at start, with a Bedrock API key: it goes
+        // to Bedrock's control plane, which needs a region here.
+        (
+            "GET",
+            "/inference-profiles?type=SYSTEM_DEFINED",
+            vec![("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl")],
+        ),
+        (
+            "GET",
+            "/foundation-models",
+            vec![
+                ("authorization", sigv4),
+                ("x-amz-security-token", "IQoJb3JpZ2luX2VjEXAMPLE"),
+            ],
+        ),
+        // A path of no cloud, signed for AWS.
+        (
+            "POST",
+            "/v1/something",
+            vec![("authorization", sigv4), ("x-amz-date", "20261206T000000Z")],
+        ),
+        // A Vertex AI model path without its /v1: no location to map.
+        (
+            "POST",
+            "/projects/p/locations/us-east5/publishers/anthropic/models/m:rawPredict",
+            vec![("authorization", "Bearer ya29.a0-google-token")],
+        ),
+    ];
+    for (method, path, headers) in cases {
+        let (status, _, body) = send(
+            &c,
+            method,
+            local_url(&proxy, path),
+            &headers,
+            r#"{"messages":[]}"#,
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    proxy.shutdown().await;
+}

@@ -125,15 +125,35 @@ fn runtime_host(region: &str) -> String {
     format!("bedrock-runtime.{region}.amazonaws.com")
 }
 
-/// Where a runtime path goes when no single upstream is set: the runtime
-/// host of the proxy's AWS region; `Err` (what to set) when none is known,
-/// rather than another provider's host. `None` for any other path.
+/// Whether `path` is one of Bedrock's control-plane listings that Claude
+/// Code asks its Bedrock base URL for (`GET /inference-profiles`, which it
+/// makes at start, and `/foundation-models`), each served by
+/// `bedrock.{region}.amazonaws.com`.
+pub fn is_control_path(path: &str) -> bool {
+    ["/inference-profiles", "/foundation-models"]
+        .iter()
+        .any(|p| {
+            path.strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+}
+
+/// Where a Bedrock path goes when no single upstream is set: a runtime
+/// path to the runtime host of the proxy's AWS region, a control-plane
+/// listing to its control-plane host; `Err` (what to set) when no region
+/// is known, rather than another provider's host. `None` for any other
+/// path.
 pub fn host_of_path(path: &str, aws_region: Option<&str>) -> Option<Result<String, &'static str>> {
-    is_runtime_path(path).then(|| {
-        aws_region.map(runtime_host).ok_or(
-            "a Bedrock request needs an upstream: set AWS_REGION, or --upstream https://bedrock-runtime.REGION.amazonaws.com",
-        )
-    })
+    let host: fn(&str) -> String = if is_runtime_path(path) {
+        runtime_host
+    } else if is_control_path(path) {
+        |region| format!("bedrock.{region}.amazonaws.com")
+    } else {
+        return None;
+    };
+    Some(aws_region.map(host).ok_or(
+        "a Bedrock request needs an upstream: set AWS_REGION, or --upstream https://bedrock-runtime.REGION.amazonaws.com",
+    ))
 }
 
 #[cfg(test)]
@@ -176,6 +196,13 @@ mod tests {
             Some(Err(_))
         ));
         assert_eq!(host_of_path("/v1/messages", Some("us-west-2")), None);
+        // Claude Code's listing at start goes to the control plane.
+        assert_eq!(
+            host_of_path("/inference-profiles", Some("us-west-2")),
+            Some(Ok("bedrock.us-west-2.amazonaws.com".to_string()))
+        );
+        assert!(is_control_path("/foundation-models/anthropic.claude-x"));
+        assert!(!is_control_path("/inference-profilesx"));
     }
 
     #[test]

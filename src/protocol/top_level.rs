@@ -16,6 +16,9 @@ pub(super) struct Body<'b, M> {
     pub streaming: bool,
     /// `"background": true` (the Responses API's background mode).
     pub background: bool,
+    /// A `conversation` (the Responses API's conversation object, which
+    /// the upstream adds each response's input and output items to).
+    pub in_conversation: bool,
     /// The `model` member's raw JSON (the last, if given twice).
     pub model: Option<&'b str>,
     /// An `anthropic_beta` list (Claude on Bedrock and Vertex AI, where the
@@ -50,6 +53,7 @@ pub(super) fn read_conversation<'b, M>(
     let (mut messages, mut tools) = (None, None);
     let (mut streams, mut stream_true) = (0, false);
     let mut background = false;
+    let mut in_conversation = false;
     let mut model = None;
     let mut long_context = false;
     scanner.object(|s, key| match key {
@@ -74,6 +78,10 @@ pub(super) fn read_conversation<'b, M>(
             background |= s.value()? == "true";
             Some(())
         }
+        "conversation" => {
+            in_conversation |= s.value()? != "null";
+            Some(())
+        }
         // Not a member the proxy acts on: a duplicate is no reason to
         // forward a body unread (the last one counts, as in most readers).
         "model" => {
@@ -92,6 +100,7 @@ pub(super) fn read_conversation<'b, M>(
         tools,
         streaming: streams == 1 && stream_true,
         background,
+        in_conversation,
         model,
         long_context,
     })

@@ -69,6 +69,12 @@ pub(super) async fn stored(
     let Some(client_id) = (ids.in_path)(&path).map(str::to_string) else {
         return forward(app, &parts, boxed(body), None).await;
     };
+    // The items a response was given are asked of round 1, the id the
+    // client holds (its own input, as rewritten): a later round's input
+    // holds the hidden recall calls and what they read.
+    if path.ends_with("/input_items") {
+        return forward(app, &parts, boxed(body), None).await;
+    }
     let Some(mapped) = upstream_of(app, &tenant, &client_id).await else {
         return forward(app, &parts, boxed(body), None).await;
     };
@@ -88,11 +94,22 @@ pub(super) async fn stored(
     if !fetch {
         return forward(app, &parts, boxed(body), None).await;
     }
-    let request = super::upstream_request(app, &parts, boxed(body), None)?;
+    // Read to patch its ids: asked for uncompressed, and decoded if it
+    // comes compressed all the same (the SDKs accept gzip).
+    let mut request = super::upstream_request(app, &parts, boxed(body), None)?;
+    request.headers_mut().insert(
+        header::ACCEPT_ENCODING,
+        header::HeaderValue::from_static("identity"),
+    );
     let response = app.send(request).await?;
     if !response.status().is_success() {
         return Ok(stream_back(response));
     }
+    let response = super::decode::decoded(response).map_err(|coding| {
+        ProxyError::UpstreamEncoding(format!(
+            "the upstream compressed a stored response toolstub must read with a coding it cannot decode: {coding}"
+        ))
+    })?;
     let (mut head, body) = response.into_parts();
     super::upstream::strip_hop_by_hop(&mut head.headers);
     // Read whole to patch its ids, so counted against the bytes the proxy

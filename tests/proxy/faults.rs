@@ -4,7 +4,7 @@
 //! answer in bounded time, never a hang; and a client that goes away
 //! cancels the upstream request.
 
-use super::mock::{self, Recorded, Reply, Script};
+use super::mock::{self, gzip, Recorded, Reply, Script};
 use super::{big_json, chat_body, client, config_for, send, setup_with, KEY};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -645,13 +645,6 @@ fn whole_recall_round(request: &Value) -> String {
         Reply::Full(_, _, body) => body,
         _ => unreachable!("whole replies"),
     }
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder.write_all(data).expect("gzip");
-    encoder.finish().expect("gzip")
 }
 
 /// `data` sent with this `Content-Encoding`, 64 bytes a chunk.

@@ -326,3 +326,11 @@ pub async fn send(
     let bytes = body.collect().await.expect("body").to_bytes();
     (parts.status, parts.headers, bytes)
 }
+
+/// `data` gzip-compressed (an upstream's `Content-Encoding: gzip` body).
+pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).expect("gzip");
+    encoder.finish().expect("gzip")
+}

@@ -229,6 +229,9 @@ async fn stream(s: &Setup, body: String) -> Vec<(String, Value)> {
                 .lines()
                 .find_map(|l| l.strip_prefix("data: "))
                 .unwrap_or("null");
+            if data == "[DONE]" {
+                return ("[DONE]".to_string(), Value::Null);
+            }
             (kind, serde_json::from_str(data).expect("json"))
         })
         .collect()
@@ -380,6 +383,99 @@ async fn a_streamed_recall_round_is_one_well_formed_response() {
     );
     assert_eq!(t["recall_calls"], 1);
     assert_eq!(stats["by_tool"][0]["tool"], "exec_command");
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_gateways_done_marker_ends_the_answer_once_after_its_last_event() {
+    // Some OpenAI-compatible gateways end each stream with `data: [DONE]`:
+    // one between the rounds would stop the client's reader there.
+    let inner = reader(Arc::default());
+    let script: Script = Arc::new(move |r: &Recorded| match inner(r) {
+        Reply::Stream {
+            mut chunks,
+            gap,
+            sent,
+        } => {
+            chunks.push("data: [DONE]\n\n".to_string());
+            Reply::Stream { chunks, gap, sent }
+        }
+        other => other,
+    });
+    let s = setup(script).await;
+    let events = stream(
+        &s,
+        responses_body(&exec_output(2_000), &[], r#","stream":true"#),
+    )
+    .await;
+    let done: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i].0 == "[DONE]")
+        .collect();
+    assert_eq!(done, [events.len() - 1], "one, after the answer");
+    let completed = accumulate(&events[..events.len() - 1]);
+    let ids: Vec<&str> = completed["output"]
+        .as_array()
+        .expect("output")
+        .iter()
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["rs_a0", "msg_a0", "rs_b1", "msg_b1"]);
+    assert_eq!(s.mock.requests().len(), 2);
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fetch_is_patched_though_the_upstream_compresses_and_input_items_stay_round_ones() {
+    let kept: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    let inner = reader(kept);
+    // An upstream that compresses every stored response it returns.
+    let script: Script = Arc::new(move |r: &Recorded| match inner(r) {
+        Reply::Full(200, _, body) if r.method == "GET" => Reply::Coded {
+            content_type: "application/json",
+            encoding: "gzip".to_string(),
+            chunks: vec![Bytes::from(super::mock::gzip(body.as_bytes()))],
+        },
+        other => other,
+    });
+    let s = setup(script).await;
+    let first =
+        responses_body(&exec_output(2_000), &[], "").replace(r#""store":false"#, r#""store":true"#);
+    let (_, _, bytes) = post(&s, first).await;
+    let client_id = serde_json::from_slice::<Value>(&bytes).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let (status, _, bytes) = send(
+        &client(),
+        "GET",
+        s.url(&format!("/v1/responses/{client_id}")),
+        &[("authorization", KEY), ("accept-encoding", "gzip, deflate")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let fetched: Value = serde_json::from_slice(&bytes).expect("plain JSON");
+    assert_eq!(fetched["id"], client_id);
+    assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));
+    assert_eq!(
+        s.mock.last().headers["accept-encoding"],
+        "identity",
+        "asked for uncompressed"
+    );
+    // The input items of the client's id are round 1's, not a later
+    // round's with the hidden recall exchange in them.
+    send(
+        &client(),
+        "GET",
+        s.url(&format!("/v1/responses/{client_id}/input_items")),
+        &[("authorization", KEY)],
+        "",
+    )
+    .await;
+    assert_eq!(
+        s.mock.last().path_and_query,
+        format!("/v1/responses/{client_id}/input_items")
+    );
     s.proxy.shutdown().await;
 }
 

@@ -175,8 +175,11 @@ impl Protocol for OpenAiResponses {
     fn parse<'b>(&self, body: &'b str) -> Option<ParsedRequest<'b>> {
         let parsed = read_conversation(body, "input", read_item)?;
         // Background responses are left alone: the proxy could not run the
-        // recall rounds of a response it does not wait for.
-        if parsed.background {
+        // recall rounds of a response it does not wait for. So are those
+        // of a conversation object: the upstream adds each round's items
+        // to it, so a second round, which sends them again, is refused as
+        // duplicate items (and the hidden rounds would stay in it).
+        if parsed.background || parsed.in_conversation {
             return None;
         }
         let tools = tools_slot(body, parsed.tools)?;

@@ -83,7 +83,14 @@ pub(super) fn item_kind(names: &RecallToolNames, json: &str) -> ItemKind {
                 _ => ItemKind::ClientCall,
             }
         }
-        "custom_tool_call" => ItemKind::ClientCall,
+        // Every other call the client runs (Codex's and the Agents SDK's
+        // shell, patch and computer tools), and an MCP approval it answers.
+        "custom_tool_call"
+        | "local_shell_call"
+        | "shell_call"
+        | "apply_patch_call"
+        | "computer_call"
+        | "mcp_approval_request" => ItemKind::ClientCall,
         _ => ItemKind::Other,
     }
 }

@@ -51,6 +51,11 @@ pub(crate) struct StreamState {
     /// The answer's last event went out as soon as it came (a first round
     /// without recall calls: nothing to keep, nothing to wait for).
     finished: bool,
+    /// An upstream round ended its stream with `data: [DONE]` (some
+    /// OpenAI-compatible gateways do): the client gets one, after the
+    /// answer's last event, never between rounds (the SDKs stop reading
+    /// at it).
+    saw_done: bool,
 }
 
 impl StreamState {
@@ -148,6 +153,13 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
     let Some(data) = event.data.as_deref() else {
         return vec![event.raw.clone()];
     };
+    if data.trim() == "[DONE]" {
+        if rounds.stream.finished {
+            return vec![event.raw.clone()];
+        }
+        rounds.stream.saw_done = true;
+        return Vec::new();
+    }
     let Some(fields) = fields(data) else {
         return vec![event.raw.clone()];
     };
@@ -305,10 +317,14 @@ pub(super) fn finish(rounds: &mut ResponsesRounds) -> Vec<Bytes> {
     if let Some(response) = rounds.client_response(response) {
         members.push(("response", response));
     }
-    match set_members(&data, &members) {
+    let mut out = match set_members(&data, &members) {
         Some(data) => vec![sse(&kind, &data)],
         None => vec![sse(&kind, &data)],
+    };
+    if rounds.stream.saw_done {
+        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
     }
+    out
 }
 
 /// A `response.failed` ending the client's stream: round 1's id, the next

@@ -134,6 +134,8 @@ fn what_is_not_understood_or_not_rewritten() {
         r#"{"input":[1]}"#,
         r#"{"input":[],"tools":{}}"#,
         r#"{"input":[],"background":true}"#,
+        r#"{"input":[],"conversation":"conv_1"}"#,
+        r#"{"input":[],"conversation":{"id":"conv_1"}}"#,
     ] {
         assert!(OpenAiResponses.parse(body).is_none(), "{body}");
     }
@@ -226,4 +228,27 @@ fn canon_of_a_turn_survives_reserialization_and_goes_by_ids() {
             r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}"#
         )
     );
+}
+
+#[test]
+fn every_call_the_client_runs_is_a_client_call() {
+    use super::rounds::{item_kind, ItemKind};
+    let names = RecallToolNames::default();
+    for kind in [
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "mcp_approval_request",
+    ] {
+        let item = format!(r#"{{"type":"{kind}","id":"x","call_id":"c","name":"exec"}}"#);
+        assert_eq!(item_kind(&names, &item), ItemKind::ClientCall, "{kind}");
+    }
+    // What the upstream runs itself, and what is no call.
+    for kind in ["message", "reasoning", "web_search_call", "mcp_call"] {
+        let item = format!(r#"{{"type":"{kind}","id":"x"}}"#);
+        assert_eq!(item_kind(&names, &item), ItemKind::Other, "{kind}");
+    }
 }

@@ -130,17 +130,18 @@ pub fn summarize(input: &Input<'_>) -> Option<Synopsis> {
     Some(describe(&page, &tree))
 }
 
-/// Whether a line of the text opens a ```` ```yaml ```` fence.
+/// Whether a line of the text opens a ```` ```yaml ```` fence. Only the
+/// blanks before each fence are read back (not its whole line: on one long
+/// line of many fences that was quadratic).
 fn has_yaml_fence(text: &str) -> bool {
-    memchr::memmem::find_iter(text.as_bytes(), b"```yaml").any(|at| {
-        let before = &text.as_bytes()[..at];
-        let line_start = before
+    let bytes = text.as_bytes();
+    memchr::memmem::find_iter(bytes, b"```yaml").any(|at| {
+        let blanks = bytes[..at]
             .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1);
-        before[line_start..]
-            .iter()
-            .all(|b| *b == b' ' || *b == b'\t')
+            .rev()
+            .take_while(|b| matches!(b, b' ' | b'\t'))
+            .count();
+        at == blanks || bytes[at - blanks - 1] == b'\n'
     })
 }
 
@@ -552,6 +553,20 @@ mod tests {
 
     fn syn(text: &str) -> Option<Synopsis> {
         summarize(&Input::new(text, "", 2000))
+    }
+
+    #[test]
+    fn a_yaml_fence_opens_a_line() {
+        for (text, fence) in [
+            ("```yaml\n", true),
+            ("x\n```yaml\n", true),
+            ("x\n \t ```yaml\n", true),
+            ("x ```yaml\n", false),
+            ("x\n- a ```yaml", false),
+            ("```yml\n", false),
+        ] {
+            assert_eq!(has_yaml_fence(text), fence, "{text:?}");
+        }
     }
 
     const PLAYWRIGHT: &str = "### Ran Playwright code\n```js\nawait page.goto('https://example.com/login');\n```\n\n### Page state\n- Page URL: https://example.com/login\n- Page Title: Sign in\n- Page Snapshot:\n```yaml\n- generic [ref=e1]:\n  - banner [ref=e2]:\n    - link \"Home\" [ref=e3] [cursor=pointer]:\n      - /url: /\n    - heading \"Sign in to \\\"Example\\\"\" [level=1] [ref=e4]\n  - main [ref=e5]:\n    - textbox \"Email\" [ref=e6]\n    - textbox \"Password\" [ref=e7]\n    - checkbox \"Remember me\" [checked] [ref=e8]\n    - button \"Submit\" [disabled] [ref=e9] [cursor=pointer]\n    - 'cell \"Poster #400\" [ref=e10]'\n    - 'link \"It''s #1\" [ref=e11]':\n      - /url: \"#top\"\n    - text: Forgot?\n```\n";

@@ -28,6 +28,11 @@ pub fn summarize_csv(input: &Input<'_>) -> Option<Synopsis> {
     summarize_table(input.text, b',', Kind::Csv)
 }
 
+/// The most columns a table may have. A wider first row is not read into
+/// cells: one 10 MB line of `a,a,a,...` made 5 million strings (280 MB)
+/// only to be refused for having one row.
+const MAX_COLUMNS: usize = 4096;
+
 fn summarize_table(text: &str, delimiter: u8, kind: Kind) -> Option<Synopsis> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -46,7 +51,7 @@ fn summarize_table(text: &str, delimiter: u8, kind: Kind) -> Option<Synopsis> {
         }
         if head.len() < REGULAR_ROWS {
             let width = head.first().map_or(record.len(), Vec::len);
-            if record.len() != width || width < 2 {
+            if record.len() != width || !(2..=MAX_COLUMNS).contains(&width) {
                 return None;
             }
             head.push(
@@ -228,6 +233,19 @@ mod tests {
     fn empty_header_cells_are_named() {
         let s = csv(",b\n1,2\n").expect("csv");
         assert_eq!(s.structure[0], "columns: column_1, b");
+    }
+
+    #[test]
+    fn rows_wider_than_the_column_cap_are_not_a_table() {
+        let row = |n: usize| {
+            (0..n)
+                .map(|i| format!("c{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let table = |n: usize| format!("{}\n{}\n{}\n", row(n), row(n), row(n));
+        assert!(csv(&table(MAX_COLUMNS)).is_some());
+        assert!(csv(&table(MAX_COLUMNS + 1)).is_none());
     }
 
     #[test]

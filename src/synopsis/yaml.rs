@@ -166,6 +166,12 @@ fn cut(text: &str) -> Option<Cut<'_>> {
     let bytes = text.as_bytes();
     let middle = text.len() / 2;
     let mut at = middle;
+    // What the searches for enclosing lines may read in all, so that the
+    // cut stays linear: without it, each line of a long block scalar whose
+    // lines look like entries (`notes: |` over `  - item`s) scanned back
+    // to the scalar's key, quadratic in its length (seconds on 1 MB). Past
+    // it the text is loaded whole, the same synopsis by the longer road.
+    let mut budget = text.len();
     while at - middle < text.len() / 4 {
         let start = at + memchr::memchr(b'\n', bytes.get(at..)?)? + 1;
         let end = memchr::memchr(b'\n', bytes.get(start..)?).map_or(text.len(), |i| start + i);
@@ -189,7 +195,7 @@ fn cut(text: &str) -> Option<Cut<'_>> {
                 }
             }
             Some(_) if top_is_mapping => {
-                if let Some(context) = context_above(text, start, indent) {
+                if let Some(context) = context_above(text, start, indent, &mut budget) {
                     return Some(Cut { at: start, context });
                 }
             }
@@ -202,8 +208,14 @@ fn cut(text: &str) -> Option<Cut<'_>> {
 /// The lines enclosing the line at byte `line_start` (indented by `indent`),
 /// outermost first: for each smaller indentation up to the margin, the
 /// nearest line above at that indentation. `None` unless every one of them
-/// is a bare `key:` line.
-fn context_above(text: &str, line_start: usize, indent: usize) -> Option<Vec<&str>> {
+/// is a bare `key:` line, or when that takes reading more than `budget`
+/// bytes (what is read is taken from it).
+fn context_above<'t>(
+    text: &'t str,
+    line_start: usize,
+    indent: usize,
+    budget: &mut usize,
+) -> Option<Vec<&'t str>> {
     let bytes = text.as_bytes();
     let mut context = Vec::new();
     let mut below = indent;
@@ -212,6 +224,7 @@ fn context_above(text: &str, line_start: usize, indent: usize) -> Option<Vec<&st
         // The line before the one ending at `end` (its `\n` is at end - 1).
         let newline = end.checked_sub(1)?;
         let start = memchr::memrchr(b'\n', bytes.get(..newline)?).map_or(0, |i| i + 1);
+        *budget = budget.checked_sub(end - start)?;
         end = start;
         let line = text.get(start..newline)?.trim_end_matches('\r');
         let body = line.trim_start_matches(' ');
@@ -660,6 +673,26 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_search_for_enclosing_lines_reads_within_its_budget() {
+        let text = "spec:\n  items:\n    - a\n    - b\n";
+        let at = text.find("    - b").expect("line");
+        let mut budget = text.len();
+        assert_eq!(
+            context_above(text, at, 4, &mut budget),
+            Some(vec!["spec:", "  items:"])
+        );
+        // It read the three lines above: what is left is what it did not.
+        assert_eq!(budget, text.len() - at);
+        let mut short = at - 1;
+        assert_eq!(context_above(text, at, 4, &mut short), None);
+        // A block scalar of 70,000 entry-like lines: the cut's searches
+        // stop within the text's length, and the whole load takes it.
+        let notes: String = (0..70_000).map(|i| format!("  - item {i}\n")).collect();
+        let text = format!("---\nnotes: |\n{notes}");
+        assert!(cut(&text).is_none());
     }
 
     fn syn(text: &str) -> Option<Synopsis> {

@@ -196,6 +196,10 @@ fn check_rewritten(
 ) {
     let original = std::str::from_utf8(body).expect("rewritten implies UTF-8");
     let parsed = protocol.parse(original).expect("rewritten implies parsed");
+    // Spelled out here rather than asked of the code under test: recall on,
+    // not the last round of a recall loop (which withholds them), refs.
+    let adds_tools =
+        policy.recall_enabled && !policy.withhold_recall_tools && mode == Mode::WithRefs;
     // With the aging rule on, a conversation that declares tools is
     // rewritten from its first request (the recall tools offered), with or
     // without an output to replace.
@@ -237,7 +241,7 @@ fn check_rewritten(
     assert_eq!(old, new, "message count changed");
 
     // Byte for byte: walk the original's gaps and contents along the new body.
-    let insertions: Vec<(String, String)> = if policy.adds_recall_tools(mode) {
+    let insertions: Vec<(String, String)> = if adds_tools {
         let tools = protocol.recall_tools(&r.recall_names).join(",");
         vec![
             (String::new(), format!(",{tools}")),
@@ -252,7 +256,7 @@ fn check_rewritten(
     // The adapter's recall edits, each exactly once, anywhere in a gap, and
     // a cache breakpoint the aging rule may ask for at the end of a message
     // (at most one).
-    let mut edits: Vec<(String, bool, bool)> = if policy.adds_recall_tools(mode) {
+    let mut edits: Vec<(String, bool, bool)> = if adds_tools {
         protocol
             .recall_edits(original)
             .into_iter()
@@ -351,7 +355,7 @@ fn check_rewritten(
     );
     assert_eq!(
         inserted,
-        policy.adds_recall_tools(mode),
+        adds_tools,
         "recall tools inserted: {inserted}"
     );
     // Restoration candidates point at assistant messages of the new body.

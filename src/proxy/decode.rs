@@ -60,6 +60,12 @@ fn codings(headers: &HeaderMap) -> Result<Vec<Coding>, String> {
     Ok(out)
 }
 
+/// Whether every coding of `headers`' `Content-Encoding` is one the proxy
+/// decodes.
+pub fn can_decode(headers: &HeaderMap) -> bool {
+    codings(headers).is_ok()
+}
+
 /// Whether a response's body is compressed (any coding but identity).
 pub fn is_encoded(headers: &HeaderMap) -> bool {
     headers.get_all(header::CONTENT_ENCODING).iter().any(|v| {

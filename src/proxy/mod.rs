@@ -685,7 +685,7 @@ fn upstream_request(
         });
     let (uri, host) = app.upstream.target(&parts.uri, flavor)?;
     if app.upstream.picks_by_provider(parts.uri.path()) {
-        upstream::stays_in_its_cloud(&parts.headers, parts.uri.path(), &uri)?;
+        upstream::stays_in_its_cloud(&parts.headers, &parts.uri, &uri)?;
     }
     let mut headers = upstream_headers(&parts.headers);
     if let Some(host) = host {

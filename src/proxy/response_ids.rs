@@ -105,10 +105,14 @@ pub(super) async fn stored(
     if !response.status().is_success() {
         return Ok(stream_back(response));
     }
+    // A coding the proxy cannot decode goes back as it came, unpatched.
+    if super::decode::is_encoded(response.headers())
+        && !super::decode::can_decode(response.headers())
+    {
+        return Ok(stream_back(response));
+    }
     let response = super::decode::decoded(response).map_err(|coding| {
-        ProxyError::UpstreamEncoding(format!(
-            "the upstream compressed a stored response toolstub must read with a coding it cannot decode: {coding}"
-        ))
+        ProxyError::UpstreamEncoding(format!("cannot decode a stored response: {coding}"))
     })?;
     let (mut head, body) = response.into_parts();
     super::upstream::strip_hop_by_hop(&mut head.headers);

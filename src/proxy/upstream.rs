@@ -290,28 +290,36 @@ pub fn upstream_headers(incoming: &HeaderMap) -> HeaderMap {
     headers
 }
 
-/// The provider key toolstub holds for `flavor`'s API, added to a request
-/// that carries no credential of its own (its client sent none, or a
-/// client key in its place, taken off at the gate): only when the request
-/// goes to that provider's own API host or a host listed for that key
-/// (`upstream.openai_api_key_hosts`, ...), never anywhere else. Every
-/// caller past the gate is authenticated (a client key, wrap's run secret,
-/// or the local case), so lending is theirs to have.
 /// Where the proxy picks the host by provider, a request carrying a
 /// cloud's credentials (an AWS signature or session token, a Bedrock API
 /// key) or calling a Vertex AI model goes to that cloud's hosts only: one
 /// whose path names no host of it the proxy knows is refused, rather than
 /// sent with them to another provider's default host (an OpenAI-flavoured
 /// guess for a path it does not know).
-pub fn stays_in_its_cloud(headers: &HeaderMap, path: &str, target: &Uri) -> Result<(), ProxyError> {
+pub fn stays_in_its_cloud(
+    headers: &HeaderMap,
+    client: &Uri,
+    target: &Uri,
+) -> Result<(), ProxyError> {
     let host = target.host().unwrap_or("");
+    let path = client.path();
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let bearer = authorization.strip_prefix("Bearer ").unwrap_or("");
+    let bearer = authorization
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim_start());
+    // A presigned URL carries its signature in the query.
+    let presigned = client.query().is_some_and(|q| {
+        q.split('&').any(|pair| {
+            pair.starts_with("X-Amz-Signature=") || pair.starts_with("X-Amz-Security-Token=")
+        })
+    });
     let aws = super::aws::is_sigv4(authorization)
         || headers.contains_key("x-amz-security-token")
+        || presigned
         || bearer.starts_with("ABSK")
         || bearer.starts_with("bedrock-api-key-");
     if aws && !super::aws::may_sign_for(host, &[]) {
@@ -331,6 +339,13 @@ pub fn stays_in_its_cloud(headers: &HeaderMap, path: &str, target: &Uri) -> Resu
     Ok(())
 }
 
+/// The provider key toolstub holds for `flavor`'s API, added to a request
+/// that carries no credential of its own (its client sent none, or a
+/// client key in its place, taken off at the gate): only when the request
+/// goes to that provider's own API host or a host listed for that key
+/// (`upstream.openai_api_key_hosts`, ...), never anywhere else. Every
+/// caller past the gate is authenticated (a client key, wrap's run secret,
+/// or the local case), so lending is theirs to have.
 pub fn lend_held_key(held: &HeldKeys, flavor: Flavor, uri: &http::Uri, headers: &mut HeaderMap) {
     let (key, own_host, listed, header) = match flavor {
         Flavor::OpenAi => (
@@ -454,9 +469,9 @@ mod tests {
         assert_eq!(names, ["authorization"]);
     }
 
-    #[test]
-    fn upstream_uri_keeps_the_base_prefix() {
-        let config = UpstreamConfig {
+    /// Each provider at its own host (no single upstream), one route.
+    fn by_provider() -> UpstreamConfig {
+        UpstreamConfig {
             base_url: "https://example.com/api".parse().expect("uri"),
             anthropic_base: Some("https://anthropic.example".parse().expect("uri")),
             gemini_base: Some("https://gemini.example".parse().expect("uri")),
@@ -473,7 +488,59 @@ mod tests {
             google_token_hosts: Vec::new(),
             aws_signing_hosts: Vec::new(),
             held_keys: crate::config::HeldKeys::default(),
+        }
+    }
+
+    #[test]
+    fn a_clouds_credentials_stay_in_its_cloud() {
+        let mut up = Upstream::new(&by_provider()).expect("client");
+        up.aws_region = Some("us-west-2".to_string());
+        assert_eq!(
+            up.uri_for("/inference-profiles?type=SYSTEM_DEFINED", Flavor::OpenAi)
+                .expect("uri")
+                .to_string(),
+            "https://bedrock.us-west-2.amazonaws.com/inference-profiles?type=SYSTEM_DEFINED",
+            "Claude Code's listing goes to Bedrock's control plane"
+        );
+        let openai: Uri = "https://api.openai.com/v1/models".parse().expect("uri");
+        let bedrock: Uri = "https://bedrock.us-west-2.amazonaws.com/foundation-models"
+            .parse()
+            .expect("uri");
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in pairs {
+                h.insert(*name, HeaderValue::from_static(value));
+            }
+            h
         };
+        let plain: Uri = "/v1/models".parse().expect("uri");
+        for carried in [
+            headers(&[("authorization", "Bearer ABSKQmVkcm9jaw")]),
+            headers(&[("authorization", "bearer  ABSKQmVkcm9jaw")]),
+            headers(&[("authorization", "Bearer bedrock-api-key-YmVkcm9jaw")]),
+            headers(&[("authorization", "AWS4-HMAC-SHA256 Credential=AKID/x")]),
+            headers(&[("x-amz-security-token", "IQoJb3JpZ2lu")]),
+        ] {
+            assert!(
+                stays_in_its_cloud(&carried, &plain, &openai).is_err(),
+                "{carried:?}"
+            );
+            assert!(stays_in_its_cloud(&carried, &plain, &bedrock).is_ok());
+        }
+        let presigned: Uri = "/v1/models?X-Amz-Signature=abc".parse().expect("uri");
+        assert!(stays_in_its_cloud(&HeaderMap::new(), &presigned, &openai).is_err());
+        let mine = headers(&[("authorization", "Bearer sk-proj-abc")]);
+        assert!(stays_in_its_cloud(&mine, &plain, &openai).is_ok());
+        let vertex: Uri = "/projects/p/locations/us/publishers/anthropic/models/m:rawPredict"
+            .parse()
+            .expect("uri");
+        let anthropic: Uri = "https://api.anthropic.com/x".parse().expect("uri");
+        assert!(stays_in_its_cloud(&HeaderMap::new(), &vertex, &anthropic).is_err());
+    }
+
+    #[test]
+    fn upstream_uri_keeps_the_base_prefix() {
+        let config = by_provider();
         let up = Upstream::new(&config).expect("client");
         assert_eq!(
             up.uri_for("/v1/chat/completions?x=1", Flavor::OpenAi)

@@ -1038,7 +1038,8 @@ async fn a_clouds_credentials_never_go_to_another_providers_host() {
     // carry AWS credentials or call a Vertex AI model on a path naming no
     // host of that cloud are refused here (400), never sent on to
     // OpenAI's or Anthropic's default host (which this machine cannot
-    // reach: that would be a 502).
+    // reach: that would be a 502). None of these paths is a Bedrock one,
+    // so the answer does not hang on the AWS region of the environment.
     let dir = tempfile::tempdir().expect("tempdir");
     let overrides = Overrides {
         listen: Some("127.0.0.1:0".to_string()),
@@ -1053,20 +1054,17 @@ async fn a_clouds_credentials_never_go_to_another_providers_host() {
     let sigv4 = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261206/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc";
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>);
     let cases: Vec<Case> = vec![
-        // Claude Code's listing at start, with a Bedrock API key: it goes
-        // to Bedrock's control plane, which needs a region here.
+        // A path of no cloud (Bedrock's own paths go to the region's hosts:
+        // `upstream::tests`), with a Bedrock API key, any case of its scheme.
         (
             "GET",
-            "/inference-profiles?type=SYSTEM_DEFINED",
-            vec![("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl")],
+            "/v1/models",
+            vec![("authorization", "bearer ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl")],
         ),
         (
             "GET",
-            "/foundation-models",
-            vec![
-                ("authorization", sigv4),
-                ("x-amz-security-token", "IQoJb3JpZ2luX2VjEXAMPLE"),
-            ],
+            "/v1/models",
+            vec![("x-amz-security-token", "IQoJb3JpZ2luX2VjEXAMPLE")],
         ),
         // A path of no cloud, signed for AWS.
         (

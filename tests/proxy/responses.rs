@@ -422,6 +422,28 @@ async fn a_gateways_done_marker_ends_the_answer_once_after_its_last_event() {
     assert_eq!(ids, ["rs_a0", "msg_a0", "rs_b1", "msg_b1"]);
     assert_eq!(s.mock.requests().len(), 2);
     s.proxy.shutdown().await;
+
+    // A round that ends in an error: the error, then the marker.
+    let script: Script = Arc::new(|_: &Recorded| {
+        Reply::Stream {
+        chunks: vec![
+            "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_e\",\"output\":[]}}\n\n".to_string(),
+            "event: error\ndata: {\"type\":\"error\",\"sequence_number\":1,\"code\":\"server_error\",\"message\":\"boom\"}\n\n".to_string(),
+            "data: [DONE]\n\n".to_string(),
+        ],
+        gap: Duration::from_millis(2),
+        sent: Arc::default(),
+    }
+    });
+    let s = setup(script).await;
+    let events = stream(
+        &s,
+        responses_body(&exec_output(2_000), &[], r#","stream":true"#),
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["response.created", "error", "[DONE]"]);
+    s.proxy.shutdown().await;
 }
 
 #[tokio::test]

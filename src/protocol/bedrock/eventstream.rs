@@ -129,6 +129,21 @@ fn event_of(message: &Message) -> Result<Event, String> {
     })
 }
 
+/// The Bedrock exception an `error` event's type stands for: one of
+/// Bedrock's own passes as it is; Anthropic's (a later round's upstream
+/// error, or the proxy's `api_error`) becomes the Bedrock name the AWS SDKs
+/// know, so a client backs off from throttling as from Bedrock's own.
+fn exception_type(kind: &str) -> &str {
+    match kind {
+        k if k.ends_with("Exception") => k,
+        "rate_limit_error" => "throttlingException",
+        "overloaded_error" => "serviceUnavailableException",
+        "invalid_request_error" | "request_too_large" => "validationException",
+        "timeout_error" => "modelTimeoutException",
+        _ => "internalServerException",
+    }
+}
+
 /// The frames of `sse` (whole events the splicer wrote): each event's data
 /// in a `chunk` frame; an `error` event as an exception frame.
 pub fn encode(sse: &[u8]) -> Bytes {
@@ -140,10 +155,12 @@ pub fn encode(sse: &[u8]) -> Bytes {
         let Some(data) = event.data else { continue };
         let value: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
         let message = if value.get("type").and_then(Value::as_str) == Some("error") {
-            let kind = value
-                .pointer("/error/type")
-                .and_then(Value::as_str)
-                .unwrap_or("internalServerException");
+            let kind = exception_type(
+                value
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+            );
             let text = value
                 .pointer("/error/message")
                 .and_then(Value::as_str)
@@ -245,6 +262,27 @@ mod tests {
             header(&message, ":exception-type"),
             Some("throttlingException")
         );
+    }
+
+    #[test]
+    fn anthropics_error_types_go_out_as_bedrocks_exceptions() {
+        for (kind, exception) in [
+            ("rate_limit_error", "throttlingException"),
+            ("overloaded_error", "serviceUnavailableException"),
+            ("invalid_request_error", "validationException"),
+            ("api_error", "internalServerException"),
+            ("modelStreamErrorException", "modelStreamErrorException"),
+        ] {
+            let error = json!({"type": "error", "error": {"type": kind, "message": "m"}});
+            let bytes = frames_of(&[error]);
+            let message =
+                aws_smithy_eventstream::frame::read_message_from(&bytes[..]).expect("frame");
+            assert_eq!(
+                header(&message, ":exception-type"),
+                Some(exception),
+                "{kind}"
+            );
+        }
     }
 
     #[test]

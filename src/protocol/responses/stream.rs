@@ -154,7 +154,8 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
         return vec![event.raw.clone()];
     };
     if data.trim() == "[DONE]" {
-        if rounds.stream.finished {
+        // After the answer's last event, or after an error that ends it.
+        if rounds.stream.finished || rounds.stream.errored {
             return vec![event.raw.clone()];
         }
         rounds.stream.saw_done = true;

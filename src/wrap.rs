@@ -21,7 +21,9 @@
 //!   `ANTHROPIC_FOUNDRY_RESOURCE`), and `ANTHROPIC_BEDROCK_BASE_URL`
 //!   (Amazon Bedrock, `CLAUDE_CODE_USE_BEDROCK`: the proxy sends it to the
 //!   runtime endpoint of `AWS_REGION` and signs it with the AWS credentials
-//!   of the environment);
+//!   of the environment, the child told not to sign, with
+//!   `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`, unless it holds a Bedrock API key:
+//!   [`signs_for_bedrock_child`]);
 //! - a program named `opencode` gets `OPENCODE_CONFIG_CONTENT` with its
 //!   Anthropic, OpenAI and Google providers' `baseURL` at the proxy (merged
 //!   into any inline config of the user's, whose own `baseURL`s stay);
@@ -621,6 +623,9 @@ fn child_command(
     if let Some(foundry) = &endpoints.foundry {
         command.env("ANTHROPIC_FOUNDRY_BASE_URL", foundry);
     }
+    if signs_for_bedrock_child() {
+        command.env("CLAUDE_CODE_SKIP_BEDROCK_AUTH", "1");
+    }
     if inherited.http_proxy {
         for name in ["NO_PROXY", "no_proxy"] {
             let current = std::env::var(name).unwrap_or_default();
@@ -628,6 +633,22 @@ fn child_command(
         }
     }
     command
+}
+
+/// Whether the proxy, not Claude Code, signs the child's Bedrock requests:
+/// Claude Code on Bedrock (`CLAUDE_CODE_USE_BEDROCK`) that would sign with
+/// the environment's AWS credentials (no Bedrock API key, and the user did
+/// not choose `CLAUDE_CODE_SKIP_BEDROCK_AUTH` either way). The proxy reads
+/// the same credentials, but an SSO, assume-role or credential-process
+/// profile hands each process keys of its own, so a signature the child
+/// made would not check against the proxy's and every request would go
+/// out signed for the proxy's address (403). Unsigned, the child's
+/// requests (admitted by the run secret) are signed by the proxy.
+fn signs_for_bedrock_child() -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    set("CLAUDE_CODE_USE_BEDROCK")
+        && !set("AWS_BEARER_TOKEN_BEDROCK")
+        && std::env::var_os("CLAUDE_CODE_SKIP_BEDROCK_AUTH").is_none()
 }
 
 /// `current` (a NO_PROXY list) with the proxy's host added, unless listed.

@@ -96,6 +96,9 @@ fn wrap(home: &Path, args: &[&str]) -> Command {
                 "ANTHROPIC_FOUNDRY_RESOURCE",
                 "ANTHROPIC_BEDROCK_BASE_URL",
                 "AWS_REGION",
+                "AWS_BEARER_TOKEN_BEDROCK",
+                "CLAUDE_CODE_USE_BEDROCK",
+                "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
                 "OPENAI_API_KEY",
             ]
             .contains(&name)
@@ -1028,7 +1031,7 @@ async fn claude_codes_cloud_endpoints_point_at_the_proxy() {
     let db = home.path().join("t.db");
     let child = r#"
 import os
-for k in ["ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_FOUNDRY_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL"]:
+for k in ["ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_FOUNDRY_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL", "CLAUDE_CODE_SKIP_BEDROCK_AUTH"]:
     print(k + "=" + os.environ.get(k, "-"))
 "#;
     let mut command = wrap(home.path(), &["--db", db.to_str().expect("utf-8"), "--"]);
@@ -1058,6 +1061,25 @@ for k in ["ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_FOUNDRY_BASE_URL", "ANTHROPIC_
         "the resource's endpoint, through wrap's route"
     );
     assert_eq!(value("ANTHROPIC_BEDROCK_BASE_URL"), base);
+    // The proxy signs Claude Code's Bedrock requests: an SSO or role
+    // profile gives the child keys of its own, whose signature would not
+    // check against the proxy's.
+    assert_eq!(value("CLAUDE_CODE_SKIP_BEDROCK_AUTH"), "1");
+
+    // With a Bedrock API key, Claude Code sends it (the proxy signs
+    // nothing): not told to skip.
+    let mut command = wrap(home.path(), &["--db", db.to_str().expect("utf-8"), "--"]);
+    command
+        .env("CLAUDE_CODE_USE_BEDROCK", "1")
+        .env("AWS_BEARER_TOKEN_BEDROCK", "ABSKQmVkcm9jaw")
+        .args(["python3", "-c", child]);
+    let out = output(command);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("CLAUDE_CODE_SKIP_BEDROCK_AUTH=-\n"),
+        "{}",
+        text(&out.stdout)
+    );
 
     // Without a Foundry endpoint in the environment, none is made up.
     let mut command = wrap(home.path(), &["--db", db.to_str().expect("utf-8"), "--"]);

@@ -638,7 +638,8 @@ async fn forward(
     body: BoxBody,
     tap: Option<usage_tap::UsageReport>,
 ) -> Result<Response<BoxBody>, ProxyError> {
-    let body = if http_body::Body::is_end_stream(&body) {
+    let empty = http_body::Body::is_end_stream(&body);
+    let body = if empty {
         body
     } else {
         let started = tokio::time::Instant::now();
@@ -648,8 +649,31 @@ async fn forward(
             app.config.body_read_timeout,
         ))
     };
-    let upstream_request = upstream_request(app, parts, body, None)?;
+    let mut upstream_request = upstream_request(app, parts, body, None)?;
+    if empty && crate::protocol::bedrock::is_control_path(parts.uri.path()) {
+        sign_bedrock_listing(app, &mut upstream_request, &parts.headers).await;
+    }
     Ok(stream_back(tapped(app.send(upstream_request).await?, tap)))
+}
+
+/// Bedrock's listings (Claude Code's `GET /inference-profiles` at start)
+/// are signed as its invoke requests are when the client sent no
+/// credential of its own (it skipped its AWS auth, or a client key stood
+/// in its place and came off at the gate), and only for an AWS host or
+/// one of `upstream.aws_signing_hosts`. They carry no body, so nothing of
+/// the request is read to sign them.
+async fn sign_bedrock_listing(app: &App, request: &mut Request<BoxBody>, client: &HeaderMap) {
+    let host = request.uri().host().unwrap_or("");
+    if client.contains_key(header::AUTHORIZATION)
+        || !aws::may_sign_for(host, &app.config.upstream.aws_signing_hosts)
+    {
+        return;
+    }
+    Box::pin(
+        app.aws
+            .sign(&crate::protocol::bedrock::AWS, request, b"", client),
+    )
+    .await;
 }
 
 /// The upstream's response with its body read for usage by `tap` (not a

@@ -495,6 +495,27 @@ async fn aws_signing_goes_only_to_aws_hosts() {
         if !listed {
             assert!(sent.headers.get("x-amz-date").is_none());
         }
+        // Claude Code's Bedrock listing at start, passed through: signed
+        // the same way.
+        let (status, _, _) = send(
+            &client(),
+            "GET",
+            proxy.url("/inference-profiles?type=SYSTEM_DEFINED"),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(status, 200);
+        let sent = mock.last();
+        assert_eq!(
+            sent.path_and_query,
+            "/inference-profiles?type=SYSTEM_DEFINED"
+        );
+        let signed = sent
+            .headers
+            .get("authorization")
+            .is_some_and(|v| v.to_str().is_ok_and(|v| v.contains(AKID)));
+        assert_eq!(signed, listed, "a listing signed only for a listed host");
         proxy.kill();
     }
 }

@@ -181,6 +181,11 @@ pub struct ParsedRequest<'b> {
     /// `context-1m-*` beta, in the body on Bedrock and Vertex AI; the
     /// proxy adds the `anthropic-beta` header's).
     pub long_context: bool,
+    /// The request continues a stored response of a conversation the recall
+    /// tools were offered in (the Responses API's `previous_response_id`;
+    /// set by the proxy, never by an adapter): they are offered again,
+    /// whatever it sends, as the stubs the upstream holds ask for them.
+    pub continues_recall: bool,
 }
 
 /// How an API shapes its errors (the proxy's own failures answer in it).

@@ -186,6 +186,7 @@ pub fn parse<'b>(body: &'b str) -> Option<ParsedRequest<'b>> {
         model: model_member(body),
         messages,
         long_context: false,
+        continues_recall: false,
     })
 }
 

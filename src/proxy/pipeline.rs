@@ -219,7 +219,11 @@ pub(super) async fn handle(
         let original = std::mem::take(&mut exchange.original);
         let continued =
             super::response_ids::continue_upstream(app, ids, &exchange.tenant, original);
-        exchange.original = Box::pin(continued).await;
+        let (body, known) = Box::pin(continued).await;
+        exchange.original = body;
+        if known {
+            exchange.parts.extensions.insert(ContinuesRecall);
+        }
     }
 
     // Rewrite it (once).
@@ -871,7 +875,16 @@ pub(super) struct RewriteInput {
     /// ([`crate::protocol::Protocol::asks_long_context`]).
     pub long_context: bool,
     pub expiries: Expiries,
+    /// The request continues a stored response the recall tools were
+    /// offered with ([`ContinuesRecall`]).
+    pub continues_recall: bool,
 }
+
+/// A request extension: the stored response the request continues was
+/// answered with the recall tools offered (the store holds its id), so
+/// this request is offered them too.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ContinuesRecall;
 
 impl RewriteInput {
     /// The request's own rewrite: with refs and recall, the clock asked.
@@ -886,6 +899,7 @@ impl RewriteInput {
             path_model: endpoint.model_in(parts.uri.path()),
             long_context: endpoint.protocol.asks_long_context(&parts.headers),
             expiries,
+            continues_recall: parts.extensions.get::<ContinuesRecall>().is_some(),
         }
     }
 }
@@ -955,6 +969,7 @@ fn read<'b>(
         path_streams: endpoint.streams,
         long_context: input.long_context,
         expired: &[],
+        continues_recall: input.continues_recall,
     };
     Reading::of(body, policy, endpoint.protocol, facts)
 }

@@ -25,23 +25,30 @@ use hyper::body::Incoming;
 const MAX_FETCHED_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `body` continuing the upstream id the client's one stands for, if the
-/// store says it stands for one. A failed lookup leaves the body as it is.
+/// store says it stands for one, and whether the store knows the id (a
+/// response the recall tools were offered with: its request is offered
+/// them too). A failed lookup leaves the body as it is.
 pub(super) async fn continue_upstream(
     app: &App,
     ids: &ResponseIds,
     tenant: &Tenant,
     body: Bytes,
-) -> Bytes {
+) -> (Bytes, bool) {
     let Some(client_id) = (ids.continued)(&body) else {
-        return body;
+        return (body, false);
     };
     let Some(mapped) = upstream_of(app, tenant, &client_id).await else {
-        return body;
+        return (body, false);
     };
-    std::str::from_utf8(&body)
+    // One round's answer is kept under its own id: nothing to map.
+    if mapped.upstream_id == client_id {
+        return (body, true);
+    }
+    let body = std::str::from_utf8(&body)
         .ok()
         .and_then(|text| (ids.continue_from)(text, &mapped.upstream_id))
-        .map_or(body, Bytes::from)
+        .map_or(body, Bytes::from);
+    (body, true)
 }
 
 /// What the store says a client id stands for; a failed lookup is counted,

@@ -199,7 +199,8 @@ pub trait Rounds: Send + Sync {
     fn restoration(&self) -> Option<Restoration>;
 
     /// After the last round: the id the client got for the answer, when the
-    /// upstream knows it under another one.
+    /// upstream knows it under another one, or under the same one where a
+    /// request may continue it by id (the Responses API's stored answers).
     fn id_map(&self) -> Option<IdMap> {
         None
     }

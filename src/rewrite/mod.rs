@@ -319,6 +319,8 @@ pub struct RequestFacts<'a> {
     /// retry passes the same list (see [`first_stub`] and [`aging`] for
     /// what they release).
     pub expired: &'a [usize],
+    /// [`crate::protocol::ParsedRequest::continues_recall`].
+    pub continues_recall: bool,
 }
 
 /// [`rewrite_reading`] with what the proxy knows besides the body
@@ -371,6 +373,7 @@ impl<'b> Reading<'b> {
             parsed.streaming = streams;
         }
         parsed.long_context |= facts.long_context;
+        parsed.continues_recall = facts.continues_recall;
         Ok(Reading { text, parsed })
     }
 
@@ -441,13 +444,14 @@ fn rewrite_parsed<'b>(
     let offers_tools = policy.recall_enabled && mode == Mode::WithRefs;
     // The recall tools are offered from the conversation's first request
     // that declares tools: with the aging rule on (below), and on a model
-    // that binds its thinking to the tools ([`TOOLS_FROM_START`]).
+    // that binds its thinking to the tools ([`TOOLS_FROM_START`]); and on
+    // every request continuing a stored response they were offered with.
     let binds_thinking = parsed
         .model
         .as_deref()
         .is_some_and(|m| policy.tools_from_start.iter().any(|g| g.matches(m)));
-    let offered_from_start =
-        !parsed.client_tool_names.is_empty() && (aging || (offers_tools && binds_thinking));
+    let offered_from_start = !parsed.client_tool_names.is_empty()
+        && (aging || (offers_tools && (binds_thinking || parsed.continues_recall)));
     if parsed.outputs.is_empty() && !offered_from_start {
         // No tool output: nothing to select and nothing to age (the rules
         // below only ever act on outputs), so no recall names to pick,

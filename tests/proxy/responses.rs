@@ -502,6 +502,61 @@ async fn a_fetch_is_patched_though_the_upstream_compresses_and_input_items_stay_
 }
 
 #[tokio::test]
+async fn a_chain_keeps_the_recall_tools_after_the_turn_that_made_a_stub() {
+    // A model that never recalls: every answer is one round, kept by the
+    // upstream under its own id.
+    let script: Script = Arc::new(|r: &Recorded| {
+        let request = body_json(r);
+        let n = request["input"].as_array().map_or(0, Vec::len);
+        let done = response(
+            &request,
+            &format!("resp_{n}_{}", r.body.len()),
+            vec![item_text("msg", "plain")],
+            10,
+            2,
+        );
+        Reply::Full(
+            200,
+            vec![("content-type", "application/json".to_string())],
+            done.to_string(),
+        )
+    });
+    let s = setup(script).await;
+    let tools = r#""tools":[{"type":"function","name":"exec_command","parameters":{"type":"object","properties":{}}}]"#;
+    let next = |previous: &str| {
+        format!(
+            r#"{{"model":"gpt-5","previous_response_id":"{previous}","input":[{{"type":"message","role":"user","content":[{{"type":"input_text","text":"and then?"}}]}}],{tools},"store":true}}"#
+        )
+    };
+    let id_of = |bytes: &Bytes| {
+        serde_json::from_slice::<Value>(bytes).expect("json")["id"]
+            .as_str()
+            .expect("id")
+            .to_string()
+    };
+    // Turn 1 sends an output over budget: stubbed, the tools offered.
+    let first =
+        responses_body(&exec_output(2_000), &[], "").replace(r#""store":false"#, r#""store":true"#);
+    let (_, _, bytes) = post(&s, first).await;
+    assert!(offers(&body_json(&s.mock.last()), "tool_result_read"));
+    // Turns 2 and 3 continue it by id with nothing over budget: the stub
+    // the upstream holds can still be recalled, and the tools stay.
+    let (_, _, bytes) = post(&s, next(&id_of(&bytes))).await;
+    let second = body_json(&s.mock.last());
+    assert!(offers(&second, "tool_result_read"), "{second}");
+    let (_, _, bytes) = post(&s, next(&id_of(&bytes))).await;
+    assert!(offers(&body_json(&s.mock.last()), "tool_result_read"));
+    // The client is shown its own tools only.
+    assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));
+
+    // A chain that never had a stub goes as it came.
+    let plain = next("resp_never_stubbed");
+    post(&s, plain.clone()).await;
+    assert_eq!(s.mock.last().body, plain.as_bytes());
+    s.proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
     for streaming in [false, true] {
         let kept: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();

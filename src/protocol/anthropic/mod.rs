@@ -312,6 +312,7 @@ impl Protocol for AnthropicMessages {
             model: super::model_of(parsed.model),
             messages,
             long_context: parsed.long_context,
+            continues_recall: false,
         })
     }
 

@@ -368,6 +368,7 @@ impl Gemini {
             model: None,
             messages,
             long_context: false,
+            continues_recall: false,
         })
     }
 

@@ -228,6 +228,7 @@ impl Protocol for OpenAiChat {
             model: super::model_of(parsed.model),
             messages,
             long_context: false,
+            continues_recall: false,
         })
     }
 

@@ -252,6 +252,7 @@ impl Protocol for OpenAiResponses {
             model: super::model_of(parsed.model),
             messages,
             long_context: false,
+            continues_recall: false,
         })
     }
 

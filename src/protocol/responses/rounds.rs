@@ -134,6 +134,9 @@ pub struct ResponsesRounds {
     /// Round 1's id (the one the client sees) and the last round's.
     pub(super) first_id: Option<String>,
     pub(super) last_id: Option<String>,
+    /// The upstream keeps the response (its `store` is not `false`), so a
+    /// later request may continue it by id.
+    kept: bool,
     restoration: Option<Restoration>,
     /// A hidden round's reasoning item was shown to the client: its history
     /// is valid only with the hidden exchange restored ([`Restoration::required`]).
@@ -152,6 +155,7 @@ impl ResponsesRounds {
             reasoning_tokens: 0,
             first_id: None,
             last_id: None,
+            kept: false,
             restoration: None,
             reasoning_shown: false,
             stream: StreamState::default(),
@@ -163,6 +167,7 @@ impl ResponsesRounds {
         let id = raw_member(response, "id").and_then(|i| serde_json::from_str::<String>(i).ok());
         if self.first_id.is_none() {
             self.first_id.clone_from(&id);
+            self.kept = raw_member(response, "store") != Some("false");
         }
         self.last_id = id;
         let usage: Option<Value> =
@@ -346,9 +351,12 @@ impl Rounds for ResponsesRounds {
         self.restoration.clone()
     }
 
+    /// Also an answer of one round the upstream keeps, under its own id:
+    /// the id's being known tells a request continuing it that the recall
+    /// tools were offered in its conversation (its stubs ask for them).
     fn id_map(&self) -> Option<IdMap> {
         let (client, upstream) = (self.first_id.clone()?, self.last_id.clone()?);
-        (self.rounds > 0 && client != upstream).then(|| IdMap {
+        ((self.rounds > 0 && client != upstream) || self.kept).then(|| IdMap {
             client,
             upstream,
             output: self.visible_output(),

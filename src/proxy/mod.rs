@@ -650,14 +650,16 @@ async fn forward(
         ))
     };
     let mut upstream_request = upstream_request(app, parts, body, None)?;
-    if empty && crate::protocol::bedrock::is_control_path(parts.uri.path()) {
+    let reads = parts.method == http::Method::GET || parts.method == http::Method::HEAD;
+    if empty && reads && crate::protocol::bedrock::is_control_path(parts.uri.path()) {
         sign_bedrock_listing(app, &mut upstream_request, &parts.headers).await;
     }
     Ok(stream_back(tapped(app.send(upstream_request).await?, tap)))
 }
 
-/// Bedrock's listings (Claude Code's `GET /inference-profiles` at start)
-/// are signed as its invoke requests are when the client sent no
+/// Bedrock's listings (Claude Code's `GET /inference-profiles` at start;
+/// reads only, never a `DELETE` or any other change to the account) are
+/// signed as its invoke requests are when the client sent no
 /// credential of its own (it skipped its AWS auth, or a client key stood
 /// in its place and came off at the gate), and only for an AWS host or
 /// one of `upstream.aws_signing_hosts`. They carry no body, so nothing of

@@ -85,6 +85,11 @@ pub(super) async fn stored(
     let Some(mapped) = upstream_of(app, &tenant, &client_id).await else {
         return forward(app, &parts, boxed(body), None).await;
     };
+    // One round's answer, kept under its own id: the upstream's is what
+    // the client saw.
+    if mapped.upstream_id == client_id {
+        return forward(app, &parts, boxed(body), None).await;
+    }
     let path_and_query = parts
         .uri
         .path_and_query()

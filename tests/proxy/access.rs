@@ -516,6 +516,24 @@ async fn aws_signing_goes_only_to_aws_hosts() {
             .get("authorization")
             .is_some_and(|v| v.to_str().is_ok_and(|v| v.contains(AKID)));
         assert_eq!(signed, listed, "a listing signed only for a listed host");
+        // Any other method on those paths changes the account: never
+        // signed with the operator's identity.
+        send(
+            &client(),
+            "DELETE",
+            proxy.url(
+                "/inference-profiles/arn:aws:bedrock:us-east-1:1:application-inference-profile%2Fx",
+            ),
+            &[],
+            "",
+        )
+        .await;
+        let sent = mock.last();
+        assert!(sent.path_and_query.starts_with("/inference-profiles/"));
+        assert!(
+            sent.headers.get("authorization").is_none(),
+            "a DELETE is not signed"
+        );
         proxy.kill();
     }
 }

@@ -515,6 +515,13 @@ async fn a_chain_keeps_the_recall_tools_after_the_turn_that_made_a_stub() {
             10,
             2,
         );
+        if request["stream"] == true {
+            return Reply::Stream {
+                chunks: streamed(&done),
+                gap: Duration::from_millis(1),
+                sent: Arc::default(),
+            };
+        }
         Reply::Full(
             200,
             vec![("content-type", "application/json".to_string())],
@@ -539,12 +546,17 @@ async fn a_chain_keeps_the_recall_tools_after_the_turn_that_made_a_stub() {
         responses_body(&exec_output(2_000), &[], "").replace(r#""store":false"#, r#""store":true"#);
     let (_, _, bytes) = post(&s, first).await;
     assert!(offers(&body_json(&s.mock.last()), "tool_result_read"));
-    // Turns 2 and 3 continue it by id with nothing over budget: the stub
-    // the upstream holds can still be recalled, and the tools stay.
-    let (_, _, bytes) = post(&s, next(&id_of(&bytes))).await;
+    // Turns 2 (streamed) and 3 continue it by id with nothing over budget:
+    // the stub the upstream holds can still be recalled, and the tools stay.
+    let streamed_next =
+        next(&id_of(&bytes)).replace(r#""store":true"#, r#""store":true,"stream":true"#);
+    let second_id = accumulate(&stream(&s, streamed_next).await)["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
     let second = body_json(&s.mock.last());
     assert!(offers(&second, "tool_result_read"), "{second}");
-    let (_, _, bytes) = post(&s, next(&id_of(&bytes))).await;
+    let (_, _, bytes) = post(&s, next(&second_id)).await;
     assert!(offers(&body_json(&s.mock.last()), "tool_result_read"));
     // The client is shown its own tools only.
     assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));

@@ -134,9 +134,11 @@ pub struct ResponsesRounds {
     /// Round 1's id (the one the client sees) and the last round's.
     pub(super) first_id: Option<String>,
     pub(super) last_id: Option<String>,
-    /// The upstream keeps the response (its `store` is not `false`), so a
-    /// later request may continue it by id.
-    kept: bool,
+    /// Whether the upstream keeps the answer, as its first round's response
+    /// says (`"store": true`; a response that does not say is taken as not
+    /// kept), so a later request may continue it by id. `None` until a
+    /// round's response is counted.
+    kept: Option<bool>,
     restoration: Option<Restoration>,
     /// A hidden round's reasoning item was shown to the client: its history
     /// is valid only with the hidden exchange restored ([`Restoration::required`]).
@@ -155,7 +157,7 @@ impl ResponsesRounds {
             reasoning_tokens: 0,
             first_id: None,
             last_id: None,
-            kept: false,
+            kept: None,
             restoration: None,
             reasoning_shown: false,
             stream: StreamState::default(),
@@ -167,7 +169,11 @@ impl ResponsesRounds {
         let id = raw_member(response, "id").and_then(|i| serde_json::from_str::<String>(i).ok());
         if self.first_id.is_none() {
             self.first_id.clone_from(&id);
-            self.kept = raw_member(response, "store") != Some("false");
+        }
+        // The first round's (a stream names its id earlier, in
+        // `response.created`, so this is not tied to `first_id`).
+        if self.kept.is_none() {
+            self.kept = Some(raw_member(response, "store") == Some("true"));
         }
         self.last_id = id;
         let usage: Option<Value> =
@@ -351,15 +357,23 @@ impl Rounds for ResponsesRounds {
         self.restoration.clone()
     }
 
-    /// Also an answer of one round the upstream keeps, under its own id:
-    /// the id's being known tells a request continuing it that the recall
-    /// tools were offered in its conversation (its stubs ask for them).
+    /// Also an answer of one round the upstream keeps, under its own id
+    /// and with no output (the upstream's is the client's): the id's being
+    /// known tells a request continuing it that the recall tools were
+    /// offered in its conversation (its stubs ask for them).
     fn id_map(&self) -> Option<IdMap> {
         let (client, upstream) = (self.first_id.clone()?, self.last_id.clone()?);
-        ((self.rounds > 0 && client != upstream) || self.kept).then(|| IdMap {
+        if self.rounds > 0 && client != upstream {
+            return Some(IdMap {
+                client,
+                upstream,
+                output: self.visible_output(),
+            });
+        }
+        (self.kept == Some(true) && client == upstream).then(|| IdMap {
             client,
             upstream,
-            output: self.visible_output(),
+            output: String::new(),
         })
     }
 

@@ -150,8 +150,22 @@ fn without_recall_the_response_keeps_its_bytes_but_the_echoed_tools() {
         "",
     );
     assert_eq!(out, without);
+    // Not said to be kept by the upstream: nothing to continue by id.
     assert_eq!(r.id_map(), None);
     assert_eq!(r.restoration(), None);
+    // Kept: known under its own id, with no output of its own.
+    let mut r = ResponsesRounds::new(context());
+    let kept = body.replacen(r#""id":"resp_1","#, r#""id":"resp_1","store":true,"#, 1);
+    assert!(matches!(r.response(kept.as_bytes(), true), Step::Final(_)));
+    let map = r.id_map().expect("kept under its own id");
+    assert_eq!(
+        (
+            map.client.as_str(),
+            map.upstream.as_str(),
+            map.output.as_str()
+        ),
+        ("resp_1", "resp_1", "")
+    );
 }
 
 #[test]

@@ -192,8 +192,12 @@ pub(super) fn event(rounds: &mut ResponsesRounds, event: &Event) -> Vec<Bytes> {
             if rounds.rounds > 0 || hidden {
                 return Vec::new();
             }
-            // No recall in the first round: the answer is complete now.
+            // No recall in the first round: the answer is complete now,
+            // after an error too (its terminal event still names the
+            // output the client was shown).
+            let errored = std::mem::take(&mut rounds.stream.errored);
             let (mut out, _) = end_round(rounds, false);
+            rounds.stream.errored = errored;
             out.extend(finish(rounds));
             rounds.stream.finished = true;
             out

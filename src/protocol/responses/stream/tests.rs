@@ -276,6 +276,24 @@ fn errors_end_the_stream_well_formed() {
 }
 
 #[test]
+fn an_error_then_a_terminal_event_in_round_one_keeps_the_output_shown() {
+    let mut r = ResponsesRounds::new(context());
+    let mut round = streamed("resp_1", &[text("msg_1", "partial")], 5, 5);
+    let mut done = round.pop().expect("completed")["response"].clone();
+    done["status"] = json!("failed");
+    let n = round.len();
+    round.push(
+        json!({"type": "error", "sequence_number": n, "code": "server_error", "message": "boom"}),
+    );
+    round.push(json!({"type": "response.failed", "sequence_number": n + 1, "response": done}));
+    let events = client(&feed(&mut r, &round));
+    let (kind, data) = events.last().expect("events");
+    assert_eq!(kind, "response.failed");
+    assert_eq!(data["response"]["output"][0]["id"], "msg_1", "{data}");
+    assert_eq!(data["response"]["usage"]["output_tokens"], 5);
+}
+
+#[test]
 fn an_upstreams_error_answer_to_a_round_keeps_its_code() {
     let r = ResponsesRounds::new(context());
     let error = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});

@@ -200,6 +200,12 @@ async fn post(s: &Setup, body: String) -> (u16, http::HeaderMap, Bytes) {
     (status.as_u16(), headers, bytes)
 }
 
+/// `GET path` with these headers: status and body.
+async fn get(s: &Setup, path: &str, headers: &[(&str, &str)]) -> (u16, Bytes) {
+    let (status, _, bytes) = send(&client(), "GET", s.url(path), headers, "").await;
+    (status.as_u16(), bytes)
+}
+
 async fn stream(s: &Setup, body: String) -> Vec<(String, Value)> {
     let request = http::Request::builder()
         .method("POST")
@@ -467,12 +473,10 @@ async fn a_fetch_is_patched_though_the_upstream_compresses_and_input_items_stay_
         .as_str()
         .expect("id")
         .to_string();
-    let (status, _, bytes) = send(
-        &client(),
-        "GET",
-        s.url(&format!("/v1/responses/{client_id}")),
+    let (status, bytes) = get(
+        &s,
+        &format!("/v1/responses/{client_id}"),
         &[("authorization", KEY), ("accept-encoding", "gzip, deflate")],
-        "",
     )
     .await;
     assert_eq!(status, 200);
@@ -486,12 +490,10 @@ async fn a_fetch_is_patched_though_the_upstream_compresses_and_input_items_stay_
     );
     // The input items of the client's id are round 1's, not a later
     // round's with the hidden recall exchange in them.
-    send(
-        &client(),
-        "GET",
-        s.url(&format!("/v1/responses/{client_id}/input_items")),
+    get(
+        &s,
+        &format!("/v1/responses/{client_id}/input_items"),
         &[("authorization", KEY)],
-        "",
     )
     .await;
     assert_eq!(
@@ -604,12 +606,10 @@ async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
             "sent on from the last round"
         );
         // A fetch of the client's id: the id it knows, the output it saw.
-        let (status, _, bytes) = send(
-            &client(),
-            "GET",
-            s.url(&format!("/v1/responses/{client_id}")),
+        let (status, bytes) = get(
+            &s,
+            &format!("/v1/responses/{client_id}"),
             &[("authorization", KEY)],
-            "",
         )
         .await;
         assert_eq!(status, 200);
@@ -625,12 +625,10 @@ async fn a_chain_from_the_id_the_client_got_continues_the_true_conversation() {
         assert!(!String::from_utf8_lossy(&bytes).contains("tool_result_read"));
         assert_eq!(s.mock.last().path_and_query, "/v1/responses/resp_1");
         // Another key's fetch of that id goes to the upstream as it is.
-        send(
-            &client(),
-            "GET",
-            s.url(&format!("/v1/responses/{client_id}")),
+        get(
+            &s,
+            &format!("/v1/responses/{client_id}"),
             &[("authorization", "Bearer other")],
-            "",
         )
         .await;
         assert_eq!(
